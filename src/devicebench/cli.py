@@ -1,0 +1,180 @@
+"""`devicebench <command> ...`: the one entry point; MLproject's entry points call it too.
+
+User errors are one line on stderr and exit 2, never a traceback: the parameter and what is allowed.
+Exit codes: 0 ok, 1 a run failed (or a regression was found), 2 bad input / device / data / store,
+3 finished but spooled locally (store unreachable at the end), 128+N killed by signal N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from devicebench.errors import Interrupted, SpooledError, UsageError
+
+PROG = "devicebench"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error over several lines; we print the error alone."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+# --------------------------------------------------------------------------------------------- workloads
+
+
+def _add_workload(sub: argparse._SubParsersAction, name: str) -> None:
+    from devicebench.config import add_config_arguments
+    from devicebench.workloads import load
+
+    module = load(name)
+    doc = (module.__doc__ or "").strip()
+    p = sub.add_parser(name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(p, module.Config)
+    p.set_defaults(handler=lambda args: run_workload(name, args))
+
+
+def run_workload(name: str, args: argparse.Namespace) -> int:
+    """Parse → check the store → start the run → resolve the device → work → log → end the run."""
+    from devicebench.config import config_from_args, config_key, to_params
+    from devicebench.device import check_device_spelling, device_name, host_fingerprint, resolve_device
+    from devicebench.settings import load_settings
+    from devicebench.tracking import TAG_PREFIX, run_context
+    from devicebench.workloads import Context, load, progress_enabled
+
+    module = load(name)
+    cfg = config_from_args(module.Config, args)
+    check_device_spelling(cfg.device)
+    settings = load_settings()
+    data = getattr(cfg, "data", module.DATA)
+    tags = {
+        f"{TAG_PREFIX}device": cfg.device,
+        f"{TAG_PREFIX}config_key": config_key(name, cfg),
+        f"{TAG_PREFIX}data": data,
+    }
+    if os.environ.get("DEVICEBENCH_SUITE"):
+        tags[f"{TAG_PREFIX}suite"] = os.environ["DEVICEBENCH_SUITE"]
+    started = time.perf_counter()
+    with run_context(
+        settings,
+        name,
+        to_params(cfg),
+        tags=tags,
+        run_name=os.environ.get("DEVICEBENCH_RUN_NAME") or f"{name}-{cfg.device}",
+        parent_run_id=os.environ.get("DEVICEBENCH_PARENT_RUN_ID") or None,
+    ) as tracker:
+        device = resolve_device(cfg.device)
+        host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
+        tracker.set_tags(
+            {
+                f"{TAG_PREFIX}device.resolved": str(device),
+                f"{TAG_PREFIX}device.name": device_name(device),
+                **{f"{TAG_PREFIX}host.{k}": v for k, v in host.items()},
+            }
+        )
+        tracker.log_dict(host, "host.json")
+        ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
+        module.run(cfg, ctx, tracker)
+        tracker.log_metrics({"time/total_s": time.perf_counter() - started})
+        print(f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {settings.tracking_uri}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- others
+
+
+def _add_sync(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sync", help="replay runs spooled while the tracking store was unreachable")
+    p.set_defaults(handler=_run_sync)
+
+
+def _run_sync(args: argparse.Namespace) -> int:
+    from devicebench.settings import load_settings
+    from devicebench.tracking import sync_spool
+
+    settings = load_settings()
+    done, pending = sync_spool(settings)
+    print(f"{PROG}: sync: {done} run(s) replayed, {pending} still pending in {settings.spool_dir}")
+    return 1 if pending else 0
+
+
+def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:
+    """Commands whose arguments live with their code (`report.cli`, `suite`): add_arguments + run."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        return
+    p = sub.add_parser(name, help=help, description=(module.__doc__ or "").strip())
+    module.add_arguments(p)
+    p.set_defaults(handler=module.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=PROG,
+        description="How much faster is this PyTorch workload on the GPU than on the CPU? Runs are tracked in MLflow.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    from devicebench.workloads import WORKLOADS
+
+    for name in WORKLOADS:
+        try:
+            _add_workload(sub, name)
+        except ModuleNotFoundError as e:
+            if e.name != f"devicebench.workloads.{name}":
+                raise
+    _add_module_command(sub, "compare", "devicebench.report.cli", "compare CPU and GPU runs side by side")
+    _add_module_command(sub, "suite", "devicebench.suite", "run an experiment plan (experiments/*.yaml)")
+    _add_sync(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; translate our exceptions to one line and an exit code."""
+    debug = os.environ.get("DEVICEBENCH_DEBUG") == "1"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return 2
+        return handler(args)
+    except UsageError as e:
+        return _fail(str(e), e.exit_code)
+    except SpooledError as e:
+        return _fail(str(e), e.exit_code)
+    except Interrupted as e:
+        return _fail(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        return _fail("interrupted by Ctrl-C", 130)
+    except Exception as e:
+        if debug:
+            raise
+        from devicebench.tracking import one_line
+
+        return _fail(f"{one_line(e)} (DEVICEBENCH_DEBUG=1 shows the traceback)", 1)
+
+
+def json_line(obj: object) -> str:
+    """Machine-readable single-line output for scripts (suite uses it)."""
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Workload configs: one frozen dataclass per workload is the single source of its parameters.
+
+The same field list feeds the CLI (flags, help, validation), the MLflow params (every field, nothing
+else) and the `config_key` that says which runs did the same work. MLflow passes every `-P` value as a
+string and checks none of them, so validation here is the real gate: a bad value is one line naming
+the parameter and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from devicebench.errors import UsageError
+
+C = TypeVar("C")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def param(
+    default: Any,
+    help: str,
+    *,
+    choices: Sequence[str] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    key: bool = True,
+) -> Any:
+    """A config field with its help text and constraints.
+
+    `key=False` keeps a field out of the config key: it changes *where* or *how verbosely* a run works
+    (data directory, seed, log interval), not what work it measures.
+    """
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "min": min, "max": max, "key": key}
+    if isinstance(default, list | dict | set):
+        raise TypeError("use tuples for sequence defaults")
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _base_type(tp: Any) -> tuple[Any, bool]:
+    """(element type, is_sequence) for int, float, bool, str and tuple[X, ...]."""
+    if typing.get_origin(tp) is tuple:
+        return typing.get_args(tp)[0], True
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], False
+    return tp, False
+
+
+def _describe(f: dataclasses.Field, elem: Any, seq: bool) -> str:
+    meta = f.metadata
+    if meta.get("choices"):
+        what = "one of " + ", ".join(meta["choices"])
+    elif elem is bool:
+        what = "true or false"
+    elif elem in (int, float):
+        kind = "an integer" if elem is int else "a number"
+        lo, hi = meta.get("min"), meta.get("max")
+        bounds = [f">= {lo:g}" if lo is not None else "", f"<= {hi:g}" if hi is not None else ""]
+        what = f"{kind} {' and '.join(b for b in bounds if b)}".strip()
+    else:
+        what = "a string"
+    return f"a comma-separated list of {what.removeprefix('one of ')}" if seq else what
+
+
+def _convert_one(raw: str, f: dataclasses.Field, elem: Any, seq: bool) -> Any:
+    meta = f.metadata
+    text = raw.strip()
+    allowed = _describe(f, elem, seq)
+    if elem is bool:
+        low = text.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise UsageError(f"{raw!r} is not {allowed}", param=f.name)
+    if elem in (int, float):
+        try:
+            value = int(text) if elem is int else float(text)
+        except ValueError:
+            raise UsageError(f"{raw!r} is not {allowed}", param=f.name) from None
+        if value != value or (meta.get("min") is not None and value < meta["min"]):
+            raise UsageError(f"{raw!r} is out of range; expected {allowed}", param=f.name)
+        if meta.get("max") is not None and value > meta["max"]:
+            raise UsageError(f"{raw!r} is out of range; expected {allowed}", param=f.name)
+        return value
+    if meta.get("choices") and text.lower() not in meta["choices"]:
+        raise UsageError(f"unknown value {raw!r}; allowed: {', '.join(meta['choices'])}", param=f.name)
+    return text.lower() if meta.get("choices") else text
+
+
+def convert(raw: Any, f: dataclasses.Field, cls: type) -> Any:
+    """Parse a CLI/MLproject/plan value (a string, or a YAML scalar/list) into the field's type."""
+    hints = typing.get_type_hints(cls)
+    elem, seq = _base_type(hints[f.name])
+    if seq:
+        items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+        items = [str(i) for i in items if str(i).strip()]
+        if not items:
+            raise UsageError(f"needs at least one value ({_describe(f, elem, seq)})", param=f.name)
+        return tuple(_convert_one(i, f, elem, seq) for i in items)
+    if isinstance(raw, bool) and elem is bool:
+        return raw
+    return _convert_one(str(raw), f, elem, seq)
+
+
+def build_config(cls: type[C], values: Mapping[str, Any]) -> C:
+    """A validated config from name → raw value; unknown names are an error that lists the known ones."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise UsageError(f"unknown parameter {unknown[0]!r}; known: {', '.join(fields)}")
+    cfg = cls(**{name: convert(raw, fields[name], cls) for name, raw in values.items()})
+    check = getattr(cfg, "validate", None)
+    if check is not None:
+        check()
+    return cfg
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One `--name` flag per field (`--batch_size` and `--batch-size` both work), help from the field."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        elem, seq = _base_type(hints[f.name])
+        default = ",".join(map(str, f.default)) if seq else f.default
+        if isinstance(default, bool):
+            default = str(default).lower()
+        flags = [f"--{f.name}"]
+        if "_" in f.name:
+            flags.append(f"--{f.name.replace('_', '-')}")
+        parser.add_argument(
+            *flags,
+            dest=f.name,
+            default=None,
+            metavar="VALUE",
+            help=f"{f.metadata['help']} [{_describe(f, elem, seq)}; default {default}]",
+        )
+
+
+def config_from_args(cls: type[C], args: argparse.Namespace) -> C:
+    """The config for the flags the user actually gave (the rest keep their defaults)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None}
+    return build_config(cls, given)
+
+
+def to_params(cfg: Any) -> dict[str, str]:
+    """Every field as an MLflow param string (lists comma-joined, booleans lower case)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if isinstance(v, tuple):
+            v = ",".join(map(str, v))
+        elif isinstance(v, bool):
+            v = str(v).lower()
+        out[f.name] = str(v)
+    return out
+
+
+def config_key(workload: str, cfg: Any) -> str:
+    """A stable hash of the work a run did: every param except device, seed and the `key=False` ones."""
+    params = to_params(cfg)
+    keep = {
+        f.name: params[f.name]
+        for f in dataclasses.fields(cfg)
+        if f.metadata.get("key", True) and f.name not in ("device", "seed")
+    }
+    blob = json.dumps({"workload": workload, **keep}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

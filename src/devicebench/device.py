@@ -1,0 +1,161 @@
+"""Resolve the requested device once, and fingerprint the host a timing was measured on.
+
+No silent fallback: `cuda` on a host without CUDA is an error that says what torch sees; only `auto`
+means "the GPU if there is one". A timing without the host it came from cannot be compared, so every
+run carries the CPU, GPU, driver, library versions and (on OCI) the instance shape as tags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import socket
+import urllib.request
+from pathlib import Path
+
+import torch
+
+from devicebench.errors import DeviceUnavailable, UsageError
+
+DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
+_DEVICE_RE = re.compile(r"^(cpu|cuda|mps|auto|cuda:\d+)$")
+
+
+def check_device_spelling(requested: str) -> str:
+    """Validate the *form* of a device string (before any run exists); availability is checked later."""
+    value = requested.strip().lower()
+    if not _DEVICE_RE.match(value):
+        raise UsageError(f"unknown device {requested!r}; allowed: {DEVICE_CHOICES}", param="device")
+    return value
+
+
+def _no_cuda_reason() -> str:
+    if torch.version.cuda is None:
+        return "a CPU-only torch build"
+    if not Path("/proc/driver/nvidia/version").exists() and not Path("/dev/nvidiactl").exists():
+        return "no NVIDIA driver"
+    return "the driver reports no usable GPU"
+
+
+def resolve_device(requested: str) -> torch.device:
+    """Turn `cpu|cuda|cuda:N|mps|auto` into a torch.device that exists here, or raise DeviceUnavailable."""
+    value = check_device_spelling(requested)
+    tv = torch.__version__
+    if value == "cpu":
+        return torch.device("cpu")
+    if value == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if value == "mps":
+        if not torch.backends.mps.is_available():
+            raise DeviceUnavailable(f"device 'mps' requested but torch {tv} finds no Apple MPS device")
+        return torch.device("mps")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise DeviceUnavailable(
+            f"device {value!r} requested but torch {tv} finds no CUDA device ({_no_cuda_reason()}); "
+            "use device=cpu, or device=auto to take a GPU only when there is one"
+        )
+    index = int(value.split(":")[1]) if ":" in value else torch.cuda.current_device()
+    if index >= count:
+        raise DeviceUnavailable(
+            f"device {value!r} requested but torch {tv} finds {count} CUDA device(s): "
+            + ", ".join(f"cuda:{i}" for i in range(count))
+        )
+    return torch.device("cuda", index)
+
+
+def device_name(device: torch.device) -> str:
+    """The human name of the device a timing ran on (GPU model, or CPU model)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return "Apple MPS"
+    return cpu_model()
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _nvidia_driver() -> str:
+    with contextlib.suppress(Exception):
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else str(v)
+        finally:
+            pynvml.nvmlShutdown()
+    return "none"
+
+
+def oci_metadata(url: str, timeout_s: float) -> dict[str, str]:
+    """Shape, region and availability domain from the OCI instance metadata service (v2), or {}.
+
+    Off OCI the address does not answer at all, so the timeout bounds what every run pays for asking.
+    """
+    if timeout_s <= 0:
+        return {}
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer Oracle"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            doc = json.loads(resp.read(1_000_000))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    out = {
+        "oci.shape": doc.get("shape"),
+        "oci.region": doc.get("canonicalRegionName") or doc.get("region"),
+        "oci.availability_domain": doc.get("availabilityDomain"),
+    }
+    return {k: str(v) for k, v in out.items() if v}
+
+
+def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -> dict[str, str]:
+    """Everything that makes a timing comparable across hosts, as flat string tags (no prefix)."""
+    gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    fp: dict[str, str] = {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": str(os.cpu_count() or 0),
+        "torch_threads": str(torch.get_num_threads()),
+        "gpu_count": str(gpu_count),
+        "gpu_name": "none",
+        "gpu_memory_gb": "0",
+        "driver": _nvidia_driver() if gpu_count else "none",
+        "cuda": str(torch.version.cuda or "none"),
+        "cudnn": str(torch.backends.cudnn.version() or "none") if gpu_count else "none",
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "numpy": _version("numpy"),
+        "mlflow": _version("mlflow"),
+        "python": platform.python_version(),
+    }
+    gpu = device if device.type == "cuda" else (torch.device("cuda", 0) if gpu_count else None)
+    if gpu is not None:
+        props = torch.cuda.get_device_properties(gpu)
+        fp["gpu_name"] = props.name
+        fp["gpu_memory_gb"] = f"{props.total_memory / 2**30:.1f}"
+    fp.update(oci_metadata(oci_url, oci_timeout_s))
+    return fp

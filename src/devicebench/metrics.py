@@ -1,0 +1,82 @@
+"""Classification and segmentation metrics, computed from a confusion matrix on the device.
+
+One confusion matrix per evaluation (accumulated with `bincount`, no per-batch host sync) gives every
+figure the report needs: accuracy per class, IoU per class, Dice, pixel accuracy. Pixels labelled 255
+(VOC's void border) are ignored everywhere. A class absent from both truth and prediction has no IoU
+(NaN) and is left out of the mean, rather than counted as a perfect 1 or a failed 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+IGNORE_INDEX = 255
+
+
+def confusion_matrix(
+    pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int = IGNORE_INDEX
+) -> torch.Tensor:
+    """cm[t, p] = how many samples (or pixels) of true class t were predicted as p."""
+    pred, target = pred.reshape(-1), target.reshape(-1)
+    keep = target != ignore_index
+    idx = target[keep].long() * num_classes + pred[keep].long()
+    return torch.bincount(idx, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def per_class_accuracy(cm: torch.Tensor) -> list[float]:
+    """Recall per class (the tutorial's "accuracy for class"); NaN where a class has no samples."""
+    cm = cm.double()
+    support = cm.sum(dim=1)
+    return [float(c) if s > 0 else math.nan for c, s in zip(cm.diag() / support.clamp(min=1), support, strict=True)]
+
+
+def accuracy(cm: torch.Tensor) -> float:
+    total = cm.sum()
+    return float(cm.diag().sum().double() / total) if total > 0 else math.nan
+
+
+def iou_per_class(cm: torch.Tensor) -> list[float]:
+    """TP / (TP + FP + FN) per class; NaN when the class is absent from both truth and prediction."""
+    cm = cm.double()
+    tp = cm.diag()
+    union = cm.sum(dim=0) + cm.sum(dim=1) - tp
+    return [float(t / u) if u > 0 else math.nan for t, u in zip(tp, union, strict=True)]
+
+
+def dice_per_class(cm: torch.Tensor) -> list[float]:
+    """2·TP / (2·TP + FP + FN) per class; NaN when absent from both truth and prediction."""
+    cm = cm.double()
+    tp = cm.diag()
+    denom = cm.sum(dim=0) + cm.sum(dim=1)
+    return [float(2 * t / d) if d > 0 else math.nan for t, d in zip(tp, denom, strict=True)]
+
+
+def nanmean(values: list[float]) -> float:
+    present = [v for v in values if not math.isnan(v)]
+    return sum(present) / len(present) if present else math.nan
+
+
+def metric_name(class_name: str) -> str:
+    """Class names as metric keys: lower case, spaces as `_` ("potted plant" → "potted_plant")."""
+    return class_name.strip().lower().replace(" ", "_").replace("/", "_")
+
+
+def soft_dice_loss(
+    logits: torch.Tensor, target: torch.Tensor, ignore_index: int = IGNORE_INDEX, eps: float = 1.0
+) -> torch.Tensor:
+    """1 − mean soft Dice over classes, ignored pixels masked out of both prediction and truth.
+
+    Classes absent from a batch's truth and prediction contribute a Dice of 1 through `eps`, as in
+    Pytorch-UNet, so the gradient stays finite.
+    """
+    num_classes = logits.shape[1]
+    valid = (target != ignore_index).unsqueeze(1)
+    probs = logits.float().softmax(dim=1) * valid
+    onehot = torch.nn.functional.one_hot(target.clamp(max=num_classes - 1).long(), num_classes)
+    onehot = onehot.permute(0, 3, 1, 2).to(probs.dtype) * valid
+    dims = (0, 2, 3)
+    inter = (probs * onehot).sum(dims)
+    sets = probs.sum(dims) + onehot.sum(dims)
+    return 1.0 - ((2 * inter + eps) / (sets + eps)).mean()

@@ -1,0 +1,621 @@
+"""The one MLflow layer: runs, tags, params, batched asynchronous metrics, artifacts, models, status.
+
+Workloads never import mlflow; they receive a `Tracker`. This module is the only writer to the store, so
+the rules that keep a measurement trustworthy live here once:
+
+* the store is checked *before* any work, and an unreachable one fails fast with its URI named;
+* metrics are queued and sent in batches by a background thread, never one round trip per step, so
+  tracking does not slow the workload it measures;
+* every operation is first written to a local journal (the spool). A server that blinks mid-run loses
+  nothing (the sender retries); a server gone for good at the end leaves a complete spool that
+  `devicebench sync` replays later, exactly once;
+* any exception marks the run FAILED with a one-line `devicebench.error` tag; a signal marks it KILLED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from devicebench.errors import Interrupted, SpooledError, StoreUnavailable, UsageError
+from devicebench.settings import Settings
+
+TAG_PREFIX = "devicebench."
+MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
+MAX_TAG_VALUE = 8000
+
+
+class Tracker(Protocol):
+    """What a workload may do with the store. Values are plain Python numbers (no tensors)."""
+
+    run_id: str | None
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+    def log_dict(self, obj: Any, artifact_file: str) -> None: ...
+    def log_text(self, text: str, artifact_file: str) -> None: ...
+    def log_figure(self, figure: Any, artifact_file: str) -> None: ...
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
+    def log_model(self, model: Any, name: str, input_example: Any) -> None: ...
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: what a user reads on stderr and in the `devicebench.error` tag."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, UsageError):
+        text = f"{type(exc).__name__}: {text}"
+    return text[:MAX_TAG_VALUE]
+
+
+@dataclass
+class MemoryTracker:
+    """Keeps everything in memory: for unit tests of workloads and for untracked baselines in benchmarks."""
+
+    run_id: str | None = None
+    metrics: list[tuple[str, float, int | None]] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)
+    keep: bool = True
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self.keep:
+            self.metrics.extend((k, float(v), step) for k, v in metrics.items())
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self.tags.update({k: str(v) for k, v in tags.items()})
+
+    def log_dict(self, obj: Any, artifact_file: str) -> None:
+        self.artifacts[artifact_file] = obj
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.artifacts[artifact_file] = text
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        self.artifacts[artifact_file] = figure
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        name = Path(local_path).name
+        self.artifacts[f"{artifact_path}/{name}" if artifact_path else name] = Path(local_path)
+
+    def log_model(self, model: Any, name: str, input_example: Any) -> None:
+        self.models[name] = (model, input_example)
+
+    def values(self, key: str) -> list[float]:
+        """Every value logged under `key`, in order (a test helper)."""
+        return [v for k, v, _ in self.metrics if k == key]
+
+
+def null_tracker() -> MemoryTracker:
+    """A tracker that records nothing: the untracked baseline for overhead measurements."""
+    return MemoryTracker(keep=False)
+
+
+# --------------------------------------------------------------------------------------------- store
+
+
+def _auth_header() -> dict[str, str]:
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        import base64
+
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
+def _check_http_store(uri: str, timeout_s: float) -> None:
+    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
+    body = json.dumps({"max_results": 1}).encode()
+    req = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/json", **_auth_header()}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            raise StoreUnavailable(
+                f"tracking server {uri} refused the credentials (HTTP {e.code}); "
+                "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (e.g. in .env)"
+            ) from None
+        raise StoreUnavailable(f"tracking server {uri} answered HTTP {e.code} to a test request") from None
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise StoreUnavailable(
+            f"tracking store {uri} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
+        ) from None
+
+
+def _check_other_store(uri: str, timeout_s: float) -> None:
+    """Database stores: a real query in a worker thread, so an unreachable host cannot hang us."""
+    from mlflow.tracking import MlflowClient
+
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+            outcome.append(None)
+        except BaseException as e:  # reported below, with the URI
+            outcome.append(e)
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if not outcome:
+        raise StoreUnavailable(f"tracking store {uri} did not answer within {timeout_s:.0f} s")
+    if outcome[0] is not None:
+        raise StoreUnavailable(f"tracking store {uri} is not usable: {one_line(outcome[0])}")
+
+
+def check_store(settings: Settings) -> None:
+    """Fail within `store_timeout_s` with a line naming the URI when the store does not answer."""
+    uri = settings.tracking_uri
+    if uri.startswith(("http://", "https://")):
+        _check_http_store(uri, max(settings.store_timeout_s, 0.5))
+    else:
+        _check_other_store(uri, max(settings.store_timeout_s, 0.5))
+
+
+def configure_mlflow_client(settings: Settings) -> None:
+    """Point MLflow at our store and make its HTTP client fail fast: our sender does the retrying."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(max(settings.store_timeout_s, 1))))
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    import mlflow
+
+    mlflow.set_tracking_uri(settings.tracking_uri)
+
+
+def ensure_experiment(settings: Settings, name: str | None = None) -> str:
+    """The experiment's id, created if missing. A deleted experiment is an error, not a silent restore.
+
+    Parallel launchers call this once before fanning out: a fresh SQLite store migrated by eight
+    processes at once loses most of them.
+    """
+    from mlflow.tracking import MlflowClient
+
+    name = name or settings.experiment
+    client = MlflowClient(settings.tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return client.create_experiment(name)
+        except MlflowException:  # created by a concurrent process between the two calls
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        raise UsageError(
+            f"experiment {name!r} is deleted; restore it (mlflow experiments restore --experiment-id "
+            f"{exp.experiment_id}) or choose another name with DEVICEBENCH_EXPERIMENT"
+        )
+    return exp.experiment_id
+
+
+# --------------------------------------------------------------------------------------------- spool
+
+
+class Journal:
+    """The local record of one run's operations: written before sending, deleted once all are sent.
+
+    `ops.jsonl` holds one operation a line with a sequence number; `sent` holds the highest sequence
+    number the store acknowledged. Replaying from `sent + 1` makes `devicebench sync` exactly-once.
+    """
+
+    def __init__(self, root: Path, run_id: str, tracking_uri: str) -> None:
+        self.dir = root / run_id
+        self.files = self.dir / "files"
+        self.files.mkdir(parents=True, exist_ok=True)
+        meta = self.dir / "run.json"
+        if not meta.exists():
+            meta.write_text(json.dumps({"run_id": run_id, "tracking_uri": tracking_uri}))
+        self._ops = open(self.dir / "ops.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - lives with the run
+        self._seq = self._count_lines()
+        self._lock = threading.Lock()
+
+    def _count_lines(self) -> int:
+        path = self.dir / "ops.jsonl"
+        return sum(1 for _ in path.open(encoding="utf-8")) if path.exists() else 0
+
+    def append(self, op: dict[str, Any]) -> int:
+        with self._lock:
+            self._seq += 1
+            op = {"seq": self._seq, **op}
+            self._ops.write(json.dumps(op) + "\n")
+            return self._seq
+
+    def flush(self) -> None:
+        with self._lock:
+            self._ops.flush()
+
+    def acknowledge(self, seq: int) -> None:
+        tmp = self.dir / "sent.tmp"
+        tmp.write_text(str(seq))
+        tmp.replace(self.dir / "sent")
+
+    def close(self) -> None:
+        with self._lock:
+            self._ops.close()
+
+    def remove(self) -> None:
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def pending(run_dir: Path) -> tuple[int, list[dict[str, Any]]]:
+        sent_file = run_dir / "sent"
+        sent = int(sent_file.read_text()) if sent_file.exists() else 0
+        ops = []
+        path = run_dir / "ops.jsonl"
+        if path.exists():
+            for line in path.open(encoding="utf-8"):
+                if line.strip():
+                    with contextlib.suppress(json.JSONDecodeError):  # a torn last line from a kill
+                        op = json.loads(line)
+                        if op["seq"] > sent:
+                            ops.append(op)
+        return sent, ops
+
+
+def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: Path) -> None:
+    """Send journal operations, in order, to the store. Raises on the first failure (the caller retries)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    metrics: list[Metric] = []
+
+    def flush_metrics() -> None:
+        for i in range(0, len(metrics), MAX_BATCH_METRICS):
+            client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH_METRICS])
+        metrics.clear()
+
+    for op in ops:
+        kind = op["op"]
+        if kind == "metrics":
+            metrics.extend(Metric(k, v, op["ts"], op["step"] or 0) for k, v in op["values"].items())
+            continue
+        flush_metrics()
+        if kind == "tags":
+            items = [RunTag(k, v) for k, v in op["values"].items()]
+            for i in range(0, len(items), 100):
+                client.log_batch(run_id, tags=items[i : i + 100])
+        elif kind == "params":
+            existing = client.get_run(run_id).data.params
+            items = [Param(k, v) for k, v in op["values"].items() if k not in existing]
+            for i in range(0, len(items), 100):
+                client.log_batch(run_id, params=items[i : i + 100])
+        elif kind == "artifact":
+            client.log_artifact(run_id, str(journal_dir / op["path"]), op.get("artifact_path"))
+        elif kind == "model":
+            _log_saved_model(run_id, journal_dir / op["path"], op["name"])
+        elif kind == "end":
+            client.set_terminated(run_id, op["status"])
+    flush_metrics()
+
+
+def _log_saved_model(run_id: str, path: Path, name: str) -> None:
+    """Log a model that was saved to the spool while the store was away."""
+    import mlflow
+    import mlflow.pytorch
+
+    model = mlflow.pytorch.load_model(str(path))
+    info = mlflow.models.Model.load(str(path))
+    with mlflow.start_run(run_id=run_id):
+        mlflow.pytorch.log_model(model, name=name, signature=info.signature, serialization_format="pickle")
+
+
+# --------------------------------------------------------------------------------------------- tracker
+
+
+class MlflowTracker:
+    """A run in an MLflow store, written through a journal by one background sender thread."""
+
+    def __init__(self, settings: Settings, run_id: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.settings = settings
+        self.run_id = run_id
+        self.client = MlflowClient(settings.tracking_uri)
+        self.journal = Journal(settings.spool_dir, run_id, settings.tracking_uri)
+        self._pending: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._closing = False
+        self._deadline: float | None = None
+        self._failed_since: float | None = None
+        self.last_error: str | None = None
+        self._sender = threading.Thread(target=self._send_loop, name="devicebench-tracker", daemon=True)
+        self._sender.start()
+
+    # -- the Tracker protocol -------------------------------------------------------------------------
+    def _enqueue(self, op: dict[str, Any]) -> None:
+        op["seq"] = self.journal.append(op)
+        with self._cond:
+            self._pending.append(op)
+            if len(self._pending) >= MAX_BATCH_METRICS or op["op"] != "metrics":
+                self._cond.notify()
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        values = {k: float(v) for k, v in metrics.items()}
+        self._enqueue({"op": "metrics", "values": values, "step": step, "ts": int(time.time() * 1000)})
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self._enqueue({"op": "tags", "values": {k: str(v)[:MAX_TAG_VALUE] for k, v in tags.items()}})
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self._enqueue({"op": "params", "values": {k: str(v) for k, v in params.items()}})
+
+    def _stage(self, artifact_file: str) -> Path:
+        path = self.journal.files / artifact_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _enqueue_file(self, staged: Path) -> None:
+        rel = staged.relative_to(self.journal.files)
+        parent = str(rel.parent) if str(rel.parent) != "." else None
+        self._enqueue({"op": "artifact", "path": str(Path("files") / rel), "artifact_path": parent})
+
+    def log_dict(self, obj: Any, artifact_file: str) -> None:
+        path = self._stage(artifact_file)
+        if artifact_file.endswith((".yaml", ".yml")):
+            import yaml
+
+            path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        else:
+            path.write_text(json.dumps(obj, indent=2, default=str))
+        self._enqueue_file(path)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        path = self._stage(artifact_file)
+        path.write_text(text)
+        self._enqueue_file(path)
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        path = self._stage(artifact_file)
+        figure.savefig(path, dpi=110, bbox_inches="tight")
+        self._enqueue_file(path)
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        src = Path(local_path)
+        dest = self._stage(f"{artifact_path}/{src.name}" if artifact_path else src.name)
+        if src.is_dir():
+            shutil.copytree(src, dest, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, dest)
+        self._enqueue_file(dest)
+
+    def log_model(self, model: Any, name: str, input_example: Any) -> None:
+        """Log a torch model that accepts any batch size; spool it when the store is away."""
+        model, example, signature = _portable_model(model, input_example)
+        if self.drain(timeout_s=self.settings.final_flush_s):
+            try:
+                import mlflow
+                import mlflow.pytorch
+
+                with mlflow.start_run(run_id=self.run_id):
+                    mlflow.pytorch.log_model(
+                        model,
+                        name=name,
+                        signature=signature,
+                        input_example=example,
+                        serialization_format="pickle",
+                    )
+                return
+            except Exception as e:  # the store went away between drain and upload: spool it
+                self.last_error = one_line(e)
+        import mlflow.pytorch
+
+        path = self._stage(f"models/{name}")
+        shutil.rmtree(path, ignore_errors=True)
+        mlflow.pytorch.save_model(model, str(path), signature=signature, serialization_format="pickle")
+        self._enqueue({"op": "model", "path": str(Path("files") / "models" / name), "name": name})
+
+    # -- sending -------------------------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        backoff = 0.5
+        while True:
+            with self._cond:
+                if not self._pending and not self._closing:
+                    self._cond.wait(self.settings.flush_interval_s)
+                batch = list(self._pending)
+                if not batch:
+                    if self._closing:
+                        return
+                    continue
+            self.journal.flush()
+            try:
+                send_ops(self.client, self.run_id, batch, self.journal.dir)
+            except Exception as e:
+                self.last_error = one_line(e)
+                if self._failed_since is None:
+                    self._failed_since = time.monotonic()
+                if self._deadline is not None and time.monotonic() > self._deadline:
+                    return
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.5
+            self._failed_since = None
+            with self._cond:
+                del self._pending[: len(batch)]
+                self._cond.notify_all()
+            self.journal.acknowledge(batch[-1]["seq"])
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until everything queued so far reached the store; False if it did not in time."""
+        with self._cond:
+            self._cond.notify()
+            end = time.monotonic() + timeout_s
+            while self._pending:
+                left = end - time.monotonic()
+                if left <= 0 or not self._sender.is_alive():
+                    return False
+                self._cond.wait(min(left, 0.5))
+            return True
+
+    def close(self, status: str, error: str | None = None) -> bool:
+        """End the run; True when every operation reached the store, False when it was spooled."""
+        if error:
+            self.set_tags({"devicebench.error": error})
+        self._enqueue({"op": "end", "status": status})
+        self._deadline = time.monotonic() + self.settings.final_flush_s
+        delivered = self.drain(self.settings.final_flush_s)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._sender.join(timeout=max(self.settings.store_timeout_s, 1.0) + 5)
+        if delivered:
+            self.journal.remove()
+        else:
+            self.journal.close()
+        return delivered
+
+
+def _portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
+    """A CPU copy of the model, a numpy example of batch >= 2 and a signature with a free batch dimension.
+
+    MLflow's graph export specialises the batch dimension to the example's; pickled eager modules with a
+    `-1` batch dimension in the signature accept any batch size.
+    """
+    import numpy as np
+    import torch
+    from mlflow.models import ModelSignature
+    from mlflow.types import TensorSpec
+    from mlflow.types.schema import Schema
+
+    module = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    module = copy.deepcopy(module).to("cpu").float().eval()
+    module = module.to(memory_format=torch.contiguous_format)
+    example = torch.as_tensor(input_example).detach().to("cpu").float()
+    if example.shape[0] < 2:
+        example = example.repeat(2, *([1] * (example.dim() - 1)))
+    example = example[:2].contiguous()
+    with torch.no_grad():
+        out = module(example)
+    in_spec = TensorSpec(np.dtype(np.float32), (-1, *example.shape[1:]))
+    out_spec = TensorSpec(np.dtype(np.float32), (-1, *out.shape[1:]))
+    signature = ModelSignature(inputs=Schema([in_spec]), outputs=Schema([out_spec]))
+    return module, example.numpy(), signature
+
+
+# --------------------------------------------------------------------------------------------- runs
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM (a scheduler stopping us) raises in the main thread so the run can end KILLED."""
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def run_context(
+    settings: Settings,
+    workload: str,
+    params: Mapping[str, Any],
+    tags: Mapping[str, str] | None = None,
+    run_name: str | None = None,
+    parent_run_id: str | None = None,
+) -> Iterator[MlflowTracker]:
+    """Start (or, under `mlflow run`, attach to) a run; end it FINISHED, FAILED or KILLED.
+
+    The store is checked before anything else, so an unreachable server costs seconds, not a training run.
+    """
+    configure_mlflow_client(settings)
+    check_store(settings)
+    from mlflow.tracking import MlflowClient
+    from mlflow.tracking.context.registry import resolve_tags
+
+    client = MlflowClient(settings.tracking_uri)
+    start_tags = {f"{TAG_PREFIX}workload": workload, **(tags or {})}
+    if parent_run_id:
+        start_tags["mlflow.parentRunId"] = parent_run_id
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if run_id:
+        client.set_tag(run_id, f"{TAG_PREFIX}workload", workload)
+    else:
+        experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or ensure_experiment(settings)
+        with contextlib.redirect_stderr(sys.stderr):
+            all_tags = resolve_tags(start_tags)
+        run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+    tracker = MlflowTracker(settings, run_id)
+    tracker.set_tags(start_tags)
+    tracker.log_params(params)
+    _install_signal_handlers()
+    try:
+        yield tracker
+    except Interrupted as e:
+        _finish(tracker, "KILLED", f"interrupted by signal {e.signum}")
+        raise
+    except KeyboardInterrupt:
+        _finish(tracker, "KILLED", "interrupted by Ctrl-C")
+        raise
+    except BaseException as e:
+        _finish(tracker, "FAILED", one_line(e))
+        raise
+    else:
+        if not _finish(tracker, "FINISHED", None):
+            raise SpooledError(
+                f"tracking store {settings.tracking_uri} unreachable at the end of run {run_id}: "
+                f"results spooled to {tracker.journal.dir}; replay with `devicebench sync`"
+            )
+
+
+def _finish(tracker: MlflowTracker, status: str, error: str | None) -> bool:
+    delivered = tracker.close(status, error)
+    if not delivered and status != "FINISHED":
+        print(
+            f"devicebench: store unreachable, run {tracker.run_id} spooled to {tracker.journal.dir}",
+            file=sys.stderr,
+        )
+    return delivered
+
+
+def sync_spool(settings: Settings) -> tuple[int, int]:
+    """Replay every spooled run to its store; returns (runs replayed, runs still pending)."""
+    from mlflow.tracking import MlflowClient
+
+    configure_mlflow_client(settings)
+    done = failed = 0
+    root = settings.spool_dir
+    if not root.is_dir():
+        return 0, 0
+    for run_dir in sorted(p for p in root.iterdir() if (p / "run.json").is_file()):
+        meta = json.loads((run_dir / "run.json").read_text())
+        client = MlflowClient(meta["tracking_uri"])
+        _, ops = Journal.pending(run_dir)
+        try:
+            import mlflow
+
+            mlflow.set_tracking_uri(meta["tracking_uri"])
+            for op in ops:  # one at a time so `sent` advances with each acknowledged operation
+                send_ops(client, meta["run_id"], [op], run_dir)
+                (run_dir / "sent").write_text(str(op["seq"]))
+        except Exception as e:
+            print(f"devicebench: run {meta['run_id']} not replayed yet: {one_line(e)}", file=sys.stderr)
+            failed += 1
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        done += 1
+    return done, failed

@@ -1,0 +1,262 @@
+"""The training and evaluation loop shared by the cifar and unet workloads.
+
+It measures what a report needs to say *why* a GPU gained little: the time the step loop spent waiting
+for the next batch (`data_wait`) apart from the rest (compute, launches, optimizer), with one device
+synchronisation per epoch rather than per step. Losses stay on the device and reach the host in one
+transfer per flush, so logging never stalls the GPU queue (`.item()` per step would).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import resource
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from devicebench.errors import UsageError
+from devicebench.metrics import confusion_matrix
+from devicebench.timing import Timer
+from devicebench.tracking import Tracker
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def seed_everything(seed: int) -> None:
+    """Same seed, same initial weights and data order on every device (the UNet notebook's GPU run did
+    different work from its CPU run; ours may not)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of the parameters, logged so two runs can prove they started from the same weights."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for `precision` on `device`, or a UsageError where the device can't do it."""
+    if precision == "fp32":
+        return None
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise UsageError(f"fp16 autocast needs a CUDA device, not {device}; use bf16 or fp32", param="precision")
+        return torch.float16
+    if precision == "bf16":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise UsageError(f"{torch.cuda.get_device_name(device)} has no bfloat16 support; use fp16", param="precision")
+        if device.type == "mps":
+            raise UsageError("bf16 autocast is not supported on MPS; use fp32", param="precision")
+        return torch.bfloat16
+    raise UsageError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}", param="precision")
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> dict[str, float]:
+    """`memory/peak_bytes` on the device (the process peak on the CPU) and the process's peak RSS."""
+    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0  # Linux reports KiB
+    dev = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else rss
+    return {"memory/peak_bytes": dev, "memory/peak_rss_bytes": rss}
+
+
+def progress(iterable: Iterable, enabled: bool, desc: str, total: int | None = None) -> Iterable:
+    if not enabled:
+        return iterable
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+
+
+class LossLog:
+    """Mean loss over every `every` steps, kept on the device and sent to the tracker in batches."""
+
+    def __init__(self, tracker: Tracker, every: int, key: str = "train/loss", flush_points: int = 50) -> None:
+        self.tracker, self.every, self.key, self.flush_points = tracker, max(every, 1), key, flush_points
+        self._sum: torch.Tensor | None = None
+        self._count = 0
+        self._points: list[tuple[int, torch.Tensor]] = []
+
+    def add(self, loss: torch.Tensor, step: int) -> None:
+        self._sum = loss.detach().float() if self._sum is None else self._sum + loss.detach().float()
+        self._count += 1
+        if self._count == self.every:
+            self._points.append((step, self._sum / self._count))
+            self._sum, self._count = None, 0
+            if len(self._points) >= self.flush_points:
+                self.flush()
+
+    def flush(self) -> None:
+        """One host transfer for all buffered points."""
+        if not self._points:
+            return
+        values = torch.stack([v for _, v in self._points]).tolist()
+        for (step, _), value in zip(self._points, values, strict=True):
+            self.tracker.log_metrics({self.key: value}, step=step)
+        self._points.clear()
+
+
+@dataclass
+class EpochResult:
+    seconds: float
+    data_wait_s: float
+    samples: int
+    steps: int
+    mean_loss: float
+
+
+def _timed_batches(loader: Iterable, device: torch.device, channels_last: bool, wait: list[float]) -> Iterator:
+    """Yield batches on the device, adding the time spent waiting for each to `wait[0]`."""
+    it = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            return
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        if channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        wait[0] += time.perf_counter() - t0
+        yield x, y
+
+
+def train_epoch(
+    model: torch.nn.Module,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    *,
+    amp_dtype: torch.dtype | None,
+    channels_last: bool,
+    loss_log: LossLog,
+    first_step: int,
+    show_progress: bool = False,
+    desc: str = "train",
+    total: int | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+) -> EpochResult:
+    """One epoch; the clock is read after a device synchronisation at both ends."""
+    model.train()
+    timer = Timer(device)
+    wait = [0.0]
+    running = torch.zeros((), device=device)
+    steps = samples = 0
+    start = timer.now()
+    batches = progress(_timed_batches(loader, device, channels_last, wait), show_progress, desc, total)
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, amp_dtype):
+            loss = loss_fn(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        running += loss.detach().float()
+        steps += 1
+        samples += x.shape[0]
+        loss_log.add(loss, first_step + steps)
+    seconds = timer.now() - start
+    loss_log.flush()
+    mean = float(running / max(steps, 1))
+    return EpochResult(seconds=seconds, data_wait_s=wait[0], samples=samples, steps=steps, mean_loss=mean)
+
+
+@dataclass
+class EvalResult:
+    confusion: torch.Tensor
+    mean_loss: float
+    seconds: float
+    data_wait_s: float
+    samples: int
+
+
+@torch.inference_mode()
+def evaluate(
+    model: torch.nn.Module,
+    loader: Iterable,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    num_classes: int,
+    *,
+    amp_dtype: torch.dtype | None,
+    channels_last: bool,
+    show_progress: bool = False,
+    total: int | None = None,
+) -> EvalResult:
+    """Loss and a confusion matrix over the whole loader, in its order; restores train mode afterwards."""
+    was_training = model.training
+    model.eval()
+    timer = Timer(device)
+    wait = [0.0]
+    cm = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
+    loss_sum = torch.zeros((), device=device)
+    batches = samples = 0
+    start = timer.now()
+    for x, y in progress(_timed_batches(loader, device, channels_last, wait), show_progress, "eval", total):
+        with autocast(device, amp_dtype):
+            logits = model(x)
+            loss_sum += loss_fn(logits, y).float()
+        cm += confusion_matrix(logits.argmax(dim=1), y, num_classes)
+        batches += 1
+        samples += x.shape[0]
+    seconds = timer.now() - start
+    model.train(was_training)
+    return EvalResult(
+        confusion=cm.cpu(),
+        mean_loss=float(loss_sum / max(batches, 1)),
+        seconds=seconds,
+        data_wait_s=wait[0],
+        samples=samples,
+    )
+
+
+def confusion_figure(cm: torch.Tensor, class_names: list[str], title: str) -> object:
+    """A row-normalised confusion matrix (recall per true class) as a matplotlib figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = cm.double()
+    norm = (m / m.sum(dim=1, keepdim=True).clamp(min=1)).numpy()
+    n = len(class_names)
+    size = max(5.0, 0.45 * n + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(n), class_names, rotation=90)
+    ax.set_yticks(range(n), class_names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title)
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                ax.text(j, i, int(m[i, j]), ha="center", va="center", fontsize=8,
+                        color="white" if norm[i, j] > 0.5 else "black")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,66 @@
+"""Session-wide real servers: one SQLite-backed and (where PostgreSQL answers) one PostgreSQL-backed
+`mlflow server` on 127.0.0.1, each started once per test session because a start costs ~20 s."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servers import MlflowServer, pg_available, pg_database
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests are kept and skipped by marker where torch sees no CUDA device."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device on this host")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real `mlflow server` on a SQLite store, shared by the whole session."""
+    d = tmp_path_factory.mktemp("mlflow-sqlite")
+    server = MlflowServer(f"sqlite:///{d / 'mlflow.db'}", d / "artifacts", log_path=d / "server.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_uri() -> Iterator[str]:
+    """A throwaway PostgreSQL database for this session (dropped afterwards)."""
+    if not pg_available():
+        pytest.skip("PostgreSQL is not answering on 127.0.0.1:5432")
+    with pg_database() as uri:
+        yield uri
+
+
+@pytest.fixture(scope="session")
+def pg_mlflow_server(pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real `mlflow server` on PostgreSQL, shared by the whole session."""
+    d = tmp_path_factory.mktemp("mlflow-pg")
+    server = MlflowServer(pg_uri, d / "artifacts", log_path=d / "server.log")
+    server.start(timeout_s=120)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def experiment_name(request: pytest.FixtureRequest) -> str:
+    """A fresh experiment per test, so tests sharing a server never see each other's runs."""
+    return f"t-{request.node.name[:40]}-{os.getpid()}-{id(request)}"

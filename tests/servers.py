@@ -1,0 +1,188 @@
+"""Real MLflow servers and PostgreSQL databases for tests: no mocks, loopback only, bounded waits.
+
+`mlflow server` takes ~20 s to answer /health on these machines, so callers start one per test session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+PG_ADMIN_URI = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def free_port() -> int:
+    """A port the kernel says is free on 127.0.0.1 now (a small race is accepted in tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout_s: float = 90.0, proc: subprocess.Popen | None = None) -> None:
+    """Poll `<url>/health` until it answers 200, the process dies, or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with {proc.returncode} before answering {url}/health")
+        with contextlib.suppress(OSError, urllib.error.URLError):
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        time.sleep(0.5)
+    raise TimeoutError(f"{url}/health did not answer within {timeout_s:.0f} s")
+
+
+@dataclass
+class MlflowServer:
+    """One `mlflow server` process on 127.0.0.1; restartable on the same store (fault tests need that)."""
+
+    backend_uri: str
+    artifacts_dir: Path
+    port: int = field(default_factory=free_port)
+    extra_args: Sequence[str] = ()
+    log_path: Path | None = None
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(VENV_BIN / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            self.backend_uri,
+            "--artifacts-destination",
+            str(self.artifacts_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "2",
+            *self.extra_args,
+        ]
+
+    def start(self, timeout_s: float = 90.0) -> MlflowServer:
+        log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - handed to the child process
+        env = {**os.environ, **(self.env or {})}
+        env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        try:
+            wait_healthy(self.url, timeout_s, self.proc)
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop the whole process group (uvicorn workers and job consumers included)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+
+def pg_available() -> bool:
+    """True when the machine's PostgreSQL answers on 127.0.0.1:5432."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", 5432), timeout=1):
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def pg_database(prefix: str = "devicebench_test") -> Iterator[str]:
+    """A throwaway PostgreSQL database (trust auth), dropped afterwards; yields its SQLAlchemy URI."""
+    import psycopg2
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = psycopg2.connect(PG_ADMIN_URI)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def devicebench_env(tracking_uri: str, **extra: str) -> dict[str, str]:
+    """Environment for a `devicebench` / `mlflow run` subprocess: the venv first on PATH, quiet, no .env."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
+    env.update(
+        MLFLOW_TRACKING_URI=tracking_uri,
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        DEVICEBENCH_DOTENV="none",
+        PYTHONUNBUFFERED="1",
+        GIT_PYTHON_REFRESH="quiet",
+    )
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    args: Sequence[str], env: dict[str, str], timeout_s: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """Run `devicebench ...` from the venv and capture its output."""
+    return subprocess.run(
+        [str(VENV_BIN / "devicebench"), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name, path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def run_mlflow_project(
+    entry: str, params: dict[str, object], env: dict[str, str], timeout_s: float = 300, experiment: str | None = None
+) -> subprocess.CompletedProcess:
+    """`mlflow run . -e <entry> --env-manager local -P k=v ...` from the repo root, venv first on PATH."""
+    root = Path(__file__).resolve().parents[1]
+    cmd = [str(VENV_BIN / "mlflow"), "run", str(root), "-e", entry, "--env-manager", "local"]
+    if experiment:
+        cmd += ["--experiment-name", experiment]
+    for k, v in params.items():
+        cmd += ["-P", f"{k}={v}"]
+    return subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=timeout_s)
+
+
+def runs_of(tracking_uri: str, experiment: str) -> list:
+    """Every run of an experiment, newest first (a test helper; the report has its own paging reader)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    return list(client.search_runs([exp.experiment_id], max_results=1000, order_by=["attributes.start_time DESC"]))
