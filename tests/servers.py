@@ -37,10 +37,12 @@ def wait_healthy(url: str, timeout_s: float = 90.0, proc: subprocess.Popen | Non
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"mlflow server exited with {proc.returncode} before answering {url}/health")
-        with contextlib.suppress(OSError, urllib.error.URLError):
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
+        with (
+            contextlib.suppress(OSError, urllib.error.URLError),
+            urllib.request.urlopen(f"{url}/health", timeout=2) as r,
+        ):
+            if r.status == 200:
+                return
         time.sleep(0.5)
     raise TimeoutError(f"{url}/health did not answer within {timeout_s:.0f} s")
 
@@ -165,7 +167,11 @@ def which(name: str) -> str | None:
 
 
 def run_mlflow_project(
-    entry: str, params: dict[str, object], env: dict[str, str], timeout_s: float = 300, experiment: str | None = None
+    entry: str,
+    params: dict[str, object],
+    env: dict[str, str],
+    timeout_s: float = 300,
+    experiment: str | None = None,
 ) -> subprocess.CompletedProcess:
     """`mlflow run . -e <entry> --env-manager local -P k=v ...` from the repo root, venv first on PATH."""
     root = Path(__file__).resolve().parents[1]
@@ -185,4 +191,6 @@ def runs_of(tracking_uri: str, experiment: str) -> list:
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    return list(client.search_runs([exp.experiment_id], max_results=1000, order_by=["attributes.start_time DESC"]))
+    return list(
+        client.search_runs([exp.experiment_id], max_results=1000, order_by=["attributes.start_time DESC"])
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import sys
 import time
@@ -42,7 +41,9 @@ def _add_workload(sub: argparse._SubParsersAction, name: str) -> None:
 
     module = load(name)
     doc = (module.__doc__ or "").strip()
-    p = sub.add_parser(name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_config_arguments(p, module.Config)
     p.set_defaults(handler=lambda args: run_workload(name, args))
 
@@ -76,6 +77,8 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         run_name=os.environ.get("DEVICEBENCH_RUN_NAME") or f"{name}-{cfg.device}",
         parent_run_id=os.environ.get("DEVICEBENCH_PARENT_RUN_ID") or None,
     ) as tracker:
+        if getattr(cfg, "system_metrics", False):
+            tracker.start_system_metrics()
         device = resolve_device(cfg.device)
         host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
         tracker.set_tags(
@@ -89,7 +92,10 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
         module.run(cfg, ctx, tracker)
         tracker.log_metrics({"time/total_s": time.perf_counter() - started})
-        print(f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {settings.tracking_uri}", file=sys.stderr)
+        print(
+            f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {settings.tracking_uri}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -147,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; translate our exceptions to one line and an exit code."""
     debug = os.environ.get("DEVICEBENCH_DEBUG") == "1"
+    # MLflow logs store migrations at INFO on stderr; our stderr is for our one line.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -169,11 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from devicebench.tracking import one_line
 
         return _fail(f"{one_line(e)} (DEVICEBENCH_DEBUG=1 shows the traceback)", 1)
-
-
-def json_line(obj: object) -> str:
-    """Machine-readable single-line output for scripts (suite uses it)."""
-    return json.dumps(obj, separators=(",", ":"), default=str)
 
 
 if __name__ == "__main__":

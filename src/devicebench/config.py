@@ -146,7 +146,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
 
 def config_from_args(cls: type[C], args: argparse.Namespace) -> C:
     """The config for the flags the user actually gave (the rest keep their defaults)."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None}
+    given = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None
+    }
     return build_config(cls, given)
 
 

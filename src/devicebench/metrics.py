@@ -29,7 +29,10 @@ def per_class_accuracy(cm: torch.Tensor) -> list[float]:
     """Recall per class (the tutorial's "accuracy for class"); NaN where a class has no samples."""
     cm = cm.double()
     support = cm.sum(dim=1)
-    return [float(c) if s > 0 else math.nan for c, s in zip(cm.diag() / support.clamp(min=1), support, strict=True)]
+    return [
+        float(c) if s > 0 else math.nan
+        for c, s in zip(cm.diag() / support.clamp(min=1), support, strict=True)
+    ]
 
 
 def accuracy(cm: torch.Tensor) -> float:

@@ -341,6 +341,7 @@ class MlflowTracker:
         self._deadline: float | None = None
         self._failed_since: float | None = None
         self.last_error: str | None = None
+        self._system_monitor: Any = None
         self._sender = threading.Thread(target=self._send_loop, name="devicebench-tracker", daemon=True)
         self._sender.start()
 
@@ -427,6 +428,15 @@ class MlflowTracker:
         mlflow.pytorch.save_model(model, str(path), signature=signature, serialization_format="pickle")
         self._enqueue({"op": "model", "path": str(Path("files") / "models" / name), "name": name})
 
+    def start_system_metrics(self, interval_s: float = 5.0) -> None:
+        """MLflow's own CPU/memory/GPU (nvidia-ml-py) sampler, for runs that ask for it."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self._system_monitor = SystemMetricsMonitor(
+            self.run_id, sampling_interval=interval_s, tracking_uri=self.settings.tracking_uri
+        )
+        self._system_monitor.start()
+
     # -- sending -------------------------------------------------------------------------------------
     def _send_loop(self) -> None:
         backoff = 0.5
@@ -472,6 +482,9 @@ class MlflowTracker:
 
     def close(self, status: str, error: str | None = None) -> bool:
         """End the run; True when every operation reached the store, False when it was spooled."""
+        if self._system_monitor is not None:
+            with contextlib.suppress(Exception):  # a sampler failure must not hide the run's own status
+                self._system_monitor.finish()
         if error:
             self.set_tags({"devicebench.error": error})
         self._enqueue({"op": "end", "status": status})

@@ -50,11 +50,15 @@ def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
         return None
     if precision == "fp16":
         if device.type != "cuda":
-            raise UsageError(f"fp16 autocast needs a CUDA device, not {device}; use bf16 or fp32", param="precision")
+            raise UsageError(
+                f"fp16 autocast needs a CUDA device, not {device}; use bf16 or fp32", param="precision"
+            )
         return torch.float16
     if precision == "bf16":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise UsageError(f"{torch.cuda.get_device_name(device)} has no bfloat16 support; use fp16", param="precision")
+            raise UsageError(
+                f"{torch.cuda.get_device_name(device)} has no bfloat16 support; use fp16", param="precision"
+            )
         if device.type == "mps":
             raise UsageError("bf16 autocast is not supported on MPS; use fp32", param="precision")
         return torch.bfloat16
@@ -124,7 +128,9 @@ class EpochResult:
     mean_loss: float
 
 
-def _timed_batches(loader: Iterable, device: torch.device, channels_last: bool, wait: list[float]) -> Iterator:
+def _timed_batches(
+    loader: Iterable, device: torch.device, channels_last: bool, wait: list[float]
+) -> Iterator:
     """Yield batches on the device, adding the time spent waiting for each to `wait[0]`."""
     it = iter(loader)
     while True:
@@ -256,7 +262,14 @@ def confusion_figure(cm: torch.Tensor, class_names: list[str], title: str) -> ob
     if n <= 12:
         for i in range(n):
             for j in range(n):
-                ax.text(j, i, int(m[i, j]), ha="center", va="center", fontsize=8,
-                        color="white" if norm[i, j] > 0.5 else "black")
+                ax.text(
+                    j,
+                    i,
+                    int(m[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if norm[i, j] > 0.5 else "black",
+                )
     fig.tight_layout()
     return fig

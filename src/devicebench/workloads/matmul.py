@@ -26,16 +26,22 @@ ERROR_ROWS = 32
 
 @dataclass(frozen=True)
 class Config:
-    device: str = param("cpu", "where torch runs: cpu, cuda, cuda:N, mps or auto (NumPy always runs on the CPU)")
+    device: str = param(
+        "cpu", "where torch runs: cpu, cuda, cuda:N, mps or auto (NumPy always runs on the CPU)"
+    )
     sizes: tuple[int, ...] = param((8000,), "square matrix sizes n (n×n @ n×n)", min=1, max=65536)
     dtypes: tuple[str, ...] = param(
         ("float64", "float32"),
         "element types; NumPy does float64/float32, torch also bfloat16/float16",
         choices=("float64", "float32", "bfloat16", "float16"),
     )
-    backends: tuple[str, ...] = param(("numpy", "torch"), "implementations to time", choices=("numpy", "torch"))
+    backends: tuple[str, ...] = param(
+        ("numpy", "torch"), "implementations to time", choices=("numpy", "torch")
+    )
     repeats: int = param(5, "timed repetitions per point (median and spread are logged)", min=1, max=1000)
-    warmup: int = param(1, "untimed runs before timing (allocator, BLAS heuristics, lazy init)", min=0, max=100)
+    warmup: int = param(
+        1, "untimed runs before timing (allocator, BLAS heuristics, lazy init)", min=0, max=100
+    )
     seed: int = param(0, "seed for the random matrices", min=0)
 
     def validate(self) -> None:
@@ -94,7 +100,7 @@ def _torch_point(
     stats = timer.measure(lambda: torch.mm(a, b, out=out), warmup=cfg.warmup, repeats=cfg.repeats)
     unsynced = timer.unsynchronised(lambda: torch.mm(a, b, out=out)) if device.type != "cpu" else None
     idx = torch.from_numpy(rows).to(device)
-    sample = out.index_select(0, idx).float().cpu().numpy()
+    sample = out.index_select(0, idx).to(torch.float64).cpu().numpy()
     return Point("torch", dtype, a.shape[0], stats, rel_error(sample, a64, b64, rows), unsynced)
 
 
@@ -123,7 +129,12 @@ def _chart(points: list[Point], device: torch.device) -> object:
     for backend, dtype in dict.fromkeys((p.backend, p.dtype) for p in points):
         series = [p for p in points if (p.backend, p.dtype) == (backend, dtype)]
         where = "cpu" if backend == "numpy" else str(device)
-        ax.plot([p.size for p in series], [p.gflops for p in series], marker="o", label=f"{backend} {dtype} ({where})")
+        ax.plot(
+            [p.size for p in series],
+            [p.gflops for p in series],
+            marker="o",
+            label=f"{backend} {dtype} ({where})",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("matrix size n")
     ax.set_ylabel("GFLOP/s (median of synchronised repeats)")

@@ -1,0 +1,69 @@
+"""The CLI: bad input is one line and exit 2, no traceback, no FINISHED run; an unreachable store fails fast."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from servers import devicebench_env, run_cli, runs_of
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("devicebench: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["matmul", "--sizes=-5"], "--sizes"),
+        (["matmul", "--dtypes=float8"], "--dtypes: unknown value 'float8'"),
+        (["matmul", "--device", "gpu"], "--device: unknown device 'gpu'"),
+        (["matmul", "--repeats", "many"], "--repeats: 'many' is not an integer"),
+        (["matmul", "--colour", "red"], "unrecognized arguments: --colour red"),
+        (["nosuchworkload"], "invalid choice: 'nosuchworkload'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+    env = devicebench_env(f"sqlite:///{tmp_path / 'm.db'}")
+    proc = run_cli(args, env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in _one_error_line(proc.stderr)
+    assert not (tmp_path / "m.db").exists(), "validation happens before any store is touched"
+
+
+def test_help_explains_each_parameter(tmp_path: Path) -> None:
+    proc = run_cli(["matmul", "--help"], devicebench_env("sqlite:///x.db"), cwd=tmp_path)
+    assert proc.returncode == 0
+    for flag in ("--sizes", "--dtypes", "--backends", "--repeats", "--warmup", "--device"):
+        assert flag in proc.stdout
+    assert "default 8000" in proc.stdout
+
+
+def test_an_unreachable_tracking_uri_fails_within_15_s_naming_it(tmp_path: Path) -> None:
+    env = devicebench_env("http://127.0.0.1:9")
+    t0 = time.monotonic()
+    proc = run_cli(["matmul", "--sizes", "64"], env, cwd=tmp_path, timeout_s=30)
+    assert time.monotonic() - t0 < 15
+    assert proc.returncode == 2
+    assert "http://127.0.0.1:9" in _one_error_line(proc.stderr)
+
+
+def test_cuda_on_a_cpu_host_leaves_a_failed_run_on_the_embedded_store(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a host without CUDA")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    env = devicebench_env(uri, DEVICEBENCH_EXPERIMENT="cli", DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
+    proc = run_cli(["matmul", "--device", "cuda", "--sizes", "64"], env, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "finds no CUDA device" in _one_error_line(proc.stderr)
+    (run,) = runs_of(uri, "cli")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["devicebench.error"].startswith("device 'cuda' requested")

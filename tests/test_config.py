@@ -1,0 +1,69 @@
+"""Config parsing: every value arrives as a string (MLflow checks none), so this is the real gate."""
+
+from __future__ import annotations
+
+import pytest
+
+from devicebench.config import build_config, config_key, to_params
+from devicebench.errors import UsageError
+from devicebench.workloads.matmul import Config
+
+
+def test_defaults_reproduce_the_tutorial() -> None:
+    cfg = build_config(Config, {})
+    assert cfg.sizes == (8000,)
+    assert cfg.dtypes == ("float64", "float32")
+    assert cfg.backends == ("numpy", "torch")
+
+
+def test_strings_are_parsed_into_typed_values() -> None:
+    cfg = build_config(Config, {"sizes": "512, 1024", "repeats": "3", "dtypes": "FLOAT32"})
+    assert cfg.sizes == (512, 1024)
+    assert cfg.repeats == 3
+    assert cfg.dtypes == ("float32",)
+
+
+def test_yaml_lists_are_accepted() -> None:
+    assert build_config(Config, {"sizes": [64, 128]}).sizes == (64, 128)
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        ({"sizes": "-5"}, "--sizes: '-5' is out of range"),
+        ({"sizes": "abc"}, "--sizes: 'abc' is not"),
+        ({"sizes": ","}, "--sizes: needs at least one value"),
+        ({"dtypes": "float8"}, "--dtypes: unknown value 'float8'; allowed: float64, float32, bfloat16, float16"),
+        ({"repeats": "0"}, "--repeats: '0' is out of range"),
+        ({"repeats": "2.5"}, "--repeats: '2.5' is not an integer"),
+        ({"colour": "red"}, "unknown parameter 'colour'; known: device, sizes"),
+        ({"dtypes": "bfloat16", "backends": "numpy"}, "--dtypes: no backend supports dtypes bfloat16"),
+    ],
+)
+def test_bad_values_name_the_parameter_and_what_is_allowed(values: dict, needle: str) -> None:
+    with pytest.raises(UsageError) as err:
+        build_config(Config, values)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_params_are_every_field_as_strings() -> None:
+    cfg = build_config(Config, {"sizes": "64,128"})
+    params = to_params(cfg)
+    assert params == {
+        "device": "cpu",
+        "sizes": "64,128",
+        "dtypes": "float64,float32",
+        "backends": "numpy,torch",
+        "repeats": "5",
+        "warmup": "1",
+        "seed": "0",
+    }
+
+
+def test_config_key_ignores_device_and_seed_but_not_the_work() -> None:
+    base = build_config(Config, {"sizes": "64"})
+    assert config_key("matmul", base) == config_key("matmul", build_config(Config, {"sizes": "64", "device": "cuda"}))
+    assert config_key("matmul", base) == config_key("matmul", build_config(Config, {"sizes": "64", "seed": "7"}))
+    assert config_key("matmul", base) != config_key("matmul", build_config(Config, {"sizes": "128"}))
+    assert config_key("matmul", base) != config_key("other", base)

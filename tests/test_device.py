@@ -1,0 +1,141 @@
+"""Device resolution (no silent fallback) and the host fingerprint, OCI metadata included."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+
+from devicebench.device import (
+    check_device_spelling,
+    host_fingerprint,
+    oci_metadata,
+    resolve_device,
+)
+from devicebench.errors import DeviceUnavailable, UsageError
+
+# What OCI's instance metadata service v2 returns on a GPU VM (abridged, values made up).
+OCI_DOC = {
+    "availabilityDomain": "Uocm:PHX-AD-1",
+    "faultDomain": "FAULT-DOMAIN-2",
+    "compartmentId": "ocid1.compartment.oc1..aaaaaaaaexample",
+    "displayName": "devicebench-a10",
+    "hostname": "devicebench-a10",
+    "id": "ocid1.instance.oc1.phx.anyhqljexample",
+    "image": "ocid1.image.oc1.phx.aaaaaaaaexample",
+    "region": "phx",
+    "canonicalRegionName": "us-phoenix-1",
+    "ociAdName": "phx-ad-1",
+    "regionInfo": {"realmKey": "oc1", "regionKey": "PHX", "regionIdentifier": "us-phoenix-1"},
+    "shape": "VM.GPU.A10.1",
+    "shapeConfig": {"ocpus": 15.0, "memoryInGBs": 240.0, "gpus": 1, "gpuDescription": "NVIDIA A10"},
+    "state": "Running",
+    "timeCreated": 1763000000000,
+}
+
+
+def test_cpu_and_auto_resolve_here() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA")
+def test_cuda_without_a_gpu_is_an_error_that_says_what_torch_sees() -> None:
+    with pytest.raises(DeviceUnavailable) as err:
+        resolve_device("cuda")
+    msg = str(err.value)
+    assert f"torch {torch.__version__} finds no CUDA device" in msg
+    assert "device=auto" in msg
+
+
+def test_a_cuda_index_beyond_the_count_is_an_error() -> None:
+    with pytest.raises(DeviceUnavailable, match="cuda:7"):
+        resolve_device("cuda:7")
+
+
+@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "tpu", "", "cuda:-1"])
+def test_misspelt_devices_list_what_is_allowed(bad: str) -> None:
+    with pytest.raises(UsageError, match="allowed: cpu, cuda, cuda:N, mps, auto"):
+        check_device_spelling(bad)
+
+
+@pytest.fixture
+def oci_server() -> Iterator[str]:
+    """A metadata service on 127.0.0.1 that, like OCI's v2, wants `Authorization: Bearer Oracle`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.headers.get("Authorization") != "Bearer Oracle" or self.path != "/opc/v2/instance/":
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = json.dumps(OCI_DOC).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/opc/v2/instance/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_oci_metadata_gives_shape_region_and_domain(oci_server: str) -> None:
+    assert oci_metadata(oci_server, 2.0) == {
+        "oci.shape": "VM.GPU.A10.1",
+        "oci.region": "us-phoenix-1",
+        "oci.availability_domain": "Uocm:PHX-AD-1",
+    }
+
+
+def test_fingerprint_carries_host_facts_and_oci_tags(oci_server: str) -> None:
+    fp = host_fingerprint(torch.device("cpu"), oci_server, 2.0)
+    for key in ("hostname", "cpu_model", "cpu_count", "torch_threads", "gpu_count", "gpu_name", "cuda", "torch"):
+        assert fp[key], key
+    assert fp["torch"] == torch.__version__
+    assert fp["oci.shape"] == "VM.GPU.A10.1"
+    assert fp["oci.region"] == "us-phoenix-1"
+    assert all(isinstance(v, str) for v in fp.values())
+
+
+def test_a_silent_metadata_service_costs_under_a_second() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts the connection, never answers
+    port = listener.getsockname()[1]
+    try:
+        t0 = time.monotonic()
+        assert oci_metadata(f"http://127.0.0.1:{port}/opc/v2/instance/", 0.5) == {}
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        listener.close()
+
+
+def test_an_absent_metadata_service_costs_under_a_second() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    t0 = time.monotonic()
+    assert host_fingerprint(torch.device("cpu"), f"http://127.0.0.1:{port}/", 0.5).get("oci.shape") is None
+    assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.gpu
+def test_gpu_fingerprint_names_the_gpu() -> None:
+    fp = host_fingerprint(resolve_device("cuda"), "http://127.0.0.1:9/", 0.2)
+    assert fp["gpu_name"] != "none"
+    assert float(fp["gpu_memory_gb"]) > 0
+    assert fp["driver"] != "none"

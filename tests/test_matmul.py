@@ -1,0 +1,116 @@
+"""The matmul workload: arithmetic, accuracy, and `mlflow run . -e matmul` against real servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from devicebench.config import build_config
+from devicebench.tracking import MemoryTracker
+from devicebench.workloads import Context
+from devicebench.workloads.matmul import Config, gflops, rel_error, run
+from servers import MlflowServer, devicebench_env, run_mlflow_project, runs_of
+
+
+def test_gflops_is_two_n_cubed_over_time() -> None:
+    assert gflops(1000, 2.0) == pytest.approx(1.0)
+    assert gflops(8000, 1.024) == pytest.approx(1000.0)
+
+
+def test_rel_error_is_zero_for_the_reference_and_small_for_float32() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((50, 50)), rng.standard_normal((50, 50))
+    rows = np.arange(10)
+    assert rel_error((a @ b)[rows], a, b, rows) < 1e-15  # BLAS blocking may differ from the row product
+    e32 = rel_error((a.astype(np.float32) @ b.astype(np.float32))[rows], a, b, rows)
+    assert 0 < e32 < 1e-5
+
+
+def test_run_logs_every_point_with_step_equal_to_size(tmp_path: Path) -> None:
+    cfg = build_config(Config, {"sizes": "32,64", "dtypes": "float64,float32,bfloat16", "repeats": "2"})
+    tracker = MemoryTracker()
+    points = run(cfg, Context(torch.device("cpu"), tmp_path, False), tracker)
+    # numpy: float64, float32; torch: all three → 5 series × 2 sizes
+    assert len(points) == 10
+    steps = sorted(s for k, _, s in tracker.metrics if k == "matmul/numpy/float64/gflops")
+    assert steps == [32, 64]
+    assert tracker.values("matmul/torch/bfloat16/rel_error")[0] < 0.05
+    assert tracker.values("matmul/torch/float64/rel_error")[0] < 1e-12
+    assert not [k for k, _, _ in tracker.metrics if k.endswith("unsynced_time_s")], "CPU runs have no unsynced time"
+    assert {"timings.json", "matmul.csv", "gflops.png"} <= set(tracker.artifacts)
+
+
+def _read_run(uri: str, experiment: str):
+    runs = runs_of(uri, experiment)
+    assert len(runs) == 1, [r.info.status for r in runs]
+    return runs[0]
+
+
+def _check_matmul_run(uri: str, experiment: str) -> None:
+    run = _read_run(uri, experiment)
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert tags["devicebench.device.resolved"] == "cpu"
+    assert tags["devicebench.workload"] == "matmul"
+    assert tags["devicebench.host.cpu_count"]
+    assert tags["devicebench.host.torch"] == torch.__version__
+    assert len(tags["devicebench.config_key"]) == 16
+    assert run.data.params["sizes"] == "128,256"
+    client = MlflowClient(uri)
+    history = client.get_metric_history(run.info.run_id, "matmul/numpy/float64/gflops")
+    assert sorted(m.step for m in history) == [128, 256]
+    assert all(m.value > 0 for m in history)
+    assert {"host.json", "timings.json", "matmul.csv", "gflops.png"} <= {
+        a.path for a in client.list_artifacts(run.info.run_id)
+    }
+
+
+def test_mlflow_run_matmul_on_a_sqlite_backed_server(mlflow_server: MlflowServer, experiment_name: str) -> None:
+    proc = run_mlflow_project(
+        "matmul",
+        {"device": "cpu", "sizes": "128,256", "repeats": 2},
+        devicebench_env(mlflow_server.url),
+        experiment=experiment_name,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check_matmul_run(mlflow_server.url, experiment_name)
+
+
+@pytest.mark.postgres
+def test_mlflow_run_matmul_on_a_postgres_backed_server(pg_mlflow_server: MlflowServer, experiment_name: str) -> None:
+    proc = run_mlflow_project(
+        "matmul",
+        {"device": "cpu", "sizes": "128,256", "repeats": 2},
+        devicebench_env(pg_mlflow_server.url),
+        experiment=experiment_name,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check_matmul_run(pg_mlflow_server.url, experiment_name)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA")
+def test_mlflow_run_matmul_on_cuda_here_fails_with_one_line_and_a_failed_run(
+    mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    proc = run_mlflow_project(
+        "matmul", {"device": "cuda", "sizes": "64"}, devicebench_env(mlflow_server.url), experiment=experiment_name
+    )
+    assert proc.returncode != 0
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("devicebench:")]
+    assert ours == [ours[0]] and "finds no CUDA device" in ours[0]
+    assert "Traceback" not in proc.stderr
+    run = _read_run(mlflow_server.url, experiment_name)
+    assert run.info.status == "FAILED"
+    assert "finds no CUDA device" in run.data.tags["devicebench.error"]
+
+
+@pytest.mark.gpu
+def test_matmul_on_cuda_logs_the_unsynchronised_time(tmp_path: Path) -> None:
+    cfg = build_config(Config, {"device": "cuda", "sizes": "2048", "dtypes": "float32", "backends": "torch"})
+    tracker = MemoryTracker()
+    run(cfg, Context(torch.device("cuda"), tmp_path, False), tracker)
+    assert tracker.values("matmul/torch/float32/unsynced_time_s")[0] < tracker.values("matmul/torch/float32/time_s")[0]

@@ -1,0 +1,144 @@
+"""The tracking layer against a real `mlflow server`: runs, batched metrics, models, failure status."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from devicebench.errors import StoreUnavailable
+from devicebench.settings import Settings, load_settings
+from devicebench.tracking import MemoryTracker, run_context
+from servers import MlflowServer
+
+
+def settings_for(uri: str, tmp_path: Path, experiment: str, **extra: str) -> Settings:
+    return load_settings(
+        {
+            "MLFLOW_TRACKING_URI": uri,
+            "DEVICEBENCH_EXPERIMENT": experiment,
+            "DEVICEBENCH_SPOOL_DIR": str(tmp_path / "spool"),
+            "DEVICEBENCH_FLUSH_INTERVAL_S": "0.2",
+            **extra,
+        }
+    )
+
+
+def test_a_finished_run_has_params_tags_and_every_metric(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    with run_context(s, "matmul", {"sizes": "64", "repeats": 3}, tags={"devicebench.device": "cpu"}) as t:
+        for step in range(2500):  # more than two log_batch pages
+            t.log_metrics({"train/loss": 1.0 / (step + 1), "other": step}, step=step)
+        t.log_dict({"a": 1}, "per_class.json")
+        t.log_text("x,y\n", "sub/table.csv")
+        run_id = t.run_id
+    client = MlflowClient(mlflow_server.url)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"sizes": "64", "repeats": "3"}
+    assert run.data.tags["devicebench.workload"] == "matmul"
+    assert run.data.tags["devicebench.device"] == "cpu"
+    history = client.get_metric_history(run_id, "train/loss")
+    assert len(history) == 2500
+    assert sorted(m.step for m in history) == list(range(2500))
+    paths = {a.path for a in client.list_artifacts(run_id)} | {
+        a.path for a in client.list_artifacts(run_id, "sub")
+    }
+    assert {"per_class.json", "sub/table.csv"} <= paths
+    assert not (tmp_path / "spool" / run_id).exists(), "a delivered run leaves no spool behind"
+
+
+def test_an_exception_marks_the_run_failed_with_a_one_line_error(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    with pytest.raises(RuntimeError), run_context(s, "cifar", {"batch_size": 4}) as t:
+        t.log_metrics({"train/loss": 2.0}, step=1)
+        run_id = t.run_id
+        raise RuntimeError("CUDA out of memory.\nTried to allocate 2 GiB")
+    run = MlflowClient(mlflow_server.url).get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["devicebench.error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB"
+    assert run.data.metrics["train/loss"] == 2.0, "metrics logged before the failure are kept"
+
+
+def test_params_already_logged_by_mlflow_run_are_not_rewritten(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mlflow run` logs `-P lr=1e-3` itself; logging `0.001` again would be a conflicting param."""
+    client = MlflowClient(mlflow_server.url)
+    exp_id = client.create_experiment(experiment_name)
+    run = client.create_run(exp_id)
+    client.log_param(run.info.run_id, "lr", "1e-3")
+    monkeypatch.setenv("MLFLOW_RUN_ID", run.info.run_id)
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    with run_context(s, "cifar", {"lr": 0.001, "epochs": 2}) as t:
+        assert t.run_id == run.info.run_id
+    got = client.get_run(run.info.run_id)
+    assert got.info.status == "FINISHED"
+    assert got.data.params == {"lr": "1e-3", "epochs": "2"}
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x).mean(dim=(2, 3)))
+
+
+def test_a_logged_model_accepts_any_batch_size(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """MLflow's graph export pins the batch to the example's; ours must predict batches of 1 and 7."""
+    import mlflow.pytorch
+
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    model = Tiny()
+    with run_context(s, "cifar", {}) as t:
+        t.log_model(model, "model", torch.randn(1, 3, 8, 8))
+        run_id = t.run_id
+    mlflow.set_tracking_uri(mlflow_server.url)
+    loaded = mlflow.pytorch.load_model(f"runs:/{run_id}/model")
+    for n in (1, 7):
+        x = torch.randn(n, 3, 8, 8)
+        assert torch.allclose(loaded(x), model(x), atol=1e-6)
+    pyfunc = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    assert pyfunc.predict(np.random.rand(7, 3, 8, 8).astype(np.float32)).shape == (7, 10)
+
+
+def test_an_unreachable_server_fails_fast_naming_the_uri(tmp_path: Path) -> None:
+    s = settings_for("http://127.0.0.1:9", tmp_path, "x", DEVICEBENCH_STORE_TIMEOUT_S="3")
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"http://127\.0\.0\.1:9"), run_context(s, "matmul", {}):
+        pytest.fail("no work may start against an unreachable store")
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_deleted_experiment_is_an_error_not_a_silent_restore(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    from devicebench.errors import UsageError
+
+    client = MlflowClient(mlflow_server.url)
+    client.delete_experiment(client.create_experiment(experiment_name))
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    with pytest.raises(UsageError, match="is deleted; restore it"), run_context(s, "matmul", {}):
+        pytest.fail("unreachable")
+
+
+def test_memory_tracker_records_what_a_workload_logs() -> None:
+    t = MemoryTracker()
+    t.log_metrics({"a": 1, "b": 2.5}, step=3)
+    t.set_tags({"k": 1})
+    assert t.metrics == [("a", 1.0, 3), ("b", 2.5, 3)]
+    assert t.values("b") == [2.5]
+    assert t.tags == {"k": "1"}
