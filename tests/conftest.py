@@ -63,3 +63,6 @@ def pg_mlflow_server(pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> I
 def experiment_name(request: pytest.FixtureRequest) -> str:
     """A fresh experiment per test, so tests sharing a server never see each other's runs."""
     return f"t-{request.node.name[:40]}-{os.getpid()}-{id(request)}"
+
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

@@ -82,7 +82,7 @@ class MlflowServer:
 
     def start(self, timeout_s: float = 90.0) -> MlflowServer:
         log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - handed to the child process
-        env = {**os.environ, **(self.env or {})}
+        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(self.env or {})}
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         self.proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -143,6 +143,7 @@ def devicebench_env(tracking_uri: str, **extra: str) -> dict[str, str]:
         DEVICEBENCH_DOTENV="none",
         PYTHONUNBUFFERED="1",
         GIT_PYTHON_REFRESH="quiet",
+        MLFLOW_DISABLE_TELEMETRY="true",
     )
     env.update(extra)
     return env

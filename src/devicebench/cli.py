@@ -155,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = os.environ.get("DEVICEBENCH_DEBUG") == "1"
     # MLflow logs store migrations at INFO on stderr; our stderr is for our one line.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -178,6 +178,8 @@ def configure_mlflow_client(settings: Settings) -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(max(settings.store_timeout_s, 1))))
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our CLI prints its own line
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage pings from benchmark hosts
     import mlflow
 
     mlflow.set_tracking_uri(settings.tracking_uri)
@@ -303,12 +305,27 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
             for i in range(0, len(items), 100):
                 client.log_batch(run_id, params=items[i : i + 100])
         elif kind == "artifact":
-            client.log_artifact(run_id, str(journal_dir / op["path"]), op.get("artifact_path"))
+            _artifact_repo(client, run_id).log_artifact(
+                str(journal_dir / op["path"]), op.get("artifact_path")
+            )
         elif kind == "model":
             _log_saved_model(run_id, journal_dir / op["path"], op["name"])
         elif kind == "end":
             client.set_terminated(run_id, op["status"])
     flush_metrics()
+
+
+_REPOS: dict[tuple[str, str], Any] = {}
+
+
+def _artifact_repo(client: Any, run_id: str) -> Any:
+    """The run's artifact repository, looked up once (MlflowClient.log_artifact re-reads the run each call)."""
+    key = (client.tracking_uri, run_id)
+    if key not in _REPOS:
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        _REPOS[key] = get_artifact_repository(client.get_run(run_id).info.artifact_uri)
+    return _REPOS[key]
 
 
 def _log_saved_model(run_id: str, path: Path, name: str) -> None:

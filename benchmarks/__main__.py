@@ -1,0 +1,26 @@
+"""Run every benchmark module's `main()` and exit non-zero when any figure misses its target."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+MODULES = ("benchmarks.bench_matmul", "benchmarks.bench_cifar", "benchmarks.bench_compare")
+
+
+def main() -> int:
+    worst = 0
+    for name in MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            print(f"{name}: not present, skipped")
+            continue
+        worst = max(worst, module.main())
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
