@@ -66,8 +66,9 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         f"{TAG_PREFIX}config_key": config_key(name, cfg),
         f"{TAG_PREFIX}data": data,
     }
-    if os.environ.get("DEVICEBENCH_SUITE"):
+    if os.environ.get("DEVICEBENCH_SUITE"):  # launched by a plan: which plan, and which item of it
         tags[f"{TAG_PREFIX}suite"] = os.environ["DEVICEBENCH_SUITE"]
+        tags[f"{TAG_PREFIX}suite.item"] = os.environ.get("DEVICEBENCH_SUITE_ITEM", "")
     started = time.perf_counter()
     with run_context(
         settings,
@@ -172,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e), e.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted by Ctrl-C", 130)
+    except BrokenPipeError:  # `devicebench ... | head`: the reader left; not an error worth a line
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:
         if debug:
             raise

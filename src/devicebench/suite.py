@@ -1,0 +1,416 @@
+"""Run an experiment plan (experiments/*.yaml): every expanded run in a fresh process, then the report.
+
+Users rarely want one run: they want "the CPU vs GPU study" or "the nightly check". A plan says that
+once. It is validated whole before anything runs (a typo in run 9 must not surface after runs 1-8 took
+an hour). Each run gets its own process, so GPU memory, allocator caches and cuDNN autotuning cannot
+leak from one measurement into the next; a failed run does not stop the plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devicebench.errors import UsageError
+
+PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "runs", "report"}
+RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
+REPORT_KEYS = {"baseline", "threshold"}
+ENTRIES = ("matmul", "cifar", "unet")
+REAL_DATA = {
+    "cifar": {"data": "cifar10", "download": "true"},
+    "unet": {"data": "voc2012", "download": "true"},
+}
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One expanded run: an entry point, its parameters (as strings) and which repeat it is."""
+
+    index: int
+    entry: str
+    params: dict[str, str]
+    repeat: int
+    repeats: int
+
+    @property
+    def item_id(self) -> str:
+        """Stable identity of this run within its plan, for --resume."""
+        blob = json.dumps([self.entry, sorted(self.params.items()), self.repeat])
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        shown = " ".join(f"{k}={v}" for k, v in self.params.items())
+        rep = f" (repeat {self.repeat}/{self.repeats})" if self.repeats > 1 else ""
+        return f"{self.entry} {shown}{rep}".strip()
+
+    def argv(self) -> list[str]:
+        args = [sys.executable, "-m", "devicebench", self.entry]
+        for k, v in self.params.items():
+            args += [f"--{k}", v]
+        return args
+
+
+@dataclass
+class Plan:
+    name: str
+    path: Path
+    experiment: str | None
+    skip_unavailable: bool
+    runs: list[PlannedRun]
+    baseline: str = "none"
+    threshold: float = 0.10
+    report: bool = True
+    description: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _err(path: Path, where: str, message: str) -> UsageError:
+    return UsageError(f"plan {path}: {where}: {message}")
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ",".join(_scalar(v) for v in value)
+    return str(value)
+
+
+def load_plan(path: str | Path, data: str | None = None) -> Plan:
+    """Read, validate and expand a plan; every problem is one line naming the file, the key and what is allowed."""
+    from devicebench.config import build_config
+    from devicebench.workloads import load
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"plan {path}: no such file (plans live in experiments/)")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "YAML"
+        raise _err(path, where, f"not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(doc, dict):
+        raise _err(path, "top level", "must be a mapping with name and runs")
+    unknown = sorted(set(doc) - PLAN_KEYS)
+    if unknown:
+        raise _err(path, unknown[0], f"unknown key; allowed: {', '.join(sorted(PLAN_KEYS))}")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _err(path, "name", "required, a non-empty string")
+    default_repeats = _positive_int(doc.get("repeats", 1), path, "repeats")
+    skip = doc.get("skip_unavailable", False)
+    if not isinstance(skip, bool):
+        raise _err(path, "skip_unavailable", "must be true or false")
+    specs = doc.get("runs")
+    if not isinstance(specs, list) or not specs:
+        raise _err(path, "runs", "required, a non-empty list of {entry, params, matrix, repeats}")
+    planned: list[PlannedRun] = []
+    for i, spec in enumerate(specs):
+        where = f"runs[{i}]"
+        if not isinstance(spec, dict):
+            raise _err(path, where, "must be a mapping with an entry")
+        bad = sorted(set(spec) - RUN_KEYS)
+        if bad:
+            raise _err(path, f"{where}.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(RUN_KEYS))}")
+        entry = spec.get("entry")
+        if entry not in ENTRIES:
+            raise _err(
+                path, f"{where}.entry", f"unknown entry point {entry!r}; allowed: {', '.join(ENTRIES)}"
+            )
+        params = spec.get("params") or {}
+        matrix = spec.get("matrix") or {}
+        if not isinstance(params, dict) or not isinstance(matrix, dict):
+            raise _err(path, where, "params and matrix must be mappings")
+        for key, values in matrix.items():
+            if not isinstance(values, list) or not values:
+                raise _err(path, f"{where}.matrix.{key}", "must be a non-empty list of values")
+        repeats = _positive_int(spec.get("repeats", default_repeats), path, f"{where}.repeats")
+        base = {k: _scalar(v) for k, v in params.items()}
+        if data == "real" and entry in REAL_DATA:
+            base.update(REAL_DATA[entry])
+        config_cls = load(entry).Config
+        known = [f.name for f in dataclasses.fields(config_cls)]
+        for combo in itertools.product(*matrix.values()) if matrix else [()]:
+            values = {**base, **{k: _scalar(v) for k, v in zip(matrix, combo, strict=True)}}
+            for key in values:
+                if key not in known:
+                    section = "matrix" if key in matrix else "params"
+                    raise _err(
+                        path,
+                        f"{where}.{section}.{key}",
+                        f"unknown parameter of {entry}; known: {', '.join(known)}",
+                    )
+            try:
+                build_config(config_cls, values)
+                from devicebench.device import check_device_spelling
+
+                check_device_spelling(values.get("device", "cpu"))
+            except UsageError as e:
+                raise _err(path, where, str(e)) from None
+            for r in range(1, repeats + 1):
+                planned.append(PlannedRun(len(planned) + 1, entry, values, r, repeats))
+    report = doc.get("report", {})
+    plan = Plan(
+        name=name.strip(),
+        path=path,
+        experiment=doc.get("experiment"),
+        skip_unavailable=skip,
+        runs=planned,
+        description=str(doc.get("description", "")),
+        report=report is not False,
+    )
+    if isinstance(report, dict):
+        bad = sorted(set(report) - REPORT_KEYS)
+        if bad:
+            raise _err(path, f"report.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(REPORT_KEYS))}")
+        plan.baseline = str(report.get("baseline", "none"))
+        if plan.baseline not in ("none", "previous"):
+            raise _err(path, "report.baseline", "must be none or previous")
+        try:
+            plan.threshold = float(report.get("threshold", 0.10))
+        except (TypeError, ValueError):
+            raise _err(path, "report.threshold", "must be a number such as 0.1 (10 %)") from None
+    elif report is not False:
+        raise _err(path, "report", "must be a mapping {baseline, threshold} or false")
+    return plan
+
+
+def _positive_int(value: Any, path: Path, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _err(path, where, f"must be a whole number >= 1, not {value!r}")
+    return value
+
+
+def _device_available(device: str) -> bool:
+    from devicebench.device import resolve_device
+    from devicebench.errors import DeviceUnavailable
+
+    try:
+        resolve_device(device)
+    except DeviceUnavailable:
+        return False
+    return True
+
+
+def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
+    """Items of an earlier launch of this plan that already FINISHED (they are not run again)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(settings.tracking_uri)
+    parent = client.get_run(parent_run_id)
+    done: set[str] = set()
+    token = None
+    while True:
+        page = client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.status = 'FINISHED'",
+            max_results=500,
+            page_token=token,
+        )
+        done |= {r.data.tags.get("devicebench.suite.item", "") for r in page}
+        token = page.token
+        if not token:
+            return done
+
+
+def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"
+    }  # children must not attach to the parent
+    env.update(
+        DEVICEBENCH_PARENT_RUN_ID=parent_run_id,
+        MLFLOW_EXPERIMENT_ID=experiment_id,
+        DEVICEBENCH_SUITE=suite_tag,
+        DEVICEBENCH_SUITE_ITEM=item.item_id,
+        DEVICEBENCH_RUN_NAME=f"{item.index:03d} {item.label}"[:250],
+        PYTHONUNBUFFERED="1",
+    )
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def run_plan(plan: Plan, resume: str | None = None) -> int:
+    """Run every planned item in its own process under one parent run; report; exit 0, or 1 on any failure."""
+    from devicebench.settings import load_settings
+    from devicebench.tracking import TAG_PREFIX, configure_mlflow_client, ensure_experiment, run_context
+
+    settings = load_settings()
+    if plan.experiment:
+        settings = dataclasses.replace(settings, experiment=plan.experiment)
+    configure_mlflow_client(settings)
+    started = time.monotonic()
+    skipped: list[PlannedRun] = []
+    failed: list[tuple[PlannedRun, str]] = []
+    finished = 0
+    params = {"plan": str(plan.path), "name": plan.name, "runs": len(plan.runs), "baseline": plan.baseline}
+    if resume:
+        os.environ["MLFLOW_RUN_ID"] = resume
+    else:
+        ensure_experiment(
+            settings
+        )  # once, before any child: a fresh SQLite store migrated in parallel breaks
+    with run_context(settings, "suite", params, run_name=f"suite {plan.name}") as parent:
+        os.environ.pop("MLFLOW_RUN_ID", None)
+        from mlflow.tracking import MlflowClient
+
+        experiment_id = MlflowClient(settings.tracking_uri).get_run(parent.run_id).info.experiment_id
+        suite_tag = f"{plan.name}:{parent.run_id}"
+        parent.set_tags({f"{TAG_PREFIX}suite": suite_tag})
+        done = _finished_items(settings, parent.run_id) if resume else set()
+        available: dict[str, bool] = {}
+        durations: list[float] = []
+        total = len(plan.runs)
+        print(
+            f"suite {plan.name}: {total} runs -> {settings.tracking_uri} (parent run {parent.run_id})",
+            flush=True,
+        )
+        for item in plan.runs:
+            prefix = f"[{item.index}/{total}] {item.label}"
+            if item.item_id in done:
+                print(f"{prefix} ... already finished, kept", flush=True)
+                finished += 1
+                continue
+            device = item.params.get("device", "cpu")
+            if device not in available:
+                available[device] = _device_available(device)
+            if not available[device] and plan.skip_unavailable:
+                print(f"{prefix} ... skipped: no {device} device on this host", flush=True)
+                skipped.append(item)
+                continue
+            t0 = time.monotonic()
+            proc = subprocess.run(
+                item.argv(),
+                env=_child_env(parent.run_id, experiment_id, suite_tag, item),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            took = time.monotonic() - t0
+            durations.append(took)
+            left = sum(durations) / len(durations) * (total - item.index)
+            eta = f", ~{_fmt_s(left)} left" if item.index < total else ""
+            if proc.returncode == 0:
+                finished += 1
+                print(f"{prefix} ... ok in {_fmt_s(took)}{eta}", flush=True)
+            else:
+                lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+                reason = (
+                    lines[-1].removeprefix("devicebench: error: ") if lines else f"exit {proc.returncode}"
+                )
+                failed.append((item, reason))
+                print(f"{prefix} ... FAILED (exit {proc.returncode}): {reason}{eta}", flush=True)
+        parent.log_metrics(
+            {"suite/finished": finished, "suite/failed": len(failed), "suite/skipped": len(skipped)}
+        )
+        parent.log_dict(
+            {
+                "finished": finished,
+                "failed": [{"run": i.label, "reason": r} for i, r in failed],
+                "skipped": [i.label for i in skipped],
+            },
+            "suite.json",
+        )
+        report_code = _report(plan, settings, suite_tag) if plan.report and finished else 0
+    elapsed = time.monotonic() - started
+    print(
+        f"suite {plan.name}: {finished} finished, {len(failed)} failed, {len(skipped)} skipped in {_fmt_s(elapsed)}"
+    )
+    for item, reason in failed:
+        print(f"  failed: {item.label}: {reason}")
+    for item in skipped:
+        print(f"  skipped: {item.label}")
+    if settings.tracking_uri.startswith("sqlite:"):
+        print(f"open the MLflow UI on these runs: mlflow ui --backend-store-uri {settings.tracking_uri}")
+    else:
+        print(f"open the MLflow UI: {settings.tracking_uri}")
+    return 1 if failed or report_code else 0
+
+
+def _report(plan: Plan, settings: Any, suite_tag: str) -> int:
+    """The compare report over this launch's runs (a subprocess: the report never imports torch)."""
+    out = Path("reports") / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "devicebench",
+        "compare",
+        "--experiment",
+        settings.experiment,
+        "--filter",
+        f"tags.`devicebench.suite` = '{suite_tag}'",
+        "--baseline",
+        plan.baseline,
+        "--threshold",
+        str(plan.threshold),
+        "--out",
+        str(out),
+    ]
+    env = dict(os.environ)
+    env.pop("MLFLOW_RUN_ID", None)
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode not in (0, 1):
+        print(f"suite {plan.name}: the report failed (exit {proc.returncode})", file=sys.stderr)
+    return proc.returncode
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan_file", nargs="?", metavar="PLAN", help="the plan, e.g. experiments/demo.yaml")
+    parser.add_argument("--plan", dest="plan_opt", metavar="PLAN", help="the plan (as MLproject passes it)")
+    parser.add_argument(
+        "--resume",
+        default="",
+        metavar="RUN_ID",
+        help="re-run only what has not FINISHED under this parent run",
+    )
+    parser.add_argument(
+        "--dry-run",
+        "--dry_run",
+        dest="dry_run",
+        nargs="?",
+        const="true",
+        default="false",
+        help="print the expanded runs only",
+    )
+    parser.add_argument(
+        "--data",
+        choices=("synthetic", "real"),
+        default=None,
+        help="real: run cifar/unet on CIFAR-10 and VOC (downloading them)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    path = args.plan_file or args.plan_opt
+    if not path:
+        raise UsageError("suite: name a plan, e.g. devicebench suite experiments/demo.yaml")
+    if str(args.dry_run).lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise UsageError(f"--dry_run: {args.dry_run!r} is not true or false")
+    plan = load_plan(path, data=args.data)
+    if str(args.dry_run).lower() in ("true", "1", "yes"):
+        print(f"plan {plan.name} ({plan.path}): {len(plan.runs)} runs")
+        for item in plan.runs:
+            print(f"  {item.index:3d}. {item.label}")
+        return 0
+    return run_plan(plan, resume=args.resume or None)
