@@ -1,0 +1,208 @@
+"""Plans and the suite runner: validation before anything runs, parent/child runs, failures, resume."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from devicebench.errors import UsageError
+from devicebench.suite import load_plan
+from servers import MlflowServer, devicebench_env, run_cli, runs_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str, name: str = "plan.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_matrix_and_repeats_expand_in_order(tmp_path: Path) -> None:
+    plan = load_plan(
+        write(
+            tmp_path,
+            """
+            name: t
+            repeats: 2
+            runs:
+              - entry: matmul
+                params: {sizes: [64, 128]}
+                matrix: {device: [cpu, cuda], dtypes: [float32, float64]}
+              - entry: matmul
+                repeats: 1
+            """,
+        )
+    )
+    assert len(plan.runs) == 2 * 2 * 2 + 1
+    first = plan.runs[0]
+    assert first.params == {"sizes": "64,128", "device": "cpu", "dtypes": "float32"}
+    assert (first.repeat, first.repeats) == (1, 2)
+    assert plan.runs[1].item_id != first.item_id, "repeats are distinct items"
+    assert [r.index for r in plan.runs] == list(range(1, 10))
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "name: t\nruns: [{entry: matmul, params: {sises: 64}}]\n",
+            "runs[0].params.sises: unknown parameter of matmul",
+        ),
+        (
+            "name: t\nruns: [{entry: matmul, matrix: {colour: [red]}}]\n",
+            "runs[0].matrix.colour: unknown parameter",
+        ),
+        (
+            "name: t\nruns: [{entry: resnet}]\n",
+            "runs[0].entry: unknown entry point 'resnet'; allowed: matmul, cifar, unet",
+        ),
+        ("name: t\nrunz: []\n", "runz: unknown key; allowed:"),
+        ("name: t\nruns: [{entry: matmul, when: nightly}]\n", "runs[0].when: unknown key"),
+        ("name: t\nruns: []\n", "runs: required"),
+        ("runs: [{entry: matmul}]\n", "name: required"),
+        ("name: t\nrepeats: 0\nruns: [{entry: matmul}]\n", "repeats: must be a whole number >= 1"),
+        ("name: t\nruns: [{entry: matmul, params: {sizes: -5}}]\n", "runs[0]: --sizes: '-5' is out of range"),
+        (
+            "name: t\nruns: [{entry: matmul, matrix: {device: [cpu, gpu]}}]\n",
+            "--device: unknown device 'gpu'",
+        ),
+        (
+            "name: t\nruns: [{entry: matmul, matrix: {device: cpu}}]\n",
+            "runs[0].matrix.device: must be a non-empty list",
+        ),
+        (
+            "name: t\nskip_unavailable: maybe\nruns: [{entry: matmul}]\n",
+            "skip_unavailable: must be true or false",
+        ),
+        (
+            "name: t\nruns: [{entry: matmul}]\nreport: {baseline: last}\n",
+            "report.baseline: must be none or previous",
+        ),
+        ("name: t\nruns: [{entry: matmul}\n", "not valid YAML"),
+        ("- just\n- a list\n", "top level: must be a mapping"),
+    ],
+)
+def test_bad_plans_are_refused_with_one_line_naming_file_and_key(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(UsageError) as err:
+        load_plan(path)
+    msg = str(err.value)
+    assert msg.startswith(f"plan {path}: ")
+    assert needle in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("name", ["demo", "cpu_vs_gpu", "crossover", "nightly"])
+def test_shipped_plans_are_valid(name: str) -> None:
+    plan = load_plan(ROOT / "experiments" / f"{name}.yaml")
+    assert plan.runs
+
+
+def test_crossover_dry_run_prints_the_grid(tmp_path: Path) -> None:
+    proc = run_cli(
+        ["suite", str(ROOT / "experiments" / "crossover.yaml"), "--dry-run"],
+        devicebench_env("sqlite:///x.db"),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "crossover" in proc.stdout and "32 runs" in proc.stdout
+    assert "width=8 batch_size=256" in proc.stdout
+    assert not (tmp_path / "x.db").exists(), "a dry run touches no store"
+
+
+def test_a_typo_exits_2_before_any_run_starts(
+    tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    path = write(
+        tmp_path,
+        f"name: t\nexperiment: {experiment_name}\nruns:\n  - entry: matmul\n  - entry: matmul\n    params: {{repeat: 3}}\n",
+    )
+    proc = run_cli(["suite", str(path)], devicebench_env(mlflow_server.url), cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "runs[1].params.repeat: unknown parameter of matmul" in lines[0]
+    assert runs_of(mlflow_server.url, experiment_name) == []
+
+
+def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
+    tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    """Two matmul runs and one that fails at run time (cuda here): exit 1, the others FINISHED,
+    the failure listed; --resume then re-runs only the failed item."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a host without CUDA to plant a run-time failure")
+    path = write(
+        tmp_path,
+        f"""
+        name: tiny
+        experiment: {experiment_name}
+        runs:
+          - entry: matmul
+            params: {{sizes: 64, repeats: 1, warmup: 0, dtypes: float32}}
+            matrix: {{device: [cpu, cuda]}}
+          - entry: matmul
+            params: {{sizes: 32, repeats: 1, warmup: 0, backends: numpy}}
+        report: false
+        """,
+    )
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
+    proc = run_cli(["suite", str(path)], env, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "[2/3] matmul" in proc.stdout and "FAILED" in proc.stdout
+    assert "finds no CUDA device" in proc.stdout
+    assert "2 finished, 1 failed, 0 skipped" in proc.stdout
+
+    runs = runs_of(mlflow_server.url, experiment_name)
+    parents = [r for r in runs if r.data.tags.get("devicebench.workload") == "suite"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and len(children) == 3
+    parent = parents[0]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED", "FINISHED"]
+    assert all(r.data.tags["devicebench.suite"] == f"tiny:{parent.info.run_id}" for r in children)
+    assert parent.data.metrics["suite/failed"] == 1.0
+
+    resumed = run_cli(["suite", str(path), "--resume", parent.info.run_id], env, cwd=tmp_path)
+    assert resumed.returncode == 1
+    assert resumed.stdout.count("already finished, kept") == 2
+    children = [
+        r for r in runs_of(mlflow_server.url, experiment_name) if r.data.tags.get("mlflow.parentRunId")
+    ]
+    assert len(children) == 4, "only the unfinished item ran again"
+
+
+def test_skip_unavailable_lists_gpu_runs_as_skipped(
+    tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a host without CUDA")
+    path = write(
+        tmp_path,
+        f"""
+        name: skip
+        experiment: {experiment_name}
+        skip_unavailable: true
+        runs:
+          - entry: matmul
+            params: {{sizes: 32, repeats: 1, backends: numpy}}
+            matrix: {{device: [cpu, cuda]}}
+        report: false
+        """,
+    )
+    proc = run_cli(["suite", str(path)], devicebench_env(mlflow_server.url), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "skipped: no cuda device on this host" in proc.stdout
+    assert "1 finished, 0 failed, 1 skipped" in proc.stdout
+    client = MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name(experiment_name)
+    assert len(client.search_runs([exp.experiment_id], "tags.mlflow.parentRunId != ''")) == 1
