@@ -69,6 +69,7 @@ def test_every_setting_read_by_the_code_is_documented_in_env_example() -> None:
             "DEVICEBENCH_SUITE",
             "DEVICEBENCH_PARENT_RUN_ID",
             "DEVICEBENCH_RUN_NAME",
+            "DEVICEBENCH_SUITE_ITEM",
             "MLFLOW_TRACKING_TOKEN",
         }
     )

@@ -49,9 +49,10 @@ def load_dotenv_file(env: Mapping[str, str] | None = None) -> Path | None:
     """Load `.env` (or `$DEVICEBENCH_DOTENV`, `none` to skip) into os.environ without overriding it.
 
     Secrets such as MLFLOW_TRACKING_PASSWORD must reach MLflow's own client, which reads os.environ,
-    so the file is merged into the process environment rather than kept aside.
+    so the file is merged into the process environment rather than kept aside. Empty values are
+    skipped: a copied .env.example must behave like no setting at all.
     """
-    from dotenv import load_dotenv
+    from dotenv import dotenv_values
 
     env = os.environ if env is None else env
     choice = env.get("DEVICEBENCH_DOTENV", "").strip()
@@ -61,7 +62,10 @@ def load_dotenv_file(env: Mapping[str, str] | None = None) -> Path | None:
     if choice and not path.is_file():
         raise UsageError(f"setting DEVICEBENCH_DOTENV={choice!r}: no such file")
     if path.is_file():
-        load_dotenv(path, override=False)
+        for key, value in dotenv_values(path).items():
+            # Empty lines in a copied .env.example mean "unset", not "set to the empty string".
+            if value and key not in os.environ:
+                os.environ[key] = value
         return path
     return None
 

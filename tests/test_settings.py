@@ -1,0 +1,64 @@
+"""Settings: environment and .env → one typed object; empty values mean unset."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from devicebench.errors import UsageError
+from devicebench.settings import DEFAULT_TRACKING_URI, load_dotenv_file, load_settings
+
+
+def test_defaults_are_the_embedded_store_and_local_paths() -> None:
+    s = load_settings({})
+    assert s.tracking_uri == DEFAULT_TRACKING_URI == "sqlite:///mlflow.db"
+    assert not s.tracking_uri_from_env
+    assert s.experiment == "devicebench"
+    assert s.data_dir == Path("data")
+    assert s.store_timeout_s == 10.0
+
+
+def test_environment_values_are_typed() -> None:
+    s = load_settings(
+        {
+            "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
+            "MLFLOW_EXPERIMENT_NAME": "x",
+            "DEVICEBENCH_STORE_TIMEOUT_S": "2.5",
+            "DEVICEBENCH_SPOOL_DIR": "/tmp/spool",
+        }
+    )
+    assert s.tracking_uri == "http://127.0.0.1:5000" and s.tracking_uri_from_env
+    assert s.experiment == "x"
+    assert s.store_timeout_s == 2.5
+    assert s.spool_dir == Path("/tmp/spool")
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1"])
+def test_bad_numbers_name_the_setting(raw: str) -> None:
+    with pytest.raises(UsageError, match=f"DEVICEBENCH_STORE_TIMEOUT_S={raw!r}"):
+        load_settings({"DEVICEBENCH_STORE_TIMEOUT_S": raw})
+
+
+def test_dotenv_fills_only_what_the_environment_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "DEVICEBENCH_EXPERIMENT=from-file\nDEVICEBENCH_DATA_DIR=/data\nMLFLOW_TRACKING_URI=\n"
+    )
+    monkeypatch.setenv("DEVICEBENCH_DOTENV", str(env_file))
+    monkeypatch.setenv("DEVICEBENCH_DATA_DIR", "/mine")
+    monkeypatch.delenv("DEVICEBENCH_EXPERIMENT", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert load_dotenv_file() == env_file
+    assert os.environ["DEVICEBENCH_EXPERIMENT"] == "from-file"
+    assert os.environ["DEVICEBENCH_DATA_DIR"] == "/mine"
+    assert "MLFLOW_TRACKING_URI" not in os.environ, "an empty value in .env means unset"
+
+
+def test_a_named_dotenv_that_is_missing_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVICEBENCH_DOTENV", "/no/such/.env")
+    with pytest.raises(UsageError, match="no such file"):
+        load_dotenv_file()
