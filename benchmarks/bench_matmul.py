@@ -20,13 +20,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from servers import MlflowServer
-
 from devicebench.config import build_config, to_params
 from devicebench.settings import load_settings
 from devicebench.tracking import null_tracker, run_context
 from devicebench.workloads import Context
 from devicebench.workloads.matmul import Config, gflops, measure
+from servers import MlflowServer
 
 N = 2048
 ROUNDS = 5

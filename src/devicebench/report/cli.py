@@ -1,0 +1,237 @@
+"""Compare CPU and GPU runs side by side, and say why each speedup is what it is.
+
+Reads runs from the configured tracking store (MLFLOW_TRACKING_URI: embedded SQLite or a server), pairs
+runs with the same config key across devices, writes report.md, report.html, runs.csv and charts to
+--out, prints a table, and logs the report as an MLflow run (devicebench.workload=report).
+With --baseline previous it exits 1 when the newest run of a config is slower than earlier ones beyond
+--threshold and beyond their spread (one line per regression).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from devicebench.errors import UsageError
+
+if TYPE_CHECKING:
+    from devicebench.settings import Settings
+
+WORKLOAD_CHOICES = ("matmul", "cifar", "unet", "suite", "report")
+BASELINES = ("none", "previous")
+TAG_RUNS = "devicebench.report.runs"
+MAX_TAG = 8000  # MLflow's tag value limit
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `compare` flags; empty strings (what MLproject passes for an unset parameter) mean "not set"."""
+    parser.add_argument(
+        "--experiment",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="experiment name(s); repeat or comma-separate [default: DEVICEBENCH_EXPERIMENT or devicebench]",
+    )
+    parser.add_argument(
+        "--workload", default="", metavar="NAME", help="matmul, cifar, unet (comma-separated)"
+    )
+    parser.add_argument(
+        "--since",
+        default="",
+        metavar="WINDOW",
+        help="only runs started since: 7d, 12h, 30m, 2w or an ISO date",
+    )
+    parser.add_argument(
+        "--filter", default="", metavar="MLFLOW_FILTER", help="an MLflow search filter, ANDed with the rest"
+    )
+    parser.add_argument(
+        "--host",
+        default="",
+        metavar="HOST",
+        help="a hostname, or part of a GPU model, CPU model or OCI shape",
+    )
+    parser.add_argument(
+        "--baseline",
+        default="none",
+        metavar="MODE",
+        help="none (default) or previous: the newest run of each config/device/host against earlier ones",
+    )
+    parser.add_argument(
+        "--threshold",
+        default="0.1",
+        metavar="FRACTION",
+        help="regression threshold: 0.1 or 10%% [default 0.1]",
+    )
+    parser.add_argument(
+        "--out", default="", metavar="DIR", help="output folder [default reports/<timestamp>]"
+    )
+    parser.add_argument(
+        "--no-log",
+        "--no_log",
+        dest="no_log",
+        action="store_true",
+        help="do not log the report as an MLflow run",
+    )
+
+
+def parse_threshold(raw: str) -> float:
+    """`0.1` or `10%` → 0.1; anything else (or outside (0, 1]) is a usage error naming the option."""
+    text = str(raw).strip() or "0.1"
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value <= 1):
+        raise UsageError(
+            f"{raw!r} is not allowed; use a fraction in (0, 1] such as 0.1, or a percentage such as 10%",
+            param="threshold",
+        )
+    return value
+
+
+def parse_baseline(raw: str) -> str:
+    value = (raw or "none").strip().lower() or "none"
+    if value not in BASELINES:
+        raise UsageError(f"unknown value {raw!r}; allowed: {', '.join(BASELINES)}", param="baseline")
+    return value
+
+
+def parse_workloads(raw: str) -> tuple[str, ...]:
+    from devicebench.report.query import split_list
+
+    names = tuple(n.lower() for n in split_list(raw))
+    for n in names:
+        if n not in WORKLOAD_CHOICES:
+            raise UsageError(
+                f"unknown workload {n!r}; allowed: {', '.join(WORKLOAD_CHOICES)}", param="workload"
+            )
+    return names
+
+
+def compared_ids_tag(run_ids: list[str]) -> tuple[str, bool]:
+    """As many whole run ids as fit MLflow's tag limit, comma-separated; True when some were left out."""
+    text = ",".join(run_ids)
+    if len(text) <= MAX_TAG:
+        return text, False
+    kept: list[str] = []
+    size = 0
+    for rid in run_ids:
+        if size + len(rid) + 1 > MAX_TAG - 40:
+            break
+        kept.append(rid)
+        size += len(rid) + 1
+    return ",".join(kept) + f",... (+{len(run_ids) - len(kept)}, see compared_runs.json)", True
+
+
+def log_report(
+    settings: Settings, files: list[Path], run_ids: list[str], params: dict[str, str]
+) -> str | None:
+    """The report as a run of its own: its files as artifacts, the compared run ids as a tag."""
+    from devicebench.tracking import run_context
+
+    tag, truncated = compared_ids_tag(run_ids)
+    with run_context(
+        settings,
+        "report",
+        params,
+        tags={TAG_RUNS: tag, "devicebench.report.run_count": str(len(run_ids))},
+        run_name="compare",
+    ) as tracker:
+        for f in files:
+            tracker.log_artifact(f)
+        if truncated:
+            tracker.log_dict(run_ids, "compared_runs.json")
+        return tracker.run_id
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read, compare, write, print, log; 1 when regression mode found a regression, else 0."""
+    from mlflow.tracking import MlflowClient
+
+    from devicebench.report import render
+    from devicebench.report.compare import compare
+    from devicebench.report.query import Query, RunRecord, parse_since, read_runs, split_list
+    from devicebench.settings import load_settings
+
+    threshold = parse_threshold(args.threshold)
+    baseline = parse_baseline(args.baseline)
+    workloads = parse_workloads(args.workload)
+    if args.since.strip():
+        parse_since(args.since)
+    settings = load_settings()
+    experiments = split_list(args.experiment or []) or (settings.experiment,)
+    query = Query(
+        experiments=experiments,
+        workloads=workloads,
+        since=args.since.strip() or None,
+        filter=args.filter.strip() or None,
+        host=args.host.strip() or None,
+    )
+    from devicebench.tracking import check_store, configure_mlflow_client
+
+    configure_mlflow_client(settings)
+    check_store(settings)
+    t0 = time.perf_counter()
+    selection = read_runs(MlflowClient(settings.tracking_uri), query)
+    earlier: list[RunRecord] = []
+    if baseline == "previous" and query.filter:
+        # --filter narrows what is judged (e.g. one suite launch); the baseline is every earlier run of
+        # the same configs in the same experiments, which the filter would otherwise hide.
+        earlier = read_runs(MlflowClient(settings.tracking_uri), replace(query, filter=None)).runs
+    comp = compare(selection.runs, baseline=baseline, threshold=threshold, earlier_runs=earlier)
+    out = Path(args.out.strip() or f"reports/{time.strftime('%Y%m%d-%H%M%S')}")
+    meta = {
+        "tracking store": settings.tracking_uri,
+        "experiments": ", ".join(selection.experiments.values()),
+        "workload": ",".join(workloads),
+        "since": query.since or "",
+        "filter (sent to MLflow)": selection.filter_string,
+        "host": query.host or "",
+        "baseline": baseline if baseline != "none" else "",
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    files = render.write_report(comp, out, meta)
+    print(render.terminal_table(comp))
+    print(
+        f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {time.perf_counter() - t0:.1f} s)"
+    )
+    if not args.no_log:
+        params = {
+            "experiment": ",".join(experiments),
+            "workload": ",".join(workloads),
+            "since": query.since or "",
+            "filter": query.filter or "",
+            "host": query.host or "",
+            "baseline": baseline,
+            "threshold": str(threshold),
+        }
+        # the report lands beside what it compared (the first experiment), so the UI shows them together
+        home = replace(settings, experiment=next(iter(selection.experiments.values())))
+        report_id = log_report(home, files, [r.run_id for r in selection.runs], params)
+        print(f"report run: {report_id} -> {settings.tracking_uri}")
+    if comp.regressions:
+        for g in comp.regressions:
+            print(g.line())
+        return 1
+    if comp.regressions is not None:
+        print(f"no regression beyond {threshold:.0%} in {comp.regression_groups} group(s) with earlier runs")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry for development; the project's CLI registers `add_arguments` and `run` itself."""
+    parser = argparse.ArgumentParser(prog="devicebench compare", description=__doc__)
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except UsageError as e:
+        print(f"devicebench: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Every rule that explains a speedup (or calls a slowdown a regression), in one place.
+
+A number alone says *that* a GPU gained little; these rules say *why*, from what the workloads measured
+apart on purpose (data wait vs compute, synchronised vs unsynchronised time, quality per device).
+Each rule is a small function of one pair that returns a one-line reason or None; `RULES` is their order
+in the report. The thresholds are module constants so a test (or a reader) can see what "clearly" means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from devicebench.report.compare import Pair, Side, Stat
+
+LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
+SMALL_BATCH = 32  # batches this small leave a GPU idle between kernel launches
+LAUNCH_BOUND_SPEEDUP = 3.0  # ...when the speedup stays below this
+QUALITY_ABS = 0.05  # accuracy / mIoU differ by more than 5 points...
+UNSYNCED_FACTOR = 2.0  # synchronised time more than 2x the unsynchronised one: the naive timer lies
+NOISY_SPREAD = 0.5  # repeats spread over more than 50 % of their median
+COMPUTE_BOUND_SPEEDUP = 5.0
+
+
+def _fmt_x(x: float) -> str:
+    return f"{x:.2g}×" if x < 10 else f"{x:.0f}×"
+
+
+def synthetic_data(pair: Pair) -> str | None:
+    """Synthetic data times the real compute but its accuracy means nothing: say so on every such pair."""
+    sides = [s for s in (pair.base, pair.other) if s.data == "synthetic"]
+    if not sides:
+        return None
+    return "synthetic data: timings are real, accuracy/mIoU are not comparable with the real dataset"
+
+
+def loader_bound(pair: Pair) -> str | None:
+    """A GPU that waits for the next batch most of the time measures the data loader, not itself."""
+    if pair.other.is_cpu or pair.other.wait_share is None:
+        return None
+    share = pair.other.wait_share.median
+    if share <= LOADER_BOUND_SHARE:
+        return None
+    hint = "; try loader=tensor" if pair.other.params.get("loader", "dataloader") != "tensor" else ""
+    return f"{pair.other.device} run waited for data {share:.0%} of the time: loader-bound{hint}"
+
+
+def _batch_size(side: Side) -> int | None:
+    try:
+        return int(float(side.params.get("batch_size", "")))
+    except ValueError:
+        return None
+
+
+def launch_bound(pair: Pair) -> str | None:
+    """Small batches give a GPU too little work per kernel launch: the speedup is the launch overhead's."""
+    batch = _batch_size(pair.base)
+    speedup = pair.headline
+    if not pair.is_cpu_gpu or batch is None or speedup is None:
+        return None
+    if batch > SMALL_BATCH or speedup >= LAUNCH_BOUND_SPEEDUP:
+        return None
+    where = "see crossover" if pair.in_crossover else "try a larger batch_size"
+    return f"batch {batch}: GPU launch-bound; speedup grows with batch size ({where})"
+
+
+def gpu_slower(pair: Pair) -> str | None:
+    """A CPU/GPU pair where the GPU lost and neither the loader nor small batches explain it."""
+    speedup = pair.headline
+    if not pair.is_cpu_gpu or speedup is None or speedup >= 1.0:
+        return None
+    if loader_bound(pair) or launch_bound(pair):
+        return None
+    return (
+        f"{pair.other.device} slower than CPU ({_fmt_x(speedup)}): too little work per step to pay for "
+        "transfers and launches"
+    )
+
+
+def compute_bound(pair: Pair) -> str | None:
+    """A large speedup with the loader not in the way: the expected case, said so the table reads whole."""
+    speedup = pair.headline
+    if not pair.is_cpu_gpu or speedup is None or speedup < COMPUTE_BOUND_SPEEDUP:
+        return None
+    if loader_bound(pair):
+        return None
+    return f"compute-bound: {pair.other.device} {_fmt_x(speedup)} faster"
+
+
+def unsynced_underreport(pair: Pair) -> str | None:
+    """The tutorial's unsynchronised GPU timer measures the launch; show by how much it under-reports."""
+    worst: tuple[float, str, int] | None = None
+    for (backend, dtype, size), v in pair.other.matmul.items():
+        if backend != "torch" or "unsynced" not in v or "time" not in v:
+            continue
+        unsynced = v["unsynced"].median
+        if unsynced <= 0:
+            continue
+        factor = v["time"].median / unsynced
+        if worst is None or factor > worst[0]:
+            worst = (factor, dtype, size)
+    if worst is None or worst[0] < UNSYNCED_FACTOR:
+        return None
+    factor, dtype, size = worst
+    return (
+        f"unsynchronised timing under-reports {pair.other.device} matmul {_fmt_x(factor)} at n={size} "
+        f"({dtype}): it measures the kernel launch, not the product"
+    )
+
+
+def _quality_pair(pair: Pair) -> tuple[str, Stat, Stat] | None:
+    for key in ("eval/accuracy", "eval/miou"):
+        a, b = pair.base.metrics.get(key), pair.other.metrics.get(key)
+        if a is not None and b is not None:
+            return key, a, b
+    return None
+
+
+def quality_mismatch(pair: Pair) -> str | None:
+    """Same config, clearly different quality: a numerical or nondeterminism problem, not a speedup.
+
+    "Clearly" means more than QUALITY_ABS apart *and* outside both sides' spread of repeats.
+    """
+    found = _quality_pair(pair)
+    if found is None:
+        return None
+    key, a, b = found
+    gap = abs(a.median - b.median)
+    if gap <= QUALITY_ABS:
+        return None
+    if (a.median < b.median and a.hi >= b.lo) or (a.median > b.median and b.hi >= a.lo):
+        return None  # the repeats' ranges overlap: noise, not a mismatch
+    return (
+        f"quality differs: {key} {a.median:.3f} on {pair.base.device} vs {b.median:.3f} on "
+        f"{pair.other.device} for the same config"
+    )
+
+
+def noisy(pair: Pair) -> str | None:
+    """Repeats spread over half their median: the speedup's range matters more than its middle."""
+    worst = None
+    for side in (pair.base, pair.other):
+        key = side.time_metric()
+        if key and side.metrics[key].n > 1 and side.metrics[key].rel_spread > NOISY_SPREAD:
+            s = side.metrics[key]
+            if worst is None or s.rel_spread > worst[1].rel_spread:
+                worst = (side, s)
+    if worst is None:
+        return None
+    side, s = worst
+    return f"noisy: {side.device} repeats spread {s.rel_spread:.0%} of their median; add repeats"
+
+
+def single_repeat(pair: Pair) -> str | None:
+    """One run per side has no spread: the pair may be luck; say so rather than imply certainty."""
+    if len(pair.base.runs) > 1 and len(pair.other.runs) > 1:
+        return None
+    return "one run on a side: no spread yet; repeat to trust the speedup"
+
+
+RULES: tuple[Callable[[Pair], str | None], ...] = (
+    loader_bound,
+    launch_bound,
+    gpu_slower,
+    unsynced_underreport,
+    quality_mismatch,
+    compute_bound,
+    synthetic_data,
+    noisy,
+    single_repeat,
+)
+
+
+def explain(pair: Pair) -> list[str]:
+    """Every rule that applies to the pair, in RULES order (the first is the headline verdict)."""
+    return [line for rule in RULES if (line := rule(pair))]
+
+
+def is_regression(newest: float, baseline: Stat, threshold: float) -> bool:
+    """Slower than the baseline median by more than `threshold` AND above the baseline's own range.
+
+    The second condition is what keeps noise from paging anyone: a config whose earlier repeats already
+    spread over 25 % is not regressed by a run 12 % slower, however small `threshold` is.
+    """
+    if baseline.median <= 0:
+        return False
+    return newest > baseline.median * (1.0 + threshold) and newest > baseline.hi

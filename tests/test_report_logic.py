@@ -1,0 +1,446 @@
+"""The compare report's logic on plain data: pairing, medians, verdict rules, regressions, parsing, files.
+
+No store here (test_report_store.py has the real server): these pin down what each rule decides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicebench.errors import UsageError
+from devicebench.report import verdicts
+from devicebench.report.cli import compared_ids_tag, parse_baseline, parse_threshold, parse_workloads
+from devicebench.report.compare import Stat, compare, find_regressions, make_pair, summarise
+from devicebench.report.query import (
+    Query,
+    RunRecord,
+    build_filter,
+    needs_history,
+    parse_since,
+    partitions,
+    split_list,
+)
+from devicebench.report.render import terminal_table, write_report
+
+_ids = itertools.count()
+HOST = {
+    "devicebench.host.hostname": "box",
+    "devicebench.host.cpu_model": "EPYC",
+    "devicebench.host.gpu_name": "A10",
+}
+
+
+def rec(
+    device: str = "cpu",
+    key: str = "k1",
+    workload: str = "cifar",
+    metrics: dict[str, float] | None = None,
+    params: dict[str, str] | None = None,
+    start: int = 0,
+    status: str = "FINISHED",
+    tags: dict[str, str] | None = None,
+    history: dict[str, dict[int, float]] | None = None,
+) -> RunRecord:
+    name = "EPYC" if device == "cpu" else "A10"
+    all_tags = {
+        "devicebench.workload": workload,
+        "devicebench.device": device.split(":")[0],
+        "devicebench.device.resolved": device,
+        "devicebench.device.name": name,
+        "devicebench.config_key": key,
+        "devicebench.data": "cifar10",
+        **HOST,
+        **(tags or {}),
+    }
+    return RunRecord(
+        run_id=f"r{next(_ids)}",
+        status=status,
+        start_time=start or next(_ids),
+        tags=all_tags,
+        params={"batch_size": "128", "width": "1", "loader": "dataloader", **(params or {})},
+        metrics=metrics or {},
+        history=history or {},
+    )
+
+
+def train(t: float, wait: float = 0.0, acc: float | None = None, **more: float) -> dict[str, float]:
+    m = {"time/train_s": t, "time/total_s": t + 1, "time/data_wait_s": wait, **more}
+    if acc is not None:
+        m["eval/accuracy"] = acc
+    return m
+
+
+def side(runs: list[RunRecord]):
+    r = runs[0]
+    return summarise(r.workload, r.config_key, r.device, r.device_name, runs)
+
+
+def pair(cpu_runs: list[RunRecord], gpu_runs: list[RunRecord]):
+    p = make_pair(side(cpu_runs), side(gpu_runs))
+    return p
+
+
+# --------------------------------------------------------------------------------------------- stats & pairs
+
+
+def test_stat_uses_min_max_below_five_and_p10_p90_from_five() -> None:
+    s = Stat.of([3.0, 1.0, 2.0])
+    assert (s.median, s.lo, s.hi, s.n, s.spread_kind) == (2.0, 1.0, 3.0, 3, "min–max")
+    s = Stat.of([float(x) for x in range(1, 12)])  # 1..11
+    assert s.median == 6.0 and s.lo == pytest.approx(2.0) and s.hi == pytest.approx(10.0)
+    assert s.spread_kind == "p10–p90"
+    assert Stat.of([]) is None
+
+
+def test_pairs_by_config_key_with_medians_and_speedup() -> None:
+    runs = [rec("cpu", metrics=train(t)) for t in (10.0, 12.0, 11.0)]
+    runs += [rec("cuda:0", metrics=train(t)) for t in (1.0, 1.2, 1.1)]
+    runs += [rec("cpu", key="other", metrics=train(5.0))]
+    comp = compare(runs)
+    assert len(comp.pairs) == 1
+    p = comp.pairs[0]
+    assert p.base.device == "cpu" and p.other.device == "cuda:0"
+    assert p.base.metrics["time/train_s"].median == 11.0
+    assert p.speedups["train"] == pytest.approx(10.0)
+    assert p.speedup_range == pytest.approx((10.0 / 1.2, 12.0 / 1.0))
+    assert [s.config_key for s in comp.unpaired] == ["other"]  # listed, not dropped
+
+
+def test_only_finished_runs_count_and_the_rest_are_listed() -> None:
+    ok = [rec("cpu", metrics=train(10.0)), rec("cuda:0", metrics=train(1.0))]
+    failed = rec("cuda:0", metrics=train(100.0), status="FAILED", tags={"devicebench.error": "boom"})
+    killed = rec("cpu", status="KILLED")
+    comp = compare([*ok, failed, killed])
+    assert comp.pairs[0].speedups["train"] == pytest.approx(10.0)
+    assert {r.run_id for r in comp.unfinished} == {failed.run_id, killed.run_id}
+    assert "1 pairs" in terminal_table(comp) or "1 pair" in terminal_table(comp)
+
+
+def test_every_pair_of_devices_is_compared_and_models_are_sides() -> None:
+    runs = [
+        rec("cpu", metrics=train(10.0)),
+        rec("cuda:0", metrics=train(2.0)),
+        rec("cuda:0", metrics=train(1.0), tags={"devicebench.device.name": "H100"}),
+    ]
+    comp = compare(runs)
+    assert len(comp.pairs) == 3
+    gpu_gpu = [p for p in comp.pairs if not p.is_cpu_gpu]
+    assert len(gpu_gpu) == 1 and gpu_gpu[0].headline == pytest.approx(2.0)
+
+
+def test_matmul_pairs_use_history_per_size_and_dtype() -> None:
+    hist_cpu = {
+        "matmul/torch/float32/time_s": {1024: 0.02, 2048: 0.16},
+        "matmul/numpy/float32/time_s": {2048: 0.2},
+    }
+    hist_gpu = {
+        "matmul/torch/float32/time_s": {1024: 0.001, 2048: 0.002},
+        "matmul/torch/float32/unsynced_time_s": {1024: 1e-5, 2048: 1e-5},
+    }
+    a = rec("cpu", workload="matmul", history=hist_cpu, params={"sizes": "1024,2048"})
+    b = rec("cuda:0", workload="matmul", history=hist_gpu, params={"sizes": "1024,2048"})
+    p = compare([a, b]).pairs[0]
+    assert p.matmul[("torch", "float32", 2048)] == pytest.approx(80.0)
+    assert p.matmul[("numpy", "float32", 2048)] == pytest.approx(100.0)
+    assert p.headline == pytest.approx(80.0)
+    assert any("unsynchronised timing under-reports" in v for v in p.verdicts)
+
+
+def test_single_size_matmul_needs_no_history_request() -> None:
+    r = rec("cpu", workload="matmul", params={"sizes": "8000"}, metrics={"matmul/numpy/float64/time_s": 9.0})
+    assert needs_history(r) == []
+    assert r.history == {"matmul/numpy/float64/time_s": {8000: 9.0}}
+    r2 = rec(
+        "cpu", workload="matmul", params={"sizes": "64,128"}, metrics={"matmul/numpy/float64/time_s": 1.0}
+    )
+    assert needs_history(r2) == ["matmul/numpy/float64/time_s"]
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+
+
+def test_loader_bound_rule() -> None:
+    p = pair([rec("cpu", metrics=train(10.0, 0.1))], [rec("cuda:0", metrics=train(2.0, 1.56))])
+    assert (
+        verdicts.loader_bound(p)
+        == "cuda:0 run waited for data 78% of the time: loader-bound; try loader=tensor"
+    )
+    p = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 0.4))])
+    assert verdicts.loader_bound(p) is None
+    tensor = {"loader": "tensor"}
+    p = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 1.8), params=tensor)])
+    assert verdicts.loader_bound(p).endswith("loader-bound")
+
+
+def test_launch_bound_rule() -> None:
+    small = {"batch_size": "4"}
+    p = pair(
+        [rec("cpu", metrics=train(10.0), params=small)], [rec("cuda:0", metrics=train(8.0), params=small)]
+    )
+    assert (
+        verdicts.launch_bound(p)
+        == "batch 4: GPU launch-bound; speedup grows with batch size (try a larger batch_size)"
+    )
+    p.in_crossover = True
+    assert verdicts.launch_bound(p).endswith("(see crossover)")
+    big = {"batch_size": "512"}
+    p = pair([rec("cpu", metrics=train(10.0), params=big)], [rec("cuda:0", metrics=train(8.0), params=big)])
+    assert verdicts.launch_bound(p) is None
+    p = pair(
+        [rec("cpu", metrics=train(10.0), params=small)], [rec("cuda:0", metrics=train(1.0), params=small)]
+    )
+    assert verdicts.launch_bound(p) is None  # 10x at batch 4 is not launch-bound
+
+
+def test_gpu_slower_rule_defers_to_the_specific_reasons() -> None:
+    big = {"batch_size": "512"}
+    p = pair([rec("cpu", metrics=train(1.0), params=big)], [rec("cuda:0", metrics=train(2.0), params=big)])
+    assert verdicts.gpu_slower(p).startswith("cuda:0 slower than CPU (0.5×)")
+    small = {"batch_size": "4"}
+    p = pair(
+        [rec("cpu", metrics=train(1.0), params=small)], [rec("cuda:0", metrics=train(2.0), params=small)]
+    )
+    assert verdicts.gpu_slower(p) is None and verdicts.launch_bound(p) is not None
+
+
+def test_quality_mismatch_rule_needs_a_clear_gap_beyond_spread() -> None:
+    p = pair([rec("cpu", metrics=train(10.0, acc=0.55))], [rec("cuda:0", metrics=train(1.0, acc=0.31))])
+    assert verdicts.quality_mismatch(p) == (
+        "quality differs: eval/accuracy 0.550 on cpu vs 0.310 on cuda:0 for the same config"
+    )
+    p = pair([rec("cpu", metrics=train(10.0, acc=0.55))], [rec("cuda:0", metrics=train(1.0, acc=0.53))])
+    assert verdicts.quality_mismatch(p) is None
+    noisy = [rec("cpu", metrics=train(10.0, acc=a)) for a in (0.40, 0.55, 0.62)]
+    p = pair(noisy, [rec("cuda:0", metrics=train(1.0, acc=a)) for a in (0.45, 0.48)])
+    assert verdicts.quality_mismatch(p) is None  # ranges overlap
+    miou = pair([rec("cpu", metrics={"eval/miou": 0.4})], [rec("cuda:0", metrics={"eval/miou": 0.2})])
+    assert "eval/miou" in verdicts.quality_mismatch(miou)
+
+
+def test_synthetic_data_rule() -> None:
+    syn = {"devicebench.data": "synthetic"}
+    p = pair([rec("cpu", metrics=train(10.0), tags=syn)], [rec("cuda:0", metrics=train(1.0), tags=syn)])
+    assert verdicts.synthetic_data(p).startswith("synthetic data")
+    p = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(1.0))])
+    assert verdicts.synthetic_data(p) is None
+
+
+def test_unsynced_underreport_rule() -> None:
+    gpu_hist = {
+        "matmul/torch/float32/time_s": {8000: 0.05},
+        "matmul/torch/float32/unsynced_time_s": {8000: 0.0001},
+    }
+    cpu = [rec("cpu", workload="matmul", history={"matmul/torch/float32/time_s": {8000: 5.0}})]
+    p = pair(cpu, [rec("cuda:0", workload="matmul", history=gpu_hist)])
+    assert verdicts.unsynced_underreport(p) == (
+        "unsynchronised timing under-reports cuda:0 matmul 500× at n=8000 (float32): "
+        "it measures the kernel launch, not the product"
+    )
+    honest = {
+        "matmul/torch/float32/time_s": {8000: 0.05},
+        "matmul/torch/float32/unsynced_time_s": {8000: 0.04},
+    }
+    p = pair(cpu, [rec("cuda:0", workload="matmul", history=honest)])
+    assert verdicts.unsynced_underreport(p) is None
+
+
+def test_compute_bound_noisy_and_single_repeat_rules() -> None:
+    p = pair([rec("cpu", metrics=train(100.0))], [rec("cuda:0", metrics=train(5.0))])
+    assert verdicts.compute_bound(p) == "compute-bound: cuda:0 20× faster"
+    assert verdicts.single_repeat(p) is not None
+    cpu = [rec("cpu", metrics=train(t)) for t in (10.0, 20.0, 11.0)]
+    gpu = [rec("cuda:0", metrics=train(t)) for t in (1.0, 1.01)]
+    p = pair(cpu, gpu)
+    assert verdicts.noisy(p) == "noisy: cpu repeats spread 91% of their median; add repeats"
+    assert verdicts.single_repeat(p) is None
+
+
+def test_explain_lists_rules_in_order() -> None:
+    small = {"batch_size": "4"}
+    p = pair(
+        [rec("cpu", metrics=train(10.0), params=small)],
+        [rec("cuda:0", metrics=train(8.0, 7.0), params=small)],
+    )
+    lines = verdicts.explain(p)
+    assert lines[0].startswith("cuda:0 run waited for data 88%")
+    assert lines[1].startswith("batch 4: GPU launch-bound")
+
+
+# --------------------------------------------------------------------------------------------- regressions
+
+
+def _nightly(device: str, times: list[float], key: str = "k1") -> list[RunRecord]:
+    return [rec(device, key=key, metrics=train(t), start=1000 + i) for i, t in enumerate(times)]
+
+
+def test_planted_30_percent_regression_is_caught() -> None:
+    runs = _nightly("cuda:0", [10.0, 10.2, 9.9, 10.1, 13.0])
+    found, checked = find_regressions(runs, 0.10)
+    assert checked == 1 and len(found) == 1
+    g = found[0]
+    assert g.measure == "time/train_s" and g.change == pytest.approx(0.3, abs=0.01)
+    assert g.line().startswith(
+        "regression: cifar k1 on cuda:0 @ box: time/train_s 13 s vs baseline median 10.05 s"
+    )
+
+
+def test_three_percent_change_within_spread_is_not_a_regression() -> None:
+    runs = _nightly("cuda:0", [10.0, 10.4, 9.8, 10.3, 10.35])
+    assert find_regressions(runs, 0.10)[0] == []
+    # ...even with a threshold below the change, because it stays inside the baseline's range
+    assert find_regressions(runs, 0.01)[0] == []
+
+
+def test_regression_must_clear_the_baseline_spread_too() -> None:
+    base = Stat.of([8.0, 10.0, 12.5])
+    assert not verdicts.is_regression(11.5, base, 0.10)  # +15 % but inside a noisy baseline
+    assert verdicts.is_regression(13.0, base, 0.10)
+    assert not verdicts.is_regression(10.5, Stat.of([10.0]), 0.10)
+
+
+def test_regressions_are_per_device_and_use_suite_siblings() -> None:
+    suite = {"devicebench.suite": "nightly run-2"}
+    runs = _nightly("cpu", [10.0, 10.1, 9.9])
+    runs += [
+        rec("cpu", metrics=train(t), start=2000 + i, tags=suite) for i, t in enumerate([13.0, 9.0, 13.2])
+    ]
+    runs += _nightly("cuda:0", [1.0, 1.0, 1.0])
+    found, checked = find_regressions(runs, 0.10)
+    assert checked == 2
+    assert (
+        len(found) == 1
+        and found[0].device == "cpu"
+        and found[0].newest == 13.0
+        and len(found[0].run_ids) == 3
+    )
+
+
+def test_a_narrowed_selection_is_judged_against_earlier_runs_outside_it() -> None:
+    earlier = _nightly("cuda:0", [10.0, 10.1, 9.9])
+    suite = {"devicebench.suite": "nightly run-9"}
+    launch = [
+        rec("cuda:0", metrics=train(t), start=5000 + i, tags=suite) for i, t in enumerate([13.0, 13.1, 12.9])
+    ]
+    assert find_regressions(launch, 0.10) == ([], 0)  # alone, the launch has no baseline
+    found, checked = find_regressions(launch, 0.10, earlier + launch)
+    assert checked == 1 and len(found) == 1 and found[0].baseline.n == 3 and len(found[0].run_ids) == 3
+    later = [rec("cuda:0", metrics=train(20.0), start=9000)]  # runs after the launch are not its baseline
+    assert find_regressions(launch, 0.10, later) == ([], 0)
+
+
+def test_matmul_regressions_are_per_point() -> None:
+    def mm(t: float, start: int) -> RunRecord:
+        hist = {"matmul/torch/float32/time_s": {1024: 0.01, 2048: t}}
+        return rec("cpu", workload="matmul", history=hist, start=start)
+
+    found, _ = find_regressions([mm(0.1, 1), mm(0.1, 2), mm(0.15, 3)], 0.1)
+    assert [g.measure for g in found] == ["matmul/torch/float32/time_s@2048"]
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+def test_since_parsing() -> None:
+    now = 1_700_000_000.0
+    assert parse_since("7d", now) == int((now - 7 * 86400) * 1000)
+    assert parse_since("12h", now) == int((now - 12 * 3600) * 1000)
+    assert parse_since("30m", now) == int((now - 1800) * 1000)
+    assert parse_since("2024-05-01", now) == 1714521600000
+    assert parse_since("2024-05-01T12:00:00+02:00", now) == 1714557600000
+    for bad in ("yesterday", "7x", "", "-3d"):
+        with pytest.raises(UsageError, match=r"--since: .*7d, 12h, 30m"):
+            parse_since(bad, now)
+
+
+def test_option_parsing_errors_name_the_option() -> None:
+    assert parse_threshold("0.1") == 0.1 and parse_threshold("10%") == pytest.approx(0.1)
+    assert parse_threshold("") == 0.1
+    for bad in ("0", "-0.1", "abc", "150%", "nan"):
+        with pytest.raises(UsageError, match=r"--threshold: .*fraction"):
+            parse_threshold(bad)
+    assert parse_baseline("") == "none" and parse_baseline("Previous") == "previous"
+    with pytest.raises(UsageError, match="--baseline: unknown value 'last'; allowed: none, previous"):
+        parse_baseline("last")
+    assert parse_workloads("cifar,matmul") == ("cifar", "matmul")
+    with pytest.raises(UsageError, match="--workload: unknown workload 'resnet'"):
+        parse_workloads("resnet")
+    assert split_list(["a,b", "c", "a"]) == ("a", "b", "c")
+
+
+def test_filter_is_built_from_the_options() -> None:
+    q = Query(experiments=("e",), workloads=("cifar",), filter="params.batch_size = '4'")
+    assert build_filter(q) == "tags.`devicebench.workload` = 'cifar' and params.batch_size = '4'"
+    assert build_filter(Query(experiments=("e",), workloads=("cifar", "unet"))) == ""  # several: client side
+
+
+def test_search_is_partitioned_by_workload_without_losing_any() -> None:
+    assert partitions(Query(experiments=("e",), workloads=("cifar",))) == [None]
+    assert partitions(Query(experiments=("e",), workloads=("cifar", "unet"))) == [
+        "tags.`devicebench.workload` = 'cifar'",
+        "tags.`devicebench.workload` = 'unet'",
+    ]
+    clauses = partitions(Query(experiments=("e",)))
+    assert len(clauses) == 4
+    assert clauses[-1] == (
+        "tags.`devicebench.workload` != 'matmul' and tags.`devicebench.workload` != 'cifar' and "
+        "tags.`devicebench.workload` != 'unet' and tags.`devicebench.workload` != 'report' and "
+        "tags.`devicebench.workload` != 'suite'"
+    )
+
+
+def test_compared_ids_tag_fits_mlflow_limit() -> None:
+    ids = [f"{i:032x}" for i in range(10)]
+    assert compared_ids_tag(ids) == (",".join(ids), False)
+    many = [f"{i:032x}" for i in range(1000)]
+    tag, truncated = compared_ids_tag(many)
+    assert truncated and len(tag) <= 8000 and tag.endswith("see compared_runs.json)")
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def test_report_files_from_plain_data(tmp_path: Path) -> None:
+    runs = []
+    for width, batch in itertools.product((1, 2), (4, 128)):
+        p = {"width": str(width), "batch_size": str(batch)}
+        key = f"w{width}b{batch}"
+        runs += [rec("cpu", key=key, params=p, metrics=train(10.0 * width, acc=0.5)) for _ in range(2)]
+        runs += [rec("cuda:0", key=key, params=p, metrics=train(8.0 / batch, acc=0.5)) for _ in range(2)]
+    runs.append(rec("cpu", key="lonely", metrics=train(3.0)))
+    runs.append(rec("cuda:0", status="FAILED", tags={"devicebench.error": "CUDA out of memory"}))
+    comp = compare(runs, baseline="previous")
+    assert (
+        len(comp.grids) == 1
+        and comp.grids[0].widths == [1.0, 2.0]
+        and comp.grids[0].batch_sizes == [4.0, 128.0]
+    )
+    files = write_report(comp, tmp_path, {"experiments": "e"})
+    names = {f.name for f in files}
+    assert {
+        "report.md",
+        "report.html",
+        "runs.csv",
+        "speedup_by_workload.png",
+        "crossover_1_cifar.png",
+    } <= names
+    md = (tmp_path / "report.md").read_text()
+    assert "Runs without a partner device" in md and "lonely" in md
+    assert "CUDA out of memory" in md
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and "<img" in html and "src='crossover" not in html
+    assert (tmp_path / "runs.csv").read_text().count("\n") == len(runs) + 1
+
+
+def test_report_never_imports_torch() -> None:
+    code = (
+        "import sys\n"
+        "import devicebench.report, devicebench.report.query, devicebench.report.compare\n"
+        "import devicebench.report.verdicts, devicebench.report.render, devicebench.report.cli\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,0 +1,219 @@
+"""The compare report against a real `mlflow server` (SQLite): paging, filters, errors, exit codes, the
+report run, and an end-to-end CPU matmul read into a report. Runs are logged with the schema's tags by
+the benchmark's own writer (the same one that fills the 2,000-run store), or by the real workload."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from devicebench.errors import UsageError
+from devicebench.report import cli as report_cli
+from devicebench.report.compare import compare
+from devicebench.report.query import Query, read_runs, search_pages
+from servers import devicebench_env, run_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_compare import Spec, log_runs, specs_for
+
+DAY_MS = 86_400_000
+
+
+@pytest.fixture
+def store(mlflow_server, experiment_name: str):
+    client = MlflowClient(mlflow_server.url)
+    exp_id = client.create_experiment(experiment_name)
+    return client, exp_id
+
+
+@pytest.fixture
+def env(mlflow_server, experiment_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Settings for in-process `report.cli.run`, restored afterwards (MLflow's HTTP knobs included)."""
+    for k in [k for k in os.environ if k.startswith(("MLFLOW_", "DEVICEBENCH_"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.url)
+    monkeypatch.setenv("DEVICEBENCH_EXPERIMENT", experiment_name)
+    monkeypatch.setenv("DEVICEBENCH_DOTENV", "none")
+    monkeypatch.setenv("DEVICEBENCH_SPOOL_DIR", str(tmp_path / "spool"))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    monkeypatch.setenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    return tmp_path
+
+
+def compare_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    report_cli.add_arguments(parser)
+    return report_cli.run(parser.parse_args(list(argv)))
+
+
+def timed(t: float, start: int, device: str = "cuda:0", **kw: object) -> Spec:
+    spec = specs_for("cifar", [device], batch=128, start=start)[0]
+    spec.metrics["time/train_s"] = t
+    spec.metrics["time/data_wait_s"] = 0.0
+    spec.suite = ""  # one run a night, no plan siblings
+    for k, v in kw.items():
+        setattr(spec, k, v)
+    return spec
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def test_pages_past_the_first_page_and_fetches_matmul_history(store, experiment_name: str) -> None:
+    client, exp_id = store
+    specs = specs_for("cifar", ["cpu", "cuda:0"] * 3) + specs_for("matmul", ["cpu", "cuda:0"])
+    custom, report = specs_for("unet", ["cpu", "cpu"])
+    custom.workload, report.workload = "custom", "report"  # a future workload is read; reports are not
+    log_runs(client, exp_id, [*specs, custom, report])
+    query = Query(experiments=(experiment_name,), page_size=3)
+    pages = list(search_pages(client, [exp_id], query))
+    assert len(pages) == 4 and sum(map(len, pages)) == 9  # 10 runs in 3-run pages; the report run dropped
+    sel = read_runs(client, query)  # one stream per workload, concurrently
+    assert len(sel.runs) == 9 and len({r.run_id for r in sel.runs}) == 9
+    assert [r.start_time for r in sel.runs] == sorted((r.start_time for r in sel.runs), reverse=True)
+    assert {r.workload for r in sel.runs} == {"cifar", "matmul", "custom"}
+    assert sel.history_calls == 4 + 6  # cpu: 4 time keys; cuda: 4 + 2 unsynchronised
+    mm = next(r for r in sel.runs if r.workload == "matmul" and r.device == "cuda:0")
+    assert sorted(mm.history["matmul/torch/float32/time_s"]) == [1024, 2048, 4096]
+    comp = compare(sel.runs)
+    pair = next(p for p in comp.pairs if p.workload == "matmul")
+    assert set(pair.matmul) >= {("torch", "float32", 4096), ("numpy", "float64", 1024)}
+    assert any("unsynchronised timing under-reports" in v for v in pair.verdicts)
+
+
+def test_embedded_sqlite_store_reads_with_the_same_code(tmp_path: Path) -> None:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp_id = client.create_experiment("embedded", artifact_location=str(tmp_path / "artifacts"))
+    log_runs(client, exp_id, specs_for("matmul", ["cpu"]) + specs_for("cifar", ["cpu", "cuda:0"]), workers=1)
+    sel = read_runs(client, Query(experiments=("embedded",), page_size=2))
+    assert len(sel.runs) == 3 and sel.history_calls == 4
+    assert len(compare(sel.runs).pairs) == 1
+
+
+def test_since_host_and_filter_select_runs(store, experiment_name: str) -> None:
+    client, exp_id = store
+    now = int(time.time() * 1000)
+    other_host = {"host.hostname": "far", "host.gpu_name": "NVIDIA H100 80GB", "host.cpu_model": "Xeon"}
+    log_runs(
+        client,
+        exp_id,
+        [timed(1.0, now - 10 * DAY_MS), timed(1.0, now - DAY_MS), timed(1.0, now - DAY_MS, host=other_host)],
+    )
+    base = Query(experiments=(experiment_name,))
+    assert len(read_runs(client, base).runs) == 3
+    assert len(read_runs(client, Query(experiments=(experiment_name,), since="7d")).runs) == 2
+    assert len(read_runs(client, Query(experiments=(experiment_name,), host="h100")).runs) == 1
+    assert len(read_runs(client, Query(experiments=(experiment_name,), host="far")).runs) == 1
+    flt = Query(experiments=(experiment_name,), filter="tags.`devicebench.host.hostname` = 'far'")
+    assert len(read_runs(client, flt).runs) == 1
+
+
+def test_empty_unknown_and_bad_selections_are_usage_errors(store, experiment_name: str) -> None:
+    client, _ = store
+    with pytest.raises(UsageError, match=r"^--experiment: no runs match \(experiment t-"):
+        read_runs(client, Query(experiments=(experiment_name,)))
+    with pytest.raises(UsageError, match=r"^--experiment: unknown experiment 'no-such-experiment'"):
+        read_runs(client, Query(experiments=("no-such-experiment",)))
+    with pytest.raises(UsageError, match=r"^--filter: MLflow rejected the filter"):
+        read_runs(client, Query(experiments=(experiment_name,), filter="params.batch_size ~~ 4"))
+
+
+# --------------------------------------------------------------------------------------------- the command
+
+
+def test_compare_writes_files_and_logs_the_report_run(store, env: Path, experiment_name: str, capsys) -> None:
+    client, exp_id = store
+    ids = log_runs(client, exp_id, specs_for("cifar", ["cpu", "cuda:0", "cpu", "cuda:0"], batch=4))
+    out = env / "report"
+    assert compare_cli("--out", str(out), "--workload", "", "--since", "", "--filter", "", "--host", "") == 0
+    stdout = capsys.readouterr().out
+    assert "batch 4: GPU launch-bound" in stdout and "report run:" in stdout
+    for name in ("report.md", "report.html", "runs.csv", "speedup_by_workload.png"):
+        assert (out / name).stat().st_size > 0, name
+    reports = client.search_runs([exp_id], "tags.`devicebench.workload` = 'report'")
+    assert len(reports) == 1
+    run = reports[0]
+    assert run.info.status == "FINISHED"
+    assert sorted(run.data.tags["devicebench.report.runs"].split(",")) == sorted(ids)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"report.md", "report.html", "runs.csv", "speedup_by_workload.png"} <= artifacts
+    # the report run itself is never compared by the next report
+    assert compare_cli("--out", str(env / "again"), "--no-log") == 0
+    assert "4 runs" in capsys.readouterr().out
+
+
+def test_regression_mode_exit_codes(store, env: Path, capsys) -> None:
+    client, exp_id = store
+    now = int(time.time() * 1000)
+    nights = [timed(t, now - (10 - i) * DAY_MS) for i, t in enumerate([10.0, 10.2, 9.9, 10.1])]
+    log_runs(client, exp_id, nights)
+    log_runs(client, exp_id, [timed(10.3, now - DAY_MS)])  # +3 %: noise
+    assert compare_cli("--baseline", "previous", "--no-log", "--out", str(env / "a")) == 0
+    assert "no regression beyond 10%" in capsys.readouterr().out
+    log_runs(client, exp_id, [timed(13.2, now)])  # +30 %: a regression
+    assert (
+        compare_cli("--baseline", "previous", "--threshold", "10%", "--no-log", "--out", str(env / "b")) == 1
+    )
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("regression:")]
+    assert len(lines) == 1 and "time/train_s 13.2 s" in lines[0] and "+31%" in lines[0]
+    assert compare_cli("--baseline", "none", "--no-log", "--out", str(env / "c")) == 0
+    # as a suite launches it: --filter narrows to the newest launch; the baseline still comes from before
+    suite = [timed(13.4, now + 1000, suite="nightly run-9")]
+    log_runs(client, exp_id, suite)
+    narrowed = [
+        "--filter",
+        "tags.`devicebench.suite` = 'nightly run-9'",
+        "--baseline",
+        "previous",
+        "--no-log",
+    ]
+    assert compare_cli(*narrowed, "--out", str(env / "d")) == 1
+    assert "regression: cifar" in capsys.readouterr().out
+
+
+def test_usage_errors_from_the_command(store, env: Path) -> None:
+    with pytest.raises(UsageError, match=r"^--experiment: no runs match"):
+        compare_cli("--no-log", "--out", str(env / "x"))
+    with pytest.raises(UsageError, match=r"^--since: 'last tuesday' is not a time window"):
+        compare_cli("--since", "last tuesday", "--no-log")
+    with pytest.raises(UsageError, match=r"^--threshold: "):
+        compare_cli("--threshold", "ten", "--no-log")
+    with pytest.raises(UsageError, match=r"^--experiment: unknown experiment 'a'"):
+        compare_cli("--experiment", "a,b", "--no-log")
+
+
+# --------------------------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_cpu_matmul_read_into_a_report(mlflow_server, experiment_name: str, tmp_path: Path) -> None:
+    """The real workload through the real CLI, then `devicebench compare` (exit codes as users see them)."""
+    env = devicebench_env(
+        mlflow_server.url,
+        DEVICEBENCH_EXPERIMENT=experiment_name,
+        DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"),
+        MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT="true",
+    )
+    for _ in range(2):
+        r = run_cli(["matmul", "--device", "cpu", "--sizes", "64,128", "--repeats", "2"], env, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    out = tmp_path / "rep"
+    # the flags exactly as MLproject's compare entry point passes them: empty strings mean "not set"
+    mlproject = ["--workload", "", "--since", "", "--filter", "", "--host", "", "--baseline", "none"]
+    args = ["compare", "--experiment", "", *mlproject, "--threshold", "0.1", "--out", str(out)]
+    r = run_cli(args, env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "configs without a partner device" in r.stdout and "no partner: matmul" in r.stdout
+    md = (out / "report.md").read_text()
+    assert "Matrix multiply" in md and "| numpy | float64 | 128 |" in md
+    assert (out / "matmul_gflops.png").stat().st_size > 0
+    r = run_cli(["compare", "--experiment", "nope", "--no-log"], env, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert r.stderr.startswith("devicebench: error: --experiment: unknown experiment 'nope'")
