@@ -95,8 +95,12 @@ class MlflowServer:
             raise
         return self
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """Stop the whole process group (uvicorn workers and job consumers included)."""
+    def stop(self, timeout_s: float = 3.0) -> None:
+        """Stop the whole process group (uvicorn workers and job consumers included).
+
+        `mlflow server` does not always exit on SIGTERM here, so after a short grace it is killed: the
+        stores it leaves (SQLite, PostgreSQL) are transactional and restart cleanly.
+        """
         if self.proc is None or self.proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,47 @@
+"""`mlflow run . -e compare`: the report is itself a run whose artifacts open in the MLflow UI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
+
+
+def test_mlflow_run_compare_logs_a_report_run(
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
+) -> None:
+    env = devicebench_env(
+        mlflow_server.url,
+        DEVICEBENCH_EXPERIMENT=experiment_name,
+        DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"),
+    )
+    for _ in range(2):
+        proc = run_cli(
+            ["matmul", "--sizes", "64,128", "--repeats", "2", "--backends", "numpy"], env, cwd=tmp_path
+        )
+        assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "report"
+    proc = run_mlflow_project(
+        "compare", {"experiment": experiment_name, "out": str(out)}, env, experiment=experiment_name
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for name in ("report.md", "report.html", "runs.csv"):
+        assert (out / name).is_file(), name
+    reports = [
+        r
+        for r in runs_of(mlflow_server.url, experiment_name)
+        if r.data.tags.get("devicebench.workload") == "report"
+    ]
+    assert len(reports) == 1
+    report = reports[0]
+    assert report.info.status == "FINISHED"
+    matmul_ids = {
+        r.info.run_id
+        for r in runs_of(mlflow_server.url, experiment_name)
+        if r.data.tags.get("devicebench.workload") == "matmul"
+    }
+    assert set(report.data.tags["devicebench.report.runs"].split(",")) == matmul_ids
+    artifacts = {a.path for a in MlflowClient(mlflow_server.url).list_artifacts(report.info.run_id)}
+    assert {"report.md", "report.html", "runs.csv"} <= artifacts
