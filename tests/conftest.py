@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from servers import MlflowServer, pg_available, pg_database
 
 ROOT = Path(__file__).resolve().parents[1]

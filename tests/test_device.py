@@ -71,7 +71,7 @@ def oci_server() -> Iterator[str]:
     """A metadata service on 127.0.0.1 that, like OCI's v2, wants `Authorization: Bearer Oracle`."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             if self.headers.get("Authorization") != "Bearer Oracle" or self.path != "/opc/v2/instance/":
                 self.send_response(401)
                 self.end_headers()
@@ -103,7 +103,16 @@ def test_oci_metadata_gives_shape_region_and_domain(oci_server: str) -> None:
 
 def test_fingerprint_carries_host_facts_and_oci_tags(oci_server: str) -> None:
     fp = host_fingerprint(torch.device("cpu"), oci_server, 2.0)
-    for key in ("hostname", "cpu_model", "cpu_count", "torch_threads", "gpu_count", "gpu_name", "cuda", "torch"):
+    for key in (
+        "hostname",
+        "cpu_model",
+        "cpu_count",
+        "torch_threads",
+        "gpu_count",
+        "gpu_name",
+        "cuda",
+        "torch",
+    ):
         assert fp[key], key
     assert fp["torch"] == torch.__version__
     assert fp["oci.shape"] == "VM.GPU.A10.1"

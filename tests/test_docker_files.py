@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from servers import VENV_BIN
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from servers import VENV_BIN, MlflowServer, devicebench_env, pg_available, pg_database
 
 ROOT = Path(__file__).resolve().parents[1]

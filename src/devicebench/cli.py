@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from devicebench.errors import Interrupted, SpooledError, UsageError
+from devicebench.errors import Interrupted, OutOfMemory, SpooledError, UsageError
 
 PROG = "devicebench"
 
@@ -91,7 +91,13 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         )
         tracker.log_dict(host, "host.json")
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
-        module.run(cfg, ctx, tracker)
+        try:
+            module.run(cfg, ctx, tracker)
+        except Exception as e:  # out of memory: one line naming the parameters to lower, exit 2, run FAILED
+            oom = OutOfMemory.from_exception(e, getattr(module, "MEMORY_PARAMS", ()))
+            if oom is None:
+                raise
+            raise oom from None
         tracker.log_metrics({"time/total_s": time.perf_counter() - started})
         print(
             f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {settings.tracking_uri}",

@@ -6,6 +6,9 @@ mistyped a parameter needs the parameter's name and what is allowed, not our cal
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Sequence
+
 
 class UsageError(Exception):
     """Bad input from the user (a parameter, a plan, a setting): exit 2."""
@@ -29,6 +32,36 @@ class StoreUnavailable(UsageError):
     """The tracking store does not answer (or refuses our credentials): nothing is run."""
 
 
+class OutOfMemory(UsageError):
+    """The work did not fit in host or device memory: exit 2, run FAILED, and the line names what to lower.
+
+    An allocation failure is a property of the parameters on this machine, not a bug: the user needs to
+    know which knob makes the run fit, not which line of the workload happened to allocate.
+    """
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, params: Sequence[str]) -> OutOfMemory | None:
+        """An OutOfMemory for `exc` when it is an allocation failure (NumPy, torch CPU, CUDA, MPS), else None.
+
+        Matched by type and message rather than by importing torch: `torch.OutOfMemoryError` (CUDA),
+        torch's CPU allocator (`RuntimeError: ... can't allocate memory`) and NumPy (`MemoryError`).
+        """
+        text = " ".join(str(exc).split())
+        if isinstance(exc, MemoryError):
+            where = "host"
+        elif type(exc).__name__ == "OutOfMemoryError":
+            where = "GPU" if "CUDA" in text or "GPU" in text else "device"
+        elif isinstance(exc, RuntimeError) and "can't allocate memory" in text:
+            where = "host"
+        elif isinstance(exc, RuntimeError) and "out of memory" in text.lower():
+            where = "device"
+        else:
+            return None
+        lower = ", ".join(f"--{p}" for p in params) if params else "the workload's size parameters"
+        detail = text[:300] if text else type(exc).__name__
+        return cls(f"out of {where} memory ({detail}); lower {lower}")
+
+
 class SpooledError(Exception):
     """The run finished but the store went away: results are safe in the local spool, exit 3."""
 
@@ -41,4 +74,12 @@ class Interrupted(Exception):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.exit_code = 128 + signum
-        super().__init__(f"interrupted by signal {signum}")
+        super().__init__(f"interrupted by {signal_name(signum)} (signal {signum})")
+
+
+def signal_name(signum: int) -> str:
+    """`SIGTERM` for 15: the KILLED run's error tag says which signal, in the words `kill -l` uses."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -36,6 +36,7 @@ from devicebench.settings import Settings
 TAG_PREFIX = "devicebench."
 MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
 MAX_TAG_VALUE = 8000
+SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (measured 2-15 s here)
 
 
 class Tracker(Protocol):
@@ -169,6 +170,10 @@ def check_store(settings: Settings) -> None:
     uri = settings.tracking_uri
     if uri.startswith(("http://", "https://")):
         _check_http_store(uri, max(settings.store_timeout_s, 0.5))
+    elif uri.startswith("sqlite:"):
+        # A local file cannot be unreachable, but MLflow creates and migrates a fresh one inside this
+        # probe, which takes seconds on a busy machine: the network timeout must not fail that.
+        _check_other_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
     else:
         _check_other_store(uri, max(settings.store_timeout_s, 0.5))
 
@@ -310,8 +315,8 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
             )
         elif kind == "model":
             _log_saved_model(run_id, journal_dir / op["path"], op["name"])
-        elif kind == "end":
-            client.set_terminated(run_id, op["status"])
+        elif kind == "end":  # the time the run ended, not the time a later `devicebench sync` replayed it
+            client.set_terminated(run_id, op["status"], end_time=op.get("ts"))
     flush_metrics()
 
 
@@ -504,7 +509,7 @@ class MlflowTracker:
                 self._system_monitor.finish()
         if error:
             self.set_tags({"devicebench.error": error})
-        self._enqueue({"op": "end", "status": status})
+        self._enqueue({"op": "end", "status": status, "ts": int(time.time() * 1000)})
         self._deadline = time.monotonic() + self.settings.final_flush_s
         delivered = self.drain(self.settings.final_flush_s)
         with self._cond:
@@ -548,12 +553,22 @@ def _portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
 # --------------------------------------------------------------------------------------------- runs
 
 
+_FINISHING = threading.Event()
+
+
 def _install_signal_handlers() -> None:
-    """SIGTERM (a scheduler stopping us) raises in the main thread so the run can end KILLED."""
+    """SIGTERM (a scheduler stopping us) raises in the main thread so the run can end KILLED.
+
+    A SIGTERM that arrives while the run is already ending is not raised again: the scheduler's grace
+    period is best spent flushing the journal, and raising in the middle of `close()` would leave the
+    run RUNNING with its last operations unsent. Ctrl-C stays Python's KeyboardInterrupt, which
+    `run_context` ends KILLED too.
+    """
     import signal
 
     def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signum)
+        if not _FINISHING.is_set():
+            raise Interrupted(signum)
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
@@ -572,6 +587,7 @@ def run_context(
 
     The store is checked before anything else, so an unreachable server costs seconds, not a training run.
     """
+    _install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
     configure_mlflow_client(settings)
     check_store(settings)
     from mlflow.tracking import MlflowClient
@@ -582,38 +598,63 @@ def run_context(
     if parent_run_id:
         start_tags["mlflow.parentRunId"] = parent_run_id
     run_id = os.environ.get("MLFLOW_RUN_ID")
-    if run_id:
-        client.set_tag(run_id, f"{TAG_PREFIX}workload", workload)
-    else:
-        experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or ensure_experiment(settings)
-        with contextlib.redirect_stderr(sys.stderr):
-            all_tags = resolve_tags(start_tags)
-        run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
-    tracker = MlflowTracker(settings, run_id)
-    tracker.set_tags(start_tags)
-    tracker.log_params(params)
-    _install_signal_handlers()
     try:
+        if run_id:
+            client.set_tag(run_id, f"{TAG_PREFIX}workload", workload)
+        else:
+            experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or ensure_experiment(settings)
+            with contextlib.redirect_stderr(sys.stderr):
+                all_tags = resolve_tags(start_tags)
+            run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+    except Exception as e:
+        hint = _sqlite_busy_hint(settings.tracking_uri, one_line(e))
+        if hint:
+            raise StoreUnavailable(hint) from None
+        raise
+    tracker = MlflowTracker(settings, run_id)
+    try:
+        tracker.set_tags(start_tags)
+        tracker.log_params(params)
         yield tracker
     except Interrupted as e:
-        _finish(tracker, "KILLED", f"interrupted by signal {e.signum}")
+        _finish(tracker, "KILLED", str(e))
         raise
     except KeyboardInterrupt:
-        _finish(tracker, "KILLED", "interrupted by Ctrl-C")
+        _finish(tracker, "KILLED", "interrupted by Ctrl-C (SIGINT)")
         raise
     except BaseException as e:
         _finish(tracker, "FAILED", one_line(e))
         raise
     else:
         if not _finish(tracker, "FINISHED", None):
+            why = _sqlite_busy_hint(settings.tracking_uri, tracker.last_error or "")
+            why = why or f"tracking store {settings.tracking_uri} unreachable"
             raise SpooledError(
-                f"tracking store {settings.tracking_uri} unreachable at the end of run {run_id}: "
+                f"{why} at the end of run {run_id}: "
                 f"results spooled to {tracker.journal.dir}; replay with `devicebench sync`"
             )
 
 
+def _sqlite_busy_hint(uri: str, error: str) -> str | None:
+    """For a locked embedded SQLite store, a sentence that says what to use instead; None otherwise.
+
+    SQLite takes one writer at a time; a handful of parallel runs usually get through, more do not, and
+    the fix is a tracking server, not a retry.
+    """
+    if not uri.startswith("sqlite:") or "locked" not in error.lower():
+        return None
+    return (
+        f"the embedded SQLite store {uri} is locked by concurrent writers ({error[:200]}); "
+        "for parallel runs use a tracking server (make server, or docker compose with PostgreSQL)"
+    )
+
+
 def _finish(tracker: MlflowTracker, status: str, error: str | None) -> bool:
-    delivered = tracker.close(status, error)
+    _FINISHING.set()
+    try:
+        delivered = tracker.close(status, error)
+    finally:
+        _FINISHING.clear()
     if not delivered and status != "FINISHED":
         print(
             f"devicebench: store unreachable, run {tracker.run_id} spooled to {tracker.journal.dir}",

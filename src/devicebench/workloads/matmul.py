@@ -20,6 +20,7 @@ from devicebench.tracking import Tracker
 from devicebench.workloads import Context
 
 DATA = "random"
+MEMORY_PARAMS = ("sizes",)  # what to lower when a run does not fit in memory (the CLI names them)
 NUMPY_DTYPES = ("float64", "float32")
 ERROR_ROWS = 32
 

@@ -1,0 +1,93 @@
+"""Many `devicebench` commands from one interpreter that imported the CLI once: a fork per command.
+
+A fresh `devicebench` process spends 3-6 s of CPU importing torch, torchvision and MLflow before it can
+refuse a typo; the bad-input table has dozens of rows. Here the imports happen once, and each command runs
+in its own forked process with its own environment, working directory, stdout and stderr files and exit
+code, through the same `devicebench.cli.main` the console script calls. What a fork cannot show (warnings
+printed while importing) is covered by the tests that start the real console script.
+
+Protocol, one JSON object a line on stdin: {"args": [...], "env": {...}, "cwd": "...", "out": "DIR"}.
+The child writes DIR/stdout, DIR/stderr and, last, DIR/rc (atomically); the parent answers nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+
+def preload() -> None:
+    """Everything a command may import, so a forked child starts warm (absent modules are skipped)."""
+    for name in (
+        "devicebench.cli",
+        "devicebench.config",
+        "devicebench.device",
+        "devicebench.settings",
+        "devicebench.tracking",
+        "devicebench.suite",
+        "devicebench.workloads.matmul",
+        "devicebench.workloads.cifar",
+        "devicebench.workloads.unet",
+        "devicebench.report.cli",
+        "mlflow",
+        "mlflow.tracking",
+        "mlflow.store.tracking.sqlalchemy_store",
+        "matplotlib.pyplot",
+    ):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def child(request: dict) -> None:
+    """In the forked process: become the command, then exit with its code (never return)."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the parent ignores it; commands may wait on children
+        out = Path(request["out"])
+        out.mkdir(parents=True, exist_ok=True)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            target = os.open(out / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        from devicebench.cli import main
+
+        try:
+            code = main(request["args"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()  # what the interpreter would print for an uncaught exception
+            code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            tmp = Path(request["out"]) / "rc.tmp"
+            tmp.write_text(str(code))
+            tmp.replace(Path(request["out"]) / "rc")
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def main() -> None:
+    preload()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        if os.fork() == 0:
+            child(request)
+
+
+if __name__ == "__main__":
+    main()
