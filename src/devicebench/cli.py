@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from devicebench.errors import Interrupted, OutOfMemory, SpooledError, UsageError
+from devicebench.settings import redact_uri
 
 PROG = "devicebench"
 
@@ -35,15 +36,13 @@ def _fail(message: str, code: int) -> int:
 # --------------------------------------------------------------------------------------------- workloads
 
 
-def _add_workload(sub: argparse._SubParsersAction, name: str) -> None:
+def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None:
     from devicebench.config import add_config_arguments
     from devicebench.workloads import load
 
     module = load(name)
     doc = (module.__doc__ or "").strip()
-    p = sub.add_parser(
-        name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = sub.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(p, module.Config)
     p.set_defaults(handler=lambda args: run_workload(name, args))
 
@@ -100,7 +99,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
             raise oom from None
         tracker.log_metrics({"time/total_s": time.perf_counter() - started})
         print(
-            f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {settings.tracking_uri}",
+            f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {redact_uri(settings.tracking_uri)}",
             file=sys.stderr,
         )
     return 0
@@ -126,34 +125,44 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:
     """Commands whose arguments live with their code (`report.cli`, `suite`): add_arguments + run."""
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name != module_name:
-            raise
-        return
+    module = importlib.import_module(module_name)
     p = sub.add_parser(name, help=help, description=(module.__doc__ or "").strip())
     module.add_arguments(p)
     p.set_defaults(handler=module.run)
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMANDS: dict[str, str] = {
+    "matmul": "NumPy on the CPU vs torch on any device: GFLOP/s per matrix size and dtype",
+    "cifar": "the PyTorch CIFAR-10 tutorial network, measured on any device",
+    "unet": "a UNet on a 300/100 sample of Pascal VOC 2012, measured on any device",
+    "compare": "compare CPU and GPU runs side by side: speedups, why, regressions",
+    "suite": "run an experiment plan (experiments/*.yaml), then its report",
+    "sync": "replay runs spooled while the tracking store was unreachable",
+}
+WORKLOAD_COMMANDS = ("matmul", "cifar", "unet")
+
+
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with full arguments only for the selected command.
+
+    Building a workload's arguments imports torch (seconds); `compare` and `sync` must not pay that.
+    """
     parser = OneLineParser(
         prog=PROG,
         description="How much faster is this PyTorch workload on the GPU than on the CPU? Runs are tracked in MLflow.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    from devicebench.workloads import WORKLOADS
-
-    for name in WORKLOADS:
-        try:
-            _add_workload(sub, name)
-        except ModuleNotFoundError as e:
-            if e.name != f"devicebench.workloads.{name}":
-                raise
-    _add_module_command(sub, "compare", "devicebench.report.cli", "compare CPU and GPU runs side by side")
-    _add_module_command(sub, "suite", "devicebench.suite", "run an experiment plan (experiments/*.yaml)")
-    _add_sync(sub)
+    for name, help in COMMANDS.items():
+        if name != selected:
+            sub.add_parser(name, help=help, add_help=False)
+        elif name in WORKLOAD_COMMANDS:
+            _add_workload(sub, name, help)
+        elif name == "compare":
+            _add_module_command(sub, name, "devicebench.report.cli", help)
+        elif name == "suite":
+            _add_module_command(sub, name, "devicebench.suite", help)
+        else:
+            _add_sync(sub)
     return parser
 
 
@@ -164,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
-        parser = build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
         args = parser.parse_args(argv)
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
         if handler is None:

@@ -8,6 +8,7 @@ is a setting, not a parameter: parameters describe the *work* and are logged; se
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,20 @@ class Settings:
     flush_interval_s: float
     final_flush_s: float
     tracking_uri_from_env: bool
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any password replaced by `***`: what messages and tags may show."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+    except ValueError:
+        return uri
+    if not parts.password:
+        return uri
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:

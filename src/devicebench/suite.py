@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from devicebench.errors import UsageError
+from devicebench.settings import redact_uri
 
 PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "runs", "report"}
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
@@ -245,6 +246,29 @@ def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: Pla
     return env
 
 
+def _run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run one plan item; when the suite itself is stopped, stop the child the same way and wait for it,
+    so its run ends KILLED with its metrics flushed instead of being left RUNNING by a SIGKILL."""
+    import signal
+
+    from devicebench.errors import Interrupted
+
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            _, stderr = proc.communicate()
+        except (Interrupted, KeyboardInterrupt) as e:
+            proc.send_signal(e.signum if isinstance(e, Interrupted) else signal.SIGINT)
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, None, stderr)
+
+
 def _fmt_s(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
@@ -281,7 +305,7 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
         durations: list[float] = []
         total = len(plan.runs)
         print(
-            f"suite {plan.name}: {total} runs -> {settings.tracking_uri} (parent run {parent.run_id})",
+            f"suite {plan.name}: {total} runs -> {redact_uri(settings.tracking_uri)} (parent run {parent.run_id})",
             flush=True,
         )
         for item in plan.runs:
@@ -298,13 +322,7 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
                 skipped.append(item)
                 continue
             t0 = time.monotonic()
-            proc = subprocess.run(
-                item.argv(),
-                env=_child_env(parent.run_id, experiment_id, suite_tag, item),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            proc = _run_child(item.argv(), _child_env(parent.run_id, experiment_id, suite_tag, item))
             took = time.monotonic() - t0
             durations.append(took)
             left = sum(durations) / len(durations) * (total - item.index)
@@ -340,9 +358,11 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     for item in skipped:
         print(f"  skipped: {item.label}")
     if settings.tracking_uri.startswith("sqlite:"):
-        print(f"open the MLflow UI on these runs: mlflow ui --backend-store-uri {settings.tracking_uri}")
+        print(
+            f"open the MLflow UI on these runs: mlflow ui --backend-store-uri {redact_uri(settings.tracking_uri)}"
+        )
     else:
-        print(f"open the MLflow UI: {settings.tracking_uri}")
+        print(f"open the MLflow UI: {redact_uri(settings.tracking_uri)}")
     return 1 if failed or report_code else 0
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable, UsageError
-from devicebench.settings import Settings
+from devicebench.settings import Settings, redact_uri
 
 TAG_PREFIX = "devicebench."
 MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
@@ -132,14 +132,16 @@ def _check_http_store(uri: str, timeout_s: float) -> None:
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
             raise StoreUnavailable(
-                f"tracking server {uri} refused the credentials (HTTP {e.code}); "
+                f"tracking server {redact_uri(uri)} refused the credentials (HTTP {e.code}); "
                 "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (e.g. in .env)"
             ) from None
-        raise StoreUnavailable(f"tracking server {uri} answered HTTP {e.code} to a test request") from None
+        raise StoreUnavailable(
+            f"tracking server {redact_uri(uri)} answered HTTP {e.code} to a test request"
+        ) from None
     except (OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         raise StoreUnavailable(
-            f"tracking store {uri} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
+            f"tracking store {redact_uri(uri)} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
         ) from None
 
 
@@ -160,9 +162,9 @@ def _check_other_store(uri: str, timeout_s: float) -> None:
     t.start()
     t.join(timeout_s)
     if not outcome:
-        raise StoreUnavailable(f"tracking store {uri} did not answer within {timeout_s:.0f} s")
+        raise StoreUnavailable(f"tracking store {redact_uri(uri)} did not answer within {timeout_s:.0f} s")
     if outcome[0] is not None:
-        raise StoreUnavailable(f"tracking store {uri} is not usable: {one_line(outcome[0])}")
+        raise StoreUnavailable(f"tracking store {redact_uri(uri)} is not usable: {one_line(outcome[0])}")
 
 
 def check_store(settings: Settings) -> None:
@@ -232,6 +234,7 @@ class Journal:
         self.dir = root / run_id
         self.files = self.dir / "files"
         self.files.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o700)  # run.json holds the tracking URI, credentials included where it has them
         meta = self.dir / "run.json"
         if not meta.exists():
             meta.write_text(json.dumps({"run_id": run_id, "tracking_uri": tracking_uri}))
@@ -340,8 +343,8 @@ def _log_saved_model(run_id: str, path: Path, name: str) -> None:
 
     model = mlflow.pytorch.load_model(str(path))
     info = mlflow.models.Model.load(str(path))
-    with mlflow.start_run(run_id=run_id):
-        mlflow.pytorch.log_model(model, name=name, signature=info.signature, serialization_format="pickle")
+    with mlflow.start_run(run_id=run_id), _quiet_mlflow():
+        mlflow.pytorch.log_model(model, name=name, signature=info.signature, **_model_options())
 
 
 # --------------------------------------------------------------------------------------------- tracker
@@ -432,13 +435,13 @@ class MlflowTracker:
                 import mlflow
                 import mlflow.pytorch
 
-                with mlflow.start_run(run_id=self.run_id):
+                with mlflow.start_run(run_id=self.run_id), _quiet_mlflow():
                     mlflow.pytorch.log_model(
                         model,
                         name=name,
                         signature=signature,
                         input_example=example,
-                        serialization_format="pickle",
+                        **_model_options(),
                     )
                 return
             except Exception as e:  # the store went away between drain and upload: spool it
@@ -447,7 +450,8 @@ class MlflowTracker:
 
         path = self._stage(f"models/{name}")
         shutil.rmtree(path, ignore_errors=True)
-        mlflow.pytorch.save_model(model, str(path), signature=signature, serialization_format="pickle")
+        with _quiet_mlflow():
+            mlflow.pytorch.save_model(model, str(path), signature=signature, **_model_options())
         self._enqueue({"op": "model", "path": str(Path("files") / "models" / name), "name": name})
 
     def start_system_metrics(self, interval_s: float = 5.0) -> None:
@@ -521,6 +525,47 @@ class MlflowTracker:
         else:
             self.journal.close()
         return delivered
+
+
+def _model_options() -> dict[str, Any]:
+    """How every model is saved: pickled eager modules, their code carried along, requirements pinned.
+
+    Pickle (not MLflow's graph export) keeps the batch dimension free. `code_paths` ships the
+    devicebench package inside the model, so it loads where devicebench is not installed. Explicit
+    requirements spare MLflow's inference of them, which starts a subprocess and took ~10 s a run.
+    """
+    import importlib.metadata
+
+    import devicebench
+
+    reqs = []
+    for dist in ("torch", "torchvision", "numpy", "cloudpickle"):
+        try:
+            reqs.append(f"{dist}=={importlib.metadata.version(dist).split('+')[0]}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return {
+        "serialization_format": "pickle",
+        "code_paths": [str(Path(devicebench.__file__).resolve().parent)],
+        "pip_requirements": reqs,
+    }
+
+
+@contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """MLflow warns on stderr while saving a pickled model; our stderr carries one line per outcome."""
+    import logging
+    import warnings
+
+    logger = logging.getLogger("mlflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
@@ -628,7 +673,7 @@ def run_context(
     else:
         if not _finish(tracker, "FINISHED", None):
             why = _sqlite_busy_hint(settings.tracking_uri, tracker.last_error or "")
-            why = why or f"tracking store {settings.tracking_uri} unreachable"
+            why = why or f"tracking store {redact_uri(settings.tracking_uri)} unreachable"
             raise SpooledError(
                 f"{why} at the end of run {run_id}: "
                 f"results spooled to {tracker.journal.dir}; replay with `devicebench sync`"
@@ -644,7 +689,7 @@ def _sqlite_busy_hint(uri: str, error: str) -> str | None:
     if not uri.startswith("sqlite:") or "locked" not in error.lower():
         return None
     return (
-        f"the embedded SQLite store {uri} is locked by concurrent writers ({error[:200]}); "
+        f"the embedded SQLite store {redact_uri(uri)} is locked by concurrent writers ({error[:200]}); "
         "for parallel runs use a tracking server (make server, or docker compose with PostgreSQL)"
     )
 

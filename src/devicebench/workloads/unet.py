@@ -44,6 +44,7 @@ from devicebench.tracking import Tracker
 from devicebench.workloads import Context
 
 DATA = "voc2012"
+MEMORY_PARAMS = ("batch_size", "image_size", "base_channels")  # what to lower when a run does not fit
 NUM_CLASSES = 21
 PREDICTION_IMAGES = 4
 
