@@ -33,7 +33,10 @@ def test_yaml_lists_are_accepted() -> None:
         ({"sizes": "-5"}, "--sizes: '-5' is out of range"),
         ({"sizes": "abc"}, "--sizes: 'abc' is not"),
         ({"sizes": ","}, "--sizes: needs at least one value"),
-        ({"dtypes": "float8"}, "--dtypes: unknown value 'float8'; allowed: float64, float32, bfloat16, float16"),
+        (
+            {"dtypes": "float8"},
+            "--dtypes: unknown value 'float8'; allowed: float64, float32, bfloat16, float16",
+        ),
         ({"repeats": "0"}, "--repeats: '0' is out of range"),
         ({"repeats": "2.5"}, "--repeats: '2.5' is not an integer"),
         ({"colour": "red"}, "unknown parameter 'colour'; known: device, sizes"),
@@ -63,7 +66,11 @@ def test_params_are_every_field_as_strings() -> None:
 
 def test_config_key_ignores_device_and_seed_but_not_the_work() -> None:
     base = build_config(Config, {"sizes": "64"})
-    assert config_key("matmul", base) == config_key("matmul", build_config(Config, {"sizes": "64", "device": "cuda"}))
-    assert config_key("matmul", base) == config_key("matmul", build_config(Config, {"sizes": "64", "seed": "7"}))
+    assert config_key("matmul", base) == config_key(
+        "matmul", build_config(Config, {"sizes": "64", "device": "cuda"})
+    )
+    assert config_key("matmul", base) == config_key(
+        "matmul", build_config(Config, {"sizes": "64", "seed": "7"})
+    )
     assert config_key("matmul", base) != config_key("matmul", build_config(Config, {"sizes": "128"}))
     assert config_key("matmul", base) != config_key("other", base)

@@ -40,7 +40,9 @@ def test_run_logs_every_point_with_step_equal_to_size(tmp_path: Path) -> None:
     assert steps == [32, 64]
     assert tracker.values("matmul/torch/bfloat16/rel_error")[0] < 0.05
     assert tracker.values("matmul/torch/float64/rel_error")[0] < 1e-12
-    assert not [k for k, _, _ in tracker.metrics if k.endswith("unsynced_time_s")], "CPU runs have no unsynced time"
+    assert not [k for k, _, _ in tracker.metrics if k.endswith("unsynced_time_s")], (
+        "CPU runs have no unsynced time"
+    )
     assert {"timings.json", "matmul.csv", "gflops.png"} <= set(tracker.artifacts)
 
 
@@ -69,7 +71,9 @@ def _check_matmul_run(uri: str, experiment: str) -> None:
     }
 
 
-def test_mlflow_run_matmul_on_a_sqlite_backed_server(mlflow_server: MlflowServer, experiment_name: str) -> None:
+def test_mlflow_run_matmul_on_a_sqlite_backed_server(
+    mlflow_server: MlflowServer, experiment_name: str
+) -> None:
     proc = run_mlflow_project(
         "matmul",
         {"device": "cpu", "sizes": "128,256", "repeats": 2},
@@ -81,7 +85,9 @@ def test_mlflow_run_matmul_on_a_sqlite_backed_server(mlflow_server: MlflowServer
 
 
 @pytest.mark.postgres
-def test_mlflow_run_matmul_on_a_postgres_backed_server(pg_mlflow_server: MlflowServer, experiment_name: str) -> None:
+def test_mlflow_run_matmul_on_a_postgres_backed_server(
+    pg_mlflow_server: MlflowServer, experiment_name: str
+) -> None:
     proc = run_mlflow_project(
         "matmul",
         {"device": "cpu", "sizes": "128,256", "repeats": 2},
@@ -97,7 +103,10 @@ def test_mlflow_run_matmul_on_cuda_here_fails_with_one_line_and_a_failed_run(
     mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
     proc = run_mlflow_project(
-        "matmul", {"device": "cuda", "sizes": "64"}, devicebench_env(mlflow_server.url), experiment=experiment_name
+        "matmul",
+        {"device": "cuda", "sizes": "64"},
+        devicebench_env(mlflow_server.url),
+        experiment=experiment_name,
     )
     assert proc.returncode != 0
     ours = [line for line in proc.stderr.splitlines() if line.startswith("devicebench:")]
@@ -113,4 +122,7 @@ def test_matmul_on_cuda_logs_the_unsynchronised_time(tmp_path: Path) -> None:
     cfg = build_config(Config, {"device": "cuda", "sizes": "2048", "dtypes": "float32", "backends": "torch"})
     tracker = MemoryTracker()
     run(cfg, Context(torch.device("cuda"), tmp_path, False), tracker)
-    assert tracker.values("matmul/torch/float32/unsynced_time_s")[0] < tracker.values("matmul/torch/float32/time_s")[0]
+    assert (
+        tracker.values("matmul/torch/float32/unsynced_time_s")[0]
+        < tracker.values("matmul/torch/float32/time_s")[0]
+    )
