@@ -8,7 +8,6 @@ the result is the median of several repeats with its spread, never a single numb
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -17,14 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-
-def _quantile(sorted_s: list[float], q: float) -> float:
-    """Linear-interpolated quantile of an already sorted list (numpy's default method)."""
-    if len(sorted_s) == 1:
-        return sorted_s[0]
-    pos = q * (len(sorted_s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_s[lo] + (sorted_s[hi] - sorted_s[lo]) * (pos - lo)
+from devicebench.stats import quantile
 
 
 @dataclass(frozen=True)
@@ -43,11 +35,11 @@ class TimingStats:
 
     @property
     def p10_s(self) -> float:
-        return _quantile(sorted(self.samples_s), 0.10)
+        return quantile(sorted(self.samples_s), 0.10)
 
     @property
     def p90_s(self) -> float:
-        return _quantile(sorted(self.samples_s), 0.90)
+        return quantile(sorted(self.samples_s), 0.90)
 
     @property
     def min_s(self) -> float:

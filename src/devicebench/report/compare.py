@@ -17,6 +17,7 @@ from itertools import combinations
 
 from devicebench.report import verdicts
 from devicebench.report.query import RunRecord
+from devicebench.stats import quantile
 
 TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s")
 THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")
@@ -29,15 +30,6 @@ GRID_AXES = ("width", "batch_size")
 
 
 # --------------------------------------------------------------------------------------------- stats
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default), for sorted input."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = q * (len(sorted_values) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
