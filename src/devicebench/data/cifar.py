@@ -1,0 +1,266 @@
+"""CIFAR-10 in its real python-pickle format, and the two ways a run feeds it to the model.
+
+`CIFAR10Files` is torchvision's `CIFAR10` (same files, same checksums, same download, same
+`__getitem__`), with the failures made one line that names the file and the fix: torchvision's own
+"Dataset not found or corrupted" does not say which of seven files is wrong, and a stack trace from
+`pickle` says nothing about the dataset at all. It also reads batches written with bytes keys
+(`b"data"`, as `pickle.load(f, encoding="bytes")` shows them and as a Python 3 writer produces them),
+and can skip the checksums when asked.
+
+Two loaders give the model the same normalised values for the same image:
+
+* `dataloader`: the tutorial's pipeline — PIL image → `ToTensor` → `Normalize((0.5,)*3, (0.5,)*3)` in a
+  `DataLoader` with worker processes. Per-image Python work is what a small network on a GPU waits for.
+* `tensor`: airbench's `CifarLoader` idea — the whole split decoded once into a uint8 tensor on the
+  device, normalised there, shuffled each epoch with an on-device `randperm`; a batch is an index slice.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import urllib.error
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torchvision.datasets import CIFAR10
+from torchvision.datasets.utils import calculate_md5
+
+from devicebench.errors import DataUnavailable
+
+CLASSES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
+MEAN = (0.5, 0.5, 0.5)
+STD = (0.5, 0.5, 0.5)
+IMAGE_SHAPE = (32, 32, 3)  # HWC, as torchvision's CIFAR10 keeps `data`
+
+
+def tutorial_transform() -> Callable[[Any], torch.Tensor]:
+    """The tutorial's transform: `ToTensor()` then `Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))`."""
+    from torchvision import transforms
+
+    return transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+
+
+def normalize_uint8(images: torch.Tensor) -> torch.Tensor:
+    """NCHW uint8 → the tutorial's normalised float32, with the same float operations as
+    `ToTensor` (`x.float().div(255)`) and `Normalize` (`sub_(mean).div_(std)`), so values match exactly."""
+    x = images.to(torch.float32).div(255)
+    mean = torch.tensor(MEAN, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    std = torch.tensor(STD, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    return x.sub_(mean).div_(std)
+
+
+def _fix_hint(root: Path) -> str:
+    return (
+        f"run with download=true (needs network), put the extracted cifar-10-batches-py in {root}, "
+        "or use data=synthetic"
+    )
+
+
+def _str_keys(obj: Any) -> Any:
+    """Bytes keys (and bytes label names) as str: CIFAR's Python 2 pickles and Python 3 writers differ."""
+    if isinstance(obj, dict):
+        return {(k.decode("latin1") if isinstance(k, bytes) else k): _str_keys(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [v.decode("latin1") if isinstance(v, bytes) else v for v in obj]
+    return obj
+
+
+def read_batch(path: Path) -> dict[str, Any]:
+    """One pickled CIFAR batch (or `batches.meta`) as a dict with str keys; a bad file is one line."""
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f, encoding="latin1")
+    except FileNotFoundError:
+        raise DataUnavailable(f"CIFAR-10 file {path} is missing; {_fix_hint(path.parent.parent)}") from None
+    except Exception as e:  # UnpicklingError, EOFError, ValueError... all mean the same to a user
+        raise DataUnavailable(
+            f"CIFAR-10 file {path} is corrupt or truncated ({type(e).__name__}: {' '.join(str(e).split())}); "
+            "delete it and run with download=true, or copy it again"
+        ) from None
+    if not isinstance(entry, dict):
+        raise DataUnavailable(
+            f"CIFAR-10 file {path} is not a CIFAR batch (a {type(entry).__name__}, not a dict)"
+        )
+    return _str_keys(entry)
+
+
+class CIFAR10Files(CIFAR10):
+    """torchvision's CIFAR10 with one-line failures, optional checksums and an optional first-N limit."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        train: bool = True,
+        transform: Callable[[Any], Any] | None = None,
+        download: bool = False,
+        verify: bool = True,
+        limit: int = 0,
+    ) -> None:
+        super(CIFAR10, self).__init__(str(root), transform=transform)  # VisionDataset: skip CIFAR10's loader
+        self.train = train
+        self.verify = verify
+        folder = Path(self.root) / self.base_folder
+        files = [name for name, _ in (self.train_list if train else self.test_list)]
+        needed = [*files, self.meta["filename"]]
+        if download and any(not (folder / f).is_file() for f in needed):
+            self._download()
+        for name in needed:
+            if not (folder / name).is_file():
+                raise DataUnavailable(
+                    f"CIFAR-10 file {folder / name} is missing; {_fix_hint(Path(self.root))}"
+                )
+        if verify:
+            self._verify(folder, needed)
+        data, targets = [], []
+        for name in files:
+            path = folder / name
+            entry = read_batch(path)
+            data.append(_batch_images(entry, path))
+            labels = entry.get("labels", entry.get("fine_labels"))
+            if labels is None or len(labels) != data[-1].shape[0]:
+                raise DataUnavailable(
+                    f"CIFAR-10 file {path} is corrupt: {data[-1].shape[0]} images but "
+                    f"{'no' if labels is None else len(labels)} labels; delete it and run with download=true"
+                )
+            targets.extend(int(t) for t in labels)
+        images = np.vstack(data).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))  # HWC, as torchvision
+        if limit:
+            images, targets = images[:limit], targets[:limit]
+        self.data = np.ascontiguousarray(images)
+        self.targets = targets
+        self._load_meta()
+
+    def _download(self) -> None:
+        host = urllib.parse.urlsplit(self.url).hostname
+        try:
+            self.download()
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", None) or e
+            raise DataUnavailable(
+                f"cannot download CIFAR-10 from {host} ({' '.join(str(reason).split())}); without network, "
+                f"fetch {self.url} elsewhere and extract it into {self.root}, or use data=synthetic"
+            ) from None
+        except RuntimeError as e:  # torchvision: "File not found or corrupted." for the archive's md5
+            raise DataUnavailable(
+                f"CIFAR-10 archive {Path(self.root) / self.filename} from {host} failed its checksum "
+                f"({' '.join(str(e).split())}); delete it and run again with download=true"
+            ) from None
+
+    def _verify(self, folder: Path, names: list[str]) -> None:
+        """torchvision's md5 checks, one file at a time, so the message can say which file failed."""
+        expected = {**dict(self.train_list + self.test_list), self.meta["filename"]: self.meta["md5"]}
+        for name in names:
+            actual = calculate_md5(str(folder / name))
+            if actual != expected[name]:
+                raise DataUnavailable(
+                    f"CIFAR-10 file {folder / name} failed its checksum (md5 {actual}, expected "
+                    f"{expected[name]}): dataset not found or corrupted; delete it and run with "
+                    "download=true, or pass verify=false for a dataset you made yourself"
+                )
+
+    def _load_meta(self) -> None:
+        path = Path(self.root) / self.base_folder / self.meta["filename"]
+        names = read_batch(path).get(self.meta["key"])
+        if not names or len(names) != 10:
+            raise DataUnavailable(f"CIFAR-10 file {path} has no list of 10 {self.meta['key']}; copy it again")
+        self.classes = [str(n) for n in names]
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+
+def _batch_images(entry: dict[str, Any], path: Path) -> np.ndarray:
+    data = entry.get("data")
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
+        got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataUnavailable(
+            f"CIFAR-10 file {path} is corrupt: 'data' is {got}, not uint8 N×3072; "
+            "delete it and run with download=true"
+        )
+    return data
+
+
+class TensorLoader:
+    """A split held on the device as normalised float32; each epoch is a fresh slice of a `randperm`.
+
+    No worker processes and no per-image Python: the cost per batch is one `index_select`. The image
+    values equal the tutorial pipeline's (`normalize_uint8`), so the two loaders train the same model.
+    """
+
+    def __init__(
+        self,
+        images_hwc: np.ndarray,
+        targets: list[int] | np.ndarray,
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+    ) -> None:
+        raw = torch.from_numpy(np.ascontiguousarray(images_hwc)).to(device)  # uint8 on the device
+        self.images = normalize_uint8(raw.permute(0, 3, 1, 2).contiguous())
+        del raw
+        self.labels = torch.as_tensor(np.asarray(targets), dtype=torch.long).to(device)
+        self.batch_size = batch_size
+        self.device = device
+        self.shuffle = shuffle
+        self.generator: torch.Generator | None = None
+        if shuffle:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(seed)
+
+    def __len__(self) -> int:
+        return (len(self.labels) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.labels)
+        if self.shuffle:
+            order = torch.randperm(n, device=self.device, generator=self.generator)
+            for i in range(0, n, self.batch_size):
+                idx = order[i : i + self.batch_size]
+                yield self.images.index_select(0, idx), self.labels.index_select(0, idx)
+        else:
+            for i in range(0, n, self.batch_size):
+                yield self.images[i : i + self.batch_size], self.labels[i : i + self.batch_size]
+
+
+def data_loader(
+    dataset: torch.utils.data.Dataset,
+    batch_size: int,
+    device: torch.device,
+    *,
+    shuffle: bool,
+    num_workers: int,
+    seed: int = 0,
+) -> torch.utils.data.DataLoader:
+    """The tutorial's DataLoader, seeded so the shuffle order is the same on every device."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        num_workers=num_workers,
+        generator=generator if shuffle else None,
+        pin_memory=device.type == "cuda",
+        persistent_workers=num_workers > 0,
+    )
+
+
+def default_root(data_dir: str, data_root: Path) -> Path:
+    """`data_dir` when given, else the settings' data directory; `~` expanded."""
+    return Path(os.path.expanduser(data_dir)) if data_dir.strip() else Path(data_root)

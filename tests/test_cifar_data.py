@@ -1,0 +1,168 @@
+"""CIFAR-10 data: the real pickle format written by the test, one-line failures, both loaders, synthetic data."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from devicebench.data.cifar import CLASSES, CIFAR10Files, TensorLoader, data_loader, tutorial_transform
+from devicebench.data.synthetic import SyntheticCIFAR10, make_split
+from devicebench.errors import DataUnavailable
+from devicebench.models.cifar_net import Net
+
+BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Train on one thread: on a small machine shared with other jobs, two OpenMP threads spin against
+    the neighbours and a step takes ten times longer (measured here: 133 ms against 12 ms)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_cifar(root: Path, per_batch: int = 20, test: int = 30, str_keys_in: tuple[str, ...] = ()) -> Path:
+    """A tiny CIFAR-10 in the real format: pickled dicts, `data` uint8 N×3072 rows (R, G, B planes of
+    1024 pixels), `labels` a list; `batches.meta` with `label_names`. Keys are bytes as a Python 3 writer
+    makes them, or str (as the shipped Python 2 pickles read with encoding="latin1") for `str_keys_in`."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(7)
+    for name, n in [*((b, per_batch) for b in BATCHES), ("test_batch", test)]:
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        labels = [int(v) for v in rng.integers(0, 10, size=n)]
+        entry: dict = {b"batch_label": name.encode(), b"labels": labels, b"data": data, b"filenames": []}
+        if name in str_keys_in:
+            entry = {k.decode(): v for k, v in entry.items()}
+        with open(folder / name, "wb") as f:
+            pickle.dump(entry, f)
+    meta = {
+        b"num_cases_per_batch": per_batch,
+        b"label_names": [c.encode() for c in CLASSES],
+        b"num_vis": 3072,
+    }
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump(meta, f)
+    return folder
+
+
+def test_reads_the_real_pickle_format(tmp_path: Path) -> None:
+    folder = write_cifar(tmp_path, per_batch=20, test=30, str_keys_in=("data_batch_2",))
+    train = CIFAR10Files(tmp_path, train=True, verify=False)
+    test = CIFAR10Files(tmp_path, train=False, verify=False)
+    assert len(train) == 100 and len(test) == 30
+    assert train.classes == list(CLASSES)
+    with open(folder / "data_batch_1", "rb") as f:
+        raw = pickle.load(f, encoding="bytes")
+    first = raw[b"data"][0]
+    # row = 1024 red, 1024 green, 1024 blue values; torchvision keeps images as HWC
+    assert np.array_equal(train.data[0][..., 0].reshape(-1), first[:1024])
+    assert np.array_equal(train.data[0][..., 2].reshape(-1), first[2048:])
+    assert train.targets[:20] == raw[b"labels"]
+    limited = CIFAR10Files(tmp_path, train=True, verify=False, limit=7)
+    assert len(limited) == 7 and np.array_equal(limited.data, train.data[:7])
+
+
+def test_verify_reports_the_failed_checksum_in_one_line(tmp_path: Path) -> None:
+    write_cifar(tmp_path)
+    with pytest.raises(DataUnavailable) as e:
+        CIFAR10Files(tmp_path, train=True, verify=True)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "data_batch_1" in msg and "checksum" in msg and "verify=false" in msg
+
+
+def test_a_missing_file_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    folder = write_cifar(tmp_path)
+    (folder / "data_batch_3").unlink()
+    with pytest.raises(DataUnavailable) as e:
+        CIFAR10Files(tmp_path, train=True, verify=False)
+    msg = str(e.value)
+    assert str(folder / "data_batch_3") in msg and "\n" not in msg
+    assert "download=true" in msg and "data=synthetic" in msg
+    CIFAR10Files(tmp_path, train=False, verify=False)  # the test split does not need it
+    with pytest.raises(DataUnavailable, match="test_batch"):
+        CIFAR10Files(tmp_path / "empty", train=False, verify=False)
+
+
+def test_a_truncated_pickle_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    folder = write_cifar(tmp_path)
+    blob = (folder / "data_batch_2").read_bytes()
+    (folder / "data_batch_2").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(DataUnavailable) as e:
+        CIFAR10Files(tmp_path, train=True, verify=False)
+    msg = str(e.value)
+    assert "data_batch_2" in msg and "corrupt or truncated" in msg and "\n" not in msg
+
+
+def test_a_download_without_network_names_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a refused loopback port stands in for "no network": the same URLError path, and instant
+    monkeypatch.setattr(CIFAR10Files, "url", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    with pytest.raises(DataUnavailable) as e:
+        CIFAR10Files(tmp_path, train=True, download=True)
+    msg = str(e.value)
+    assert "cannot download CIFAR-10 from 127.0.0.1" in msg and "data=synthetic" in msg and "\n" not in msg
+
+
+def test_both_loaders_give_the_same_normalised_values() -> None:
+    ds = SyntheticCIFAR10(train=False, transform=tutorial_transform(), limit=70)
+    cpu = torch.device("cpu")
+    reference = list(data_loader(ds, 32, cpu, shuffle=False, num_workers=0))
+    ours = list(TensorLoader(ds.data, ds.targets, 32, cpu, shuffle=False))
+    assert len(reference) == len(ours) == 3
+    for (x1, y1), (x2, y2) in zip(reference, ours, strict=True):
+        assert x1.dtype == x2.dtype == torch.float32
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert ours[0][0].min() >= -1 and ours[0][0].max() <= 1
+
+
+def test_tensor_loader_shuffles_reproducibly_and_covers_every_image() -> None:
+    images, labels = make_split(train=True, limit=50)
+    cpu = torch.device("cpu")
+
+    def epoch_labels(loader: TensorLoader) -> list[int]:
+        return torch.cat([y for _, y in loader]).tolist()
+
+    a = TensorLoader(images, labels, 16, cpu, shuffle=True, seed=3)
+    b = TensorLoader(images, labels, 16, cpu, shuffle=True, seed=3)
+    first = epoch_labels(a)
+    assert first == epoch_labels(b)
+    assert sorted(first) == sorted(labels) and first != labels
+    assert epoch_labels(a) != first  # a fresh permutation each epoch
+    assert len(a) == 4
+
+
+def test_synthetic_is_deterministic_and_prefix_stable() -> None:
+    a_img, a_lab = make_split(train=True, limit=1500)
+    b_img, b_lab = make_split(train=True, limit=1200)
+    assert a_img.shape == (1500, 32, 32, 3) and a_img.dtype == np.uint8
+    assert np.array_equal(a_img[:1200], b_img) and a_lab[:1200] == b_lab
+    t_img, _ = make_split(train=False, limit=100)
+    assert not np.array_equal(t_img, a_img[:100])  # the test split is not the train split
+    assert set(a_lab) == set(range(10))
+
+
+def test_synthetic_is_learnable_in_one_short_epoch() -> None:
+    torch.manual_seed(0)
+    cpu = torch.device("cpu")
+    train_img, train_lab = make_split(train=True, limit=2000)
+    test_img, test_lab = make_split(train=False, limit=500)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.02, momentum=0.9)
+    for x, y in TensorLoader(train_img, train_lab, 32, cpu, shuffle=True, seed=0):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        correct = sum(
+            int((net(x).argmax(1) == y).sum())
+            for x, y in TensorLoader(test_img, test_lab, 250, cpu, shuffle=False)
+        )
+    assert correct / 500 > 0.4  # chance is 0.1; seeds 0-3 give 0.70-0.94 here

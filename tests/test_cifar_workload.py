@@ -1,0 +1,317 @@
+"""The cifar workload end to end in-process (MemoryTracker), its bad input through the real CLI, and GPU runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from test_cifar_data import write_cifar
+
+from devicebench.config import build_config, config_key
+from devicebench.errors import DataUnavailable, UsageError
+from devicebench.tracking import MemoryTracker
+from devicebench.workloads import Context
+from devicebench.workloads.cifar import Config, run
+from servers import MlflowServer, devicebench_env, run_cli, runs_of
+
+CLASS_METRICS = [
+    f"eval/acc/{c}"
+    for c in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+]
+SUMMARY_METRICS = [
+    "time/train_s",
+    "time/data_wait_s",
+    "time/eval_s",
+    "throughput/train_samples_per_s",
+    "throughput/eval_samples_per_s",
+    "eval/accuracy",
+    "eval/loss",
+    "memory/peak_bytes",
+    "memory/peak_rss_bytes",
+]
+SMALL = {
+    "data": "synthetic",
+    "train_limit": "640",
+    "test_limit": "200",
+    "batch_size": "32",
+    "num_workers": "0",
+}
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Train on one thread: on a small machine shared with other jobs, two OpenMP threads spin against
+    the neighbours and a step takes ten times longer (measured here: 133 ms against 12 ms)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _cpu(tmp_path: Path) -> Context:
+    return Context(torch.device("cpu"), tmp_path, False)
+
+
+def test_config_matches_the_mlproject_entry_point(repo_root: Path) -> None:
+    import yaml
+
+    spec = yaml.safe_load((repo_root / "MLproject").read_text())["entry_points"]["cifar"]["parameters"]
+    fields = dataclasses.fields(Config)
+    assert [f.name for f in fields] == list(spec)
+    for f in fields:
+        default = spec[f.name]["default"]
+        if isinstance(f.default, bool):
+            assert str(f.default).lower() == default, f.name
+        else:
+            assert type(f.default)(default) == f.default, f.name
+    assert Config().model == "tutorial" and Config().batch_size == 4 and Config().epochs == 2
+
+
+def test_config_key_ignores_where_and_how_verbosely() -> None:
+    a = build_config(Config, {"data_dir": "/a", "log_every": "10", "seed": "1", "download": "true"})
+    b = build_config(Config, {"data_dir": "/b", "log_every": "2000"})
+    assert config_key("cifar", a) == config_key("cifar", b)
+    assert config_key("cifar", a) != config_key("cifar", build_config(Config, {"width": "2"}))
+
+
+def test_width_with_resnet_and_zero_lr_are_rejected() -> None:
+    with pytest.raises(UsageError, match="--width"):
+        build_config(Config, {"model": "resnet18", "width": "2"})
+    with pytest.raises(UsageError, match="--lr"):
+        build_config(Config, {"lr": "0"})
+
+
+def test_a_run_logs_the_schema_and_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = build_config(Config, {**SMALL, "epochs": "2", "lr": "0.02", "log_every": "5"})
+    tracker = MemoryTracker()
+    result = run(cfg, _cpu(tmp_path), tracker)
+    names = {k for k, _, _ in tracker.metrics}
+    assert set(CLASS_METRICS + SUMMARY_METRICS) <= names
+    assert "time/to_target_s" not in names
+    losses = [(v, s) for k, v, s in tracker.metrics if k == "train/loss"]
+    assert [s for _, s in losses] == [5, 10, 15, 20, 25, 30, 35, 40]  # 20 steps an epoch, 4 points each
+    assert [s for k, _, s in tracker.metrics if k == "time/epoch_s"] == [1, 2]
+    assert [s for k, _, s in tracker.metrics if k == "train/epoch_loss"] == [1, 2]
+    assert result.accuracy == tracker.values("eval/accuracy")[0] > 0.3
+    assert result.train_samples == 1280
+    assert result.train_samples_per_s == pytest.approx(1280 / tracker.values("time/train_s")[0])
+    assert tracker.tags["devicebench.init_weights"] and len(tracker.tags["devicebench.init_weights"]) == 16
+    assert {"per_class.json", "timings.json", "confusion_matrix.png", "cifar_net.pth"} <= set(
+        tracker.artifacts
+    )
+    per_class = tracker.artifacts["per_class.json"]
+    assert [c["name"] for c in per_class["classes"]] == [m.split("/")[-1] for m in CLASS_METRICS]
+    assert sum(c["support"] for c in per_class["classes"]) == 200
+    json.dumps(per_class)
+    timings = tracker.artifacts["timings.json"]
+    assert len(timings["epochs"]) == 2 and timings["eval_s"] > 0
+    # the tutorial's own evaluation code works on the logged model, for any batch size
+    model, example = tracker.models["model"]
+    assert example.shape[1:] == (3, 32, 32) and example.dtype == torch.float32
+    images = torch.randn(7, 3, 32, 32)
+    outputs = model(images)
+    _, predicted = torch.max(outputs, 1)
+    assert predicted.shape == (7,)
+    out = capsys.readouterr().out
+    assert "[1,     5] loss: " in out and "[2,    20] loss: " in out
+    assert "Accuracy of the network on the 200 test images: " in out
+    assert out.count("Accuracy for class: ") == 10
+
+
+def test_same_seed_same_start_and_same_result_for_both_loaders(tmp_path: Path) -> None:
+    base = {**SMALL, "epochs": "1", "train_limit": "256", "test_limit": "64"}
+    results, tags = [], []
+    for loader in ("dataloader", "tensor"):
+        tracker = MemoryTracker()
+        results.append(run(build_config(Config, {**base, "loader": loader}), _cpu(tmp_path), tracker))
+        tags.append(tracker.tags["devicebench.init_weights"])
+    assert tags[0] == tags[1]
+    assert all(0 <= r.accuracy <= 1 and r.train_samples == 256 for r in results)
+
+
+def test_target_accuracy_logs_the_training_time_to_reach_it(tmp_path: Path) -> None:
+    cfg = build_config(
+        Config, {**SMALL, "epochs": "2", "lr": "0.02", "loader": "tensor", "target_accuracy": "0.2"}
+    )
+    tracker = MemoryTracker()
+    result = run(cfg, _cpu(tmp_path), tracker)
+    assert len(tracker.values("eval/accuracy")) == 2  # evaluated after every epoch
+    (to_target,) = tracker.values("time/to_target_s")
+    assert result.to_target_s == to_target
+    assert 0 < to_target <= tracker.values("time/train_s")[0] + 1e-9
+
+
+def test_bf16_channels_last_on_cpu(tmp_path: Path) -> None:
+    cfg = build_config(
+        Config,
+        {
+            **SMALL,
+            "epochs": "1",
+            "train_limit": "128",
+            "test_limit": "64",
+            "precision": "bf16",
+            "channels_last": "true",
+            "width": "2",
+        },
+    )
+    tracker = MemoryTracker()
+    result = run(cfg, _cpu(tmp_path), tracker)
+    assert math.isfinite(tracker.values("train/epoch_loss")[0]) and 0 <= result.accuracy <= 1
+
+
+def test_fp16_on_cpu_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--precision: fp16 autocast needs a CUDA device"):
+        run(build_config(Config, {**SMALL, "precision": "fp16"}), _cpu(tmp_path), MemoryTracker())
+
+
+def test_a_written_cifar_directory_trains_with_verify_off(tmp_path: Path) -> None:
+    write_cifar(tmp_path / "cifar", per_batch=16, test=24)
+    cfg = build_config(
+        Config,
+        {
+            "data_dir": str(tmp_path / "cifar"),
+            "verify": "false",
+            "epochs": "1",
+            "batch_size": "8",
+            "num_workers": "0",
+        },
+    )
+    tracker = MemoryTracker()
+    result = run(cfg, _cpu(tmp_path), tracker)
+    assert result.train_samples == 80
+    assert sum(c["support"] for c in tracker.artifacts["per_class.json"]["classes"]) == 24
+
+
+def test_missing_dataset_is_data_unavailable_never_synthetic(tmp_path: Path) -> None:
+    tracker = MemoryTracker()
+    with pytest.raises(DataUnavailable, match="data_batch_1 is missing"):
+        run(build_config(Config, {"epochs": "1"}), _cpu(tmp_path), tracker)
+    assert not tracker.metrics
+
+
+# ------------------------------------------------------------------------------------------- the CLI
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("devicebench: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--model", "vgg16"], "--model: unknown value 'vgg16'; allowed: tutorial, resnet18"),
+        (["--batch_size", "0"], "--batch_size: '0' is out of range"),
+    ],
+)
+def test_bad_parameters_exit_2_before_any_run(args: list[str], needle: str, tmp_path: Path) -> None:
+    proc = run_cli(["cifar", *args], devicebench_env(f"sqlite:///{tmp_path / 'm.db'}"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in _one_error_line(proc.stderr)
+    assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA")
+def test_fp16_on_cpu_exits_2_and_leaves_a_failed_run(
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
+) -> None:
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
+    proc = run_cli(["cifar", "--precision", "fp16", "--data", "synthetic"], env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "--precision: fp16 autocast needs a CUDA device" in _one_error_line(proc.stderr)
+    (failed,) = runs_of(mlflow_server.url, experiment_name)
+    assert failed.info.status == "FAILED"
+    assert "fp16" in failed.data.tags["devicebench.error"]
+
+
+def test_missing_dataset_exits_2_naming_the_file(
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
+) -> None:
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
+    proc = run_cli(["cifar", "--data_dir", str(tmp_path / "nothing")], env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert str(tmp_path / "nothing" / "cifar-10-batches-py" / "data_batch_1") in line
+    assert "download=true" in line and "data=synthetic" in line
+    (failed,) = runs_of(mlflow_server.url, experiment_name)
+    assert failed.info.status == "FAILED"
+    assert failed.data.tags["devicebench.data"] == "cifar10"
+
+
+def test_corrupt_pickle_exits_2_with_one_line(
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
+) -> None:
+    folder = write_cifar(tmp_path / "cifar")
+    (folder / "test_batch").write_bytes(b"\x80\x04not a pickle")
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
+    args = ["cifar", "--data_dir", str(tmp_path / "cifar"), "--verify", "false", "--num_workers", "0"]
+    proc = run_cli(args, env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "test_batch is corrupt or truncated" in _one_error_line(proc.stderr)
+
+
+# ------------------------------------------------------------------------------------------- GPU
+
+
+def _cuda(tmp_path: Path) -> Context:
+    return Context(torch.device("cuda", 0), tmp_path, False)
+
+
+@pytest.mark.gpu
+def test_tutorial_defaults_on_cuda(tmp_path: Path) -> None:
+    cfg = build_config(
+        Config, {"device": "cuda", "data": "synthetic", "train_limit": "4000", "test_limit": "1000"}
+    )
+    tracker = MemoryTracker()
+    result = run(cfg, _cuda(tmp_path), tracker)
+    assert result.train_samples == 8000 and 0 <= result.accuracy <= 1
+    assert tracker.values("memory/peak_bytes")[0] > 0
+    model, _ = tracker.models["model"]
+    assert next(model.parameters()).device.type == "cuda"  # the tracker moves its own copy to the CPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_on_cuda(precision: str, tmp_path: Path) -> None:
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bfloat16")
+    cfg = build_config(
+        Config,
+        {
+            **SMALL,
+            "device": "cuda",
+            "epochs": "2",
+            "lr": "0.02",
+            "precision": precision,
+            "channels_last": "true",
+            "width": "4",
+        },
+    )
+    tracker = MemoryTracker()
+    result = run(cfg, _cuda(tmp_path), tracker)
+    assert all(math.isfinite(v) for v in tracker.values("train/epoch_loss"))
+    assert result.accuracy > 0.3
+
+
+@pytest.mark.gpu
+def test_tensor_loader_on_cuda_matches_the_cpu_values_and_learns(tmp_path: Path) -> None:
+    from devicebench.data.cifar import TensorLoader
+    from devicebench.data.synthetic import make_split
+
+    images, labels = make_split(train=False, limit=100)
+    on_gpu = TensorLoader(images, labels, 50, torch.device("cuda", 0), shuffle=False)
+    on_cpu = TensorLoader(images, labels, 50, torch.device("cpu"), shuffle=False)
+    assert torch.equal(on_gpu.images.cpu(), on_cpu.images)
+    cfg = build_config(
+        Config,
+        {**SMALL, "device": "cuda", "epochs": "2", "lr": "0.02", "loader": "tensor", "batch_size": "64"},
+    )
+    assert run(cfg, _cuda(tmp_path), MemoryTracker()).accuracy > 0.3
