@@ -26,8 +26,10 @@ setup: $(VENV)/.installed ## create .venv with the project, torch and the dev to
 demo: $(VENV)/.installed ## run the demo plan on the embedded SQLite store, offline, then print the report path
 	$(BIN)/devicebench suite experiments/demo.yaml $(if $(filter real,$(DATA)),--data real,)
 
+# Two workers, one test file each at a time: most tests wait on servers and subprocesses, and a file's
+# module-scoped server stays with one worker. `pytest tests/x.py` alone runs serially.
 test: $(VENV)/.installed ## run the test suite (real mlflow servers, real PostgreSQL where it answers)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: $(VENV)/.installed ## ruff check and format check
 	$(BIN)/ruff check .
