@@ -199,3 +199,12 @@ def runs_of(tracking_uri: str, experiment: str) -> list:
     return list(
         client.search_runs([exp.experiment_id], max_results=1000, order_by=["attributes.start_time DESC"])
     )
+
+
+def one_error_line(stderr: str) -> str:
+    """The CLI's contract for bad input: exactly one `devicebench: error:` line on stderr, no traceback."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("devicebench: error: ")
+    return lines[0]

@@ -17,7 +17,7 @@ from devicebench.errors import DataUnavailable, UsageError
 from devicebench.tracking import MemoryTracker
 from devicebench.workloads import Context
 from devicebench.workloads.cifar import Config, run
-from servers import MlflowServer, devicebench_env, run_cli, runs_of
+from servers import MlflowServer, devicebench_env, one_error_line, run_cli, runs_of
 
 CLASS_METRICS = [
     f"eval/acc/{c}"
@@ -197,14 +197,6 @@ def test_missing_dataset_is_data_unavailable_never_synthetic(tmp_path: Path) -> 
 # ------------------------------------------------------------------------------------------- the CLI
 
 
-def _one_error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    assert lines[0].startswith("devicebench: error: ")
-    return lines[0]
-
-
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -215,7 +207,7 @@ def _one_error_line(stderr: str) -> str:
 def test_bad_parameters_exit_2_before_any_run(args: list[str], needle: str, tmp_path: Path) -> None:
     proc = run_cli(["cifar", *args], devicebench_env(f"sqlite:///{tmp_path / 'm.db'}"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert needle in _one_error_line(proc.stderr)
+    assert needle in one_error_line(proc.stderr)
     assert not (tmp_path / "m.db").exists()
 
 
@@ -226,7 +218,7 @@ def test_fp16_on_cpu_exits_2_and_leaves_a_failed_run(
     env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
     proc = run_cli(["cifar", "--precision", "fp16", "--data", "synthetic"], env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert "--precision: fp16 autocast needs a CUDA device" in _one_error_line(proc.stderr)
+    assert "--precision: fp16 autocast needs a CUDA device" in one_error_line(proc.stderr)
     (failed,) = runs_of(mlflow_server.url, experiment_name)
     assert failed.info.status == "FAILED"
     assert "fp16" in failed.data.tags["devicebench.error"]
@@ -238,7 +230,7 @@ def test_missing_dataset_exits_2_naming_the_file(
     env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
     proc = run_cli(["cifar", "--data_dir", str(tmp_path / "nothing")], env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    line = _one_error_line(proc.stderr)
+    line = one_error_line(proc.stderr)
     assert str(tmp_path / "nothing" / "cifar-10-batches-py" / "data_batch_1") in line
     assert "download=true" in line and "data=synthetic" in line
     (failed,) = runs_of(mlflow_server.url, experiment_name)
@@ -255,7 +247,7 @@ def test_corrupt_pickle_exits_2_with_one_line(
     args = ["cifar", "--data_dir", str(tmp_path / "cifar"), "--verify", "false", "--num_workers", "0"]
     proc = run_cli(args, env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert "test_batch is corrupt or truncated" in _one_error_line(proc.stderr)
+    assert "test_batch is corrupt or truncated" in one_error_line(proc.stderr)
 
 
 # ------------------------------------------------------------------------------------------- GPU

@@ -7,15 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import devicebench_env, run_cli, runs_of
-
-
-def _one_error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    assert lines[0].startswith("devicebench: error: ")
-    return lines[0]
+from servers import devicebench_env, one_error_line, run_cli, runs_of
 
 
 @pytest.mark.parametrize(
@@ -33,7 +25,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path
     env = devicebench_env(f"sqlite:///{tmp_path / 'm.db'}")
     proc = run_cli(args, env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert needle in _one_error_line(proc.stderr)
+    assert needle in one_error_line(proc.stderr)
     assert not (tmp_path / "m.db").exists(), "validation happens before any store is touched"
 
 
@@ -51,7 +43,7 @@ def test_an_unreachable_tracking_uri_fails_within_15_s_naming_it(tmp_path: Path)
     proc = run_cli(["matmul", "--sizes", "64"], env, cwd=tmp_path, timeout_s=30)
     assert time.monotonic() - t0 < 15
     assert proc.returncode == 2
-    assert "http://127.0.0.1:9" in _one_error_line(proc.stderr)
+    assert "http://127.0.0.1:9" in one_error_line(proc.stderr)
 
 
 def test_cuda_on_a_cpu_host_leaves_a_failed_run_on_the_embedded_store(tmp_path: Path) -> None:
@@ -63,7 +55,7 @@ def test_cuda_on_a_cpu_host_leaves_a_failed_run_on_the_embedded_store(tmp_path: 
     env = devicebench_env(uri, DEVICEBENCH_EXPERIMENT="cli", DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
     proc = run_cli(["matmul", "--device", "cuda", "--sizes", "64"], env, cwd=tmp_path)
     assert proc.returncode == 2
-    assert "finds no CUDA device" in _one_error_line(proc.stderr)
+    assert "finds no CUDA device" in one_error_line(proc.stderr)
     (run,) = runs_of(uri, "cli")
     assert run.info.status == "FAILED"
     assert run.data.tags["devicebench.error"].startswith("device 'cuda' requested")

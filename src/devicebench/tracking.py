@@ -291,16 +291,32 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
     from mlflow.entities import Metric, Param, RunTag
 
     metrics: list[Metric] = []
+    files: list[dict[str, Any]] = []
 
     def flush_metrics() -> None:
         for i in range(0, len(metrics), MAX_BATCH_METRICS):
             client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH_METRICS])
         metrics.clear()
+        if files:  # uploads are independent of each other: send them side by side
+            from concurrent.futures import ThreadPoolExecutor
+
+            repo = _artifact_repo(client, run_id)
+            with ThreadPoolExecutor(max_workers=min(4, len(files))) as pool:
+                done = [
+                    pool.submit(repo.log_artifact, str(journal_dir / f["path"]), f.get("artifact_path"))
+                    for f in files
+                ]
+                for future in done:
+                    future.result()
+            files.clear()
 
     for op in ops:
         kind = op["op"]
         if kind == "metrics":
             metrics.extend(Metric(k, v, op["ts"], op["step"] or 0) for k, v in op["values"].items())
+            continue
+        if kind == "artifact":
+            files.append(op)
             continue
         flush_metrics()
         if kind == "tags":
@@ -312,10 +328,6 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
             items = [Param(k, v) for k, v in op["values"].items() if k not in existing]
             for i in range(0, len(items), 100):
                 client.log_batch(run_id, params=items[i : i + 100])
-        elif kind == "artifact":
-            _artifact_repo(client, run_id).log_artifact(
-                str(journal_dir / op["path"]), op.get("artifact_path")
-            )
         elif kind == "model":
             _log_saved_model(run_id, journal_dir / op["path"], op["name"])
         elif kind == "end":  # the time the run ended, not the time a later `devicebench sync` replayed it
