@@ -26,6 +26,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Train on one intra-op thread in tests that time nothing: on a shared 2-core host two OpenMP
+    threads spin against the neighbours and a tiny step took 10-100x longer (133 ms against 12 ms)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +17,8 @@ from devicebench.models.cifar_net import Net
 BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Train on one thread: on a small machine shared with other jobs, two OpenMP threads spin against
-    the neighbours and a step takes ten times longer (measured here: 133 ms against 12 ms)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One torch thread for this module (conftest.py says why).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def write_cifar(root: Path, per_batch: int = 20, test: int = 30, str_keys_in: tuple[str, ...] = ()) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,14 +42,8 @@ SMALL = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Train on one thread: on a small machine shared with other jobs, two OpenMP threads spin against
-    the neighbours and a step takes ten times longer (measured here: 133 ms against 12 ms)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One torch thread for this module (conftest.py says why).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cpu(tmp_path: Path) -> Context:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -16,14 +14,8 @@ from devicebench.workloads.unet import Config, build_model
 CLASSIC = {False: 31_037_698, True: 17_263_042}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core host, two OpenMP threads competing with other processes
-    made a tiny UNet step 50-100× slower (spin-waits), which says nothing about the code under test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# One torch thread for this module (conftest.py says why).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("bilinear", [False, True])

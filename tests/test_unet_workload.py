@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,14 +34,8 @@ CPU = torch.device("cpu")
 TINY = {"data": "synthetic", "base_channels": 4, "image_size": 32, "num_workers": 0}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core host, two OpenMP threads competing with other processes
-    made a tiny UNet step 50-100× slower (spin-waits), which says nothing about the code under test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# One torch thread for this module (conftest.py says why).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _run(cfg: Config, tmp_path: Path, tracker: MemoryTracker | None = None) -> tuple:
