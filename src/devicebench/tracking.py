@@ -169,6 +169,7 @@ def _check_other_store(uri: str, timeout_s: float) -> None:
 
 def check_store(settings: Settings) -> None:
     """Fail within `store_timeout_s` with a line naming the URI when the store does not answer."""
+    _client_env_defaults(settings)
     uri = settings.tracking_uri
     if uri.startswith(("http://", "https://")):
         _check_http_store(uri, max(settings.store_timeout_s, 0.5))
@@ -182,14 +183,19 @@ def check_store(settings: Settings) -> None:
 
 def configure_mlflow_client(settings: Settings) -> None:
     """Point MLflow at our store and make its HTTP client fail fast: our sender does the retrying."""
+    _client_env_defaults(settings)
+    import mlflow
+
+    mlflow.set_tracking_uri(settings.tracking_uri)
+
+
+def _client_env_defaults(settings: Settings) -> None:
+    """MLflow reads these from the environment on each request; set before anything imports it."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(max(settings.store_timeout_s, 1))))
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our CLI prints its own line
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage pings from benchmark hosts
-    import mlflow
-
-    mlflow.set_tracking_uri(settings.tracking_uri)
 
 
 def ensure_experiment(settings: Settings, name: str | None = None) -> str:
@@ -645,8 +651,10 @@ def run_context(
     The store is checked before anything else, so an unreachable server costs seconds, not a training run.
     """
     _install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
-    configure_mlflow_client(settings)
+    # An HTTP store is probed with urllib before MLflow is imported: on a busy host that import alone
+    # takes seconds, and an unreachable server should cost less than that.
     check_store(settings)
+    configure_mlflow_client(settings)
     from mlflow.tracking import MlflowClient
     from mlflow.tracking.context.registry import resolve_tags
 
