@@ -71,31 +71,29 @@ def _check_matmul_run(uri: str, experiment: str) -> None:
     }
 
 
-def test_mlflow_run_matmul_on_a_sqlite_backed_server(
-    mlflow_server: MlflowServer, experiment_name: str
-) -> None:
+def _mlflow_run_matmul(uri: str, experiment: str) -> None:
+    """The acceptance command, `mlflow run . -e matmul`, against a server; then read the run back."""
     proc = run_mlflow_project(
         "matmul",
         {"device": "cpu", "sizes": "128,256", "repeats": 2},
-        devicebench_env(mlflow_server.url),
-        experiment=experiment_name,
+        devicebench_env(uri),
+        experiment=experiment,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _check_matmul_run(mlflow_server.url, experiment_name)
+    _check_matmul_run(uri, experiment)
+
+
+def test_mlflow_run_matmul_on_a_sqlite_backed_server(
+    mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    _mlflow_run_matmul(mlflow_server.url, experiment_name)
 
 
 @pytest.mark.postgres
 def test_mlflow_run_matmul_on_a_postgres_backed_server(
     pg_mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
-    proc = run_mlflow_project(
-        "matmul",
-        {"device": "cpu", "sizes": "128,256", "repeats": 2},
-        devicebench_env(pg_mlflow_server.url),
-        experiment=experiment_name,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _check_matmul_run(pg_mlflow_server.url, experiment_name)
+    _mlflow_run_matmul(pg_mlflow_server.url, experiment_name)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA")
