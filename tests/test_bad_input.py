@@ -174,6 +174,16 @@ CASES = [
         needs="workloads.cifar",
     ),
     Case("cifar-zero-lr", (*CIFAR, "--lr", "0"), "--lr", needs="workloads.cifar"),
+    Case("cifar-lr-inf", (*CIFAR, "--lr", "inf"), "--lr: 'inf' is not a finite number"),
+    Case("cifar-lr-overflows", (*CIFAR, "--lr", "1e309"), "--lr: '1e309' is not a finite number"),
+    Case("cifar-seed-beyond-64-bits", (*CIFAR, "--seed", "99999999999999999999"), "--seed: '9999"),
+    Case(
+        "cifar-loss-diverges",  # a FAILED run the report leaves out, not a FINISHED one with a NaN loss
+        (*CIFAR, "--train_limit", "32", "--test_limit", "8", "--log_every", "2", "--lr", "1e30"),
+        "diverged at step 2",
+        run="failed",
+        code=1,
+    ),
     Case(
         "cifar-bool-not-bool",
         (*CIFAR, "--compile", "maybe"),

@@ -74,3 +74,28 @@ def test_config_key_ignores_device_and_seed_but_not_the_work() -> None:
     )
     assert config_key("matmul", base) != config_key("matmul", build_config(Config, {"sizes": "128"}))
     assert config_key("matmul", base) != config_key("other", base)
+
+
+@pytest.mark.parametrize("raw", ["inf", "-inf", "1e309", "nan", "Infinity"])
+def test_no_float_parameter_of_any_workload_takes_a_non_finite_number(raw: str) -> None:
+    """`--lr inf` once ran to FINISHED with a NaN loss: every float field refuses what is not finite."""
+    import dataclasses
+    import typing
+
+    from devicebench.workloads import load
+
+    checked = 0
+    for name in ("matmul", "cifar", "unet"):
+        cls = load(name).Config
+        for f in dataclasses.fields(cls):
+            if typing.get_type_hints(cls)[f.name] is float:
+                with pytest.raises(UsageError, match=rf"--{f.name}: '{raw}' is not a finite number"):
+                    build_config(cls, {f.name: raw})
+                checked += 1
+    assert checked >= 3  # cifar lr, momentum, target_accuracy; unet lr
+
+
+def test_an_integer_beyond_64_bits_is_out_of_range() -> None:
+    with pytest.raises(UsageError, match=r"--seed: '99999999999999999999' is out of range"):
+        build_config(Config, {"seed": "99999999999999999999"})
+    assert build_config(Config, {"seed": str(2**63 - 1)}).seed == 2**63 - 1

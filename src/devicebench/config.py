@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,9 @@ from devicebench.errors import UsageError
 C = TypeVar("C")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+# The largest integer a parameter may take when its field sets no max: torch and NumPy seeds, tensor
+# sizes and the stores' integer columns are 64-bit, and a bigger value would fail deep inside a run.
+INT_LIMIT = 2**63 - 1
 
 
 def param(
@@ -54,6 +58,10 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def _describe(f: dataclasses.Field, elem: Any, seq: bool) -> str:
     meta = f.metadata
     if meta.get("choices"):
@@ -63,7 +71,7 @@ def _describe(f: dataclasses.Field, elem: Any, seq: bool) -> str:
     elif elem in (int, float):
         kind = "an integer" if elem is int else "a number"
         lo, hi = meta.get("min"), meta.get("max")
-        bounds = [f">= {lo:g}" if lo is not None else "", f"<= {hi:g}" if hi is not None else ""]
+        bounds = [f">= {_num(lo)}" if lo is not None else "", f"<= {_num(hi)}" if hi is not None else ""]
         what = f"{kind} {' and '.join(b for b in bounds if b)}".strip()
     else:
         what = "a string"
@@ -86,10 +94,14 @@ def _convert_one(raw: str, f: dataclasses.Field, elem: Any, seq: bool) -> Any:
             value = int(text) if elem is int else float(text)
         except ValueError:
             raise UsageError(f"{raw!r} is not {allowed}", param=f.name) from None
-        if value != value or (meta.get("min") is not None and value < meta["min"]):
+        if not math.isfinite(value):  # `inf`, `1e309` and `nan` parse, but no parameter means them
+            raise UsageError(f"{raw!r} is not a finite number; expected {allowed}", param=f.name)
+        if meta.get("min") is not None and value < meta["min"]:
             raise UsageError(f"{raw!r} is out of range; expected {allowed}", param=f.name)
         if meta.get("max") is not None and value > meta["max"]:
             raise UsageError(f"{raw!r} is out of range; expected {allowed}", param=f.name)
+        if elem is int and value > INT_LIMIT:
+            raise UsageError(f"{raw!r} is out of range; expected {allowed} and <= {INT_LIMIT}", param=f.name)
         return value
     if meta.get("choices") and text.lower() not in meta["choices"]:
         raise UsageError(f"unknown value {raw!r}; allowed: {', '.join(meta['choices'])}", param=f.name)

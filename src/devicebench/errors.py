@@ -62,6 +62,22 @@ class OutOfMemory(UsageError):
         return cls(f"out of {where} memory ({detail}); lower {lower}")
 
 
+class Diverged(UsageError):
+    """The training loss became NaN or infinite: the run ends FAILED with `diverged at step N`, exit 1.
+
+    Every later number of such a run (accuracy, timings of NaN arithmetic) measures nothing, so it must
+    not reach a report as a result. Found where the buffered losses reach the host anyway (a LossLog
+    flush, the epoch mean), never by a per-step sync. A UsageError for its one line without a traceback,
+    but exit 1: the parameters were valid, the run failed.
+    """
+
+    exit_code = 1
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        super().__init__(f"diverged at step {step}")
+
+
 class SpooledError(Exception):
     """The run finished but the store went away: results are safe in the local spool, exit 3."""
 

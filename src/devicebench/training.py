@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import random
 import resource
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from devicebench.errors import UsageError
+from devicebench.errors import Diverged, UsageError
 from devicebench.metrics import confusion_matrix
 from devicebench.timing import Timer
 from devicebench.tracking import Tracker
@@ -110,13 +111,16 @@ class LossLog:
                 self.flush()
 
     def flush(self) -> None:
-        """One host transfer for all buffered points."""
+        """One host transfer for all buffered points; a NaN/inf point raises Diverged after the finite
+        ones before it are logged (checked here, where the values are on the host anyway)."""
         if not self._points:
             return
         values = torch.stack([v for _, v in self._points]).tolist()
-        for (step, _), value in zip(self._points, values, strict=True):
+        points, self._points = self._points, []
+        for (step, _), value in zip(points, values, strict=True):
+            if not math.isfinite(value):
+                raise Diverged(step)
             self.tracker.log_metrics({self.key: value}, step=step)
-        self._points.clear()
 
 
 @dataclass
@@ -189,6 +193,8 @@ def train_epoch(
     seconds = timer.now() - start
     loss_log.flush()
     mean = float(running / max(steps, 1))
+    if not math.isfinite(mean):  # points LossLog has not flushed yet (fewer than log_every steps)
+        raise Diverged(first_step + steps)
     return EpochResult(seconds=seconds, data_wait_s=wait[0], samples=samples, steps=steps, mean_loss=mean)
 
 
