@@ -69,7 +69,52 @@ def test_verify_reports_the_failed_checksum_in_one_line(tmp_path: Path) -> None:
         CIFAR10Files(tmp_path, train=True, verify=True)
     msg = str(e.value)
     assert "\n" not in msg
-    assert "data_batch_1" in msg and "checksum" in msg and "verify=false" in msg
+    assert "data_batch_1" in msg and "checksum" in msg and "download=true" in msg
+    assert "verify=false" not in msg  # skipping the check is not the fix for a file that fails it
+
+
+class _RunsCode:
+    """What a hostile pickle carries: unpickling calls `open(marker, "w")`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.mark.parametrize("where", ["data_batch_1", "batches.meta"])
+def test_a_crafted_pickle_runs_no_code_even_without_verify(tmp_path: Path, where: str) -> None:
+    folder = write_cifar(tmp_path)
+    marker = tmp_path / "pwned"
+    with open(folder / where, "wb") as f:
+        pickle.dump({b"data": _RunsCode(marker), b"labels": [0]}, f)
+    with pytest.raises(DataUnavailable) as e:
+        CIFAR10Files(tmp_path, train=True, verify=False)
+    assert not marker.exists(), "unpickling the batch ran code"
+    msg = str(e.value)
+    assert where in msg and "io.open" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_every_pickle_protocol_of_numpy_arrays_still_loads(tmp_path: Path, protocol: int) -> None:
+    folder = write_cifar(tmp_path, per_batch=3, test=3)
+    data = np.arange(3 * 3072, dtype=np.uint8).reshape(3, 3072)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump({b"data": data, b"labels": np.array([1, 2, 3])}, f, protocol=protocol)
+    test = CIFAR10Files(tmp_path, train=False, verify=False)
+    assert test.targets == [1, 2, 3] and test.data[0][0, 0, 0] == data[0, 0]
+
+
+@pytest.mark.parametrize("label", [50, -3, "x", 2.5, None])
+def test_a_label_outside_the_ten_classes_is_a_corrupt_file(tmp_path: Path, label: object) -> None:
+    folder = write_cifar(tmp_path, per_batch=2)
+    with open(folder / "data_batch_4", "wb") as f:
+        pickle.dump({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, label]}, f)
+    with pytest.raises(
+        DataUnavailable, match=rf"data_batch_4 is corrupt: label 1 is {label!r}, not a class 0-9"
+    ):
+        CIFAR10Files(tmp_path, train=True, verify=False)
 
 
 def test_a_missing_file_names_the_file_and_the_fix(tmp_path: Path) -> None:

@@ -81,13 +81,54 @@ def _str_keys(obj: Any) -> Any:
     return obj
 
 
+# Every global a CIFAR-10 python batch may name: a NumPy array (the Python 2 originals name
+# `numpy.core.multiarray`, NumPy 2 writers `numpy._core`; protocol 5 writes `_frombuffer`) and, in a
+# protocol 0-2 pickle written by Python 3, `_codecs.encode` for bytes. Anything else -- `os.system`,
+# `builtins.eval`, any class with a `__reduce__` -- is how a crafted pickle runs code, so it is refused
+# before it is called, whether or not the checksums were checked (verify=false exists for data a user
+# made, not for data a user trusts blindly).
+PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
+
+
+class ForbiddenGlobal(pickle.UnpicklingError):
+    """A pickle names a global no CIFAR batch needs: refused, never imported or called."""
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """`pickle.Unpickler` that resolves only `PICKLE_GLOBALS`: plain containers, bytes, ints and arrays."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in PICKLE_GLOBALS:
+            raise ForbiddenGlobal(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
 def read_batch(path: Path) -> dict[str, Any]:
     """One pickled CIFAR batch (or `batches.meta`) as a dict with str keys; a bad file is one line."""
     try:
         with open(path, "rb") as f:
-            entry = pickle.load(f, encoding="latin1")
+            entry = _BatchUnpickler(f, encoding="latin1").load()
     except FileNotFoundError:
         raise DataUnavailable(f"CIFAR-10 file {path} is missing; {_fix_hint(path.parent.parent)}") from None
+    except PermissionError as e:
+        raise DataUnavailable(
+            f"CIFAR-10 file {path} cannot be read ({e.strerror}); fix its permissions"
+        ) from None
+    except ForbiddenGlobal as e:
+        raise DataUnavailable(
+            f"CIFAR-10 file {path} is not a CIFAR batch: it names {e}, which the format never uses; "
+            "refused without loading it -- delete it and run with download=true"
+        ) from None
     except Exception as e:  # UnpicklingError, EOFError, ValueError... all mean the same to a user
         raise DataUnavailable(
             f"CIFAR-10 file {path} is corrupt or truncated ({type(e).__name__}: {' '.join(str(e).split())}); "
@@ -133,12 +174,13 @@ class CIFAR10Files(CIFAR10):
             entry = read_batch(path)
             data.append(_batch_images(entry, path))
             labels = entry.get("labels", entry.get("fine_labels"))
-            if labels is None or len(labels) != data[-1].shape[0]:
+            if not isinstance(labels, list | tuple | np.ndarray) or len(labels) != data[-1].shape[0]:
+                got = len(labels) if isinstance(labels, list | tuple | np.ndarray) else "no list of"
                 raise DataUnavailable(
                     f"CIFAR-10 file {path} is corrupt: {data[-1].shape[0]} images but "
-                    f"{'no' if labels is None else len(labels)} labels; delete it and run with download=true"
+                    f"{got} labels; delete it and run with download=true"
                 )
-            targets.extend(int(t) for t in labels)
+            targets.extend(_labels(labels, path))
         images = np.vstack(data).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))  # HWC, as torchvision
         if limit:
             images, targets = images[:limit], targets[:limit]
@@ -171,7 +213,7 @@ class CIFAR10Files(CIFAR10):
                 raise DataUnavailable(
                     f"CIFAR-10 file {folder / name} failed its checksum (md5 {actual}, expected "
                     f"{expected[name]}): dataset not found or corrupted; delete it and run with "
-                    "download=true, or pass verify=false for a dataset you made yourself"
+                    "download=true to fetch it again"
                 )
 
     def _load_meta(self) -> None:
@@ -181,6 +223,20 @@ class CIFAR10Files(CIFAR10):
             raise DataUnavailable(f"CIFAR-10 file {path} has no list of 10 {self.meta['key']}; copy it again")
         self.classes = [str(n) for n in names]
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+
+def _labels(labels: Any, path: Path) -> list[int]:
+    """The batch's labels as ints 0-9; anything else (50, -3, "x") is a corrupt file, not a crash later
+    in a loss or a confusion matrix."""
+    out = []
+    for i, t in enumerate(labels):
+        if isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t < len(CLASSES):
+            raise DataUnavailable(
+                f"CIFAR-10 file {path} is corrupt: label {i} is {t!r}, not a class 0-{len(CLASSES) - 1}; "
+                "delete it and run with download=true"
+            )
+        out.append(int(t))
+    return out
 
 
 def _batch_images(entry: dict[str, Any], path: Path) -> np.ndarray:
