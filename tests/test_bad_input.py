@@ -127,6 +127,9 @@ UNET = ("unet", "--data", "synthetic", "--num_workers", "0", "--image_size", "32
 UNET_REAL = ("unet", "--data", "voc2012", "--data_dir", "{tmp}/voc", "--num_workers", "0")
 UNET_REAL += ("--image_size", "32", "--base_channels", "4", "--train_limit", "1", "--val_limit", "1")
 GOOD_RUN = "runs:\n  - entry: matmul\n    params: {sizes: 32}\n"
+LAUGHS = (
+    "[&l0 lol, " + ", ".join(f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 10)) + "]"
+)
 
 CASES = [
     # matmul: parameters (refused before any store is touched)
@@ -301,6 +304,24 @@ CASES = [
         ("suite", "{tmp}/plan.yaml"),
         "repeats: must be a whole number >= 1",
         setup=plan(f"name: x\nrepeats: 0\n{GOOD_RUN}"),
+    ),
+    Case(
+        "plan-billion-laughs",  # 10**9 leaves through nine levels of aliases under `description:`
+        ("suite", "{tmp}/plan.yaml", "--dry-run"),
+        "aliases expand to more than",
+        setup=plan(f"name: x\ndescription: {LAUGHS}\n{GOOD_RUN}"),
+    ),
+    Case(
+        "plan-billion-repeats",
+        ("suite", "{tmp}/plan.yaml", "--dry-run"),
+        "the plan expands to more than",
+        setup=plan(f"name: x\nrepeats: 1000000000\n{GOOD_RUN}"),
+    ),
+    Case(
+        "plan-name-is-a-path",
+        ("suite", "{tmp}/plan.yaml"),
+        "is not a plan name",
+        setup=plan(f"name: ../../../../elsewhere/x\n{GOOD_RUN}"),
     ),
     # compare
     Case(

@@ -45,6 +45,14 @@ def test_matrix_and_repeats_expand_in_order(tmp_path: Path) -> None:
     assert [r.index for r in plan.runs] == list(range(1, 10))
 
 
+# A billion laughs, small enough to be harmless where it is not caught: 10**6 leaves of 12 characters.
+LAUGHS = (
+    "[&l0 lololololol, "
+    + ", ".join(f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 7))
+    + "]"
+)
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
@@ -84,6 +92,35 @@ def test_matrix_and_repeats_expand_in_order(tmp_path: Path) -> None:
         ),
         ("name: t\nruns: [{entry: matmul}\n", "not valid YAML"),
         ("- just\n- a list\n", "top level: must be a mapping"),
+        # bombs: each is refused in milliseconds, before anything walks the structure
+        (f"name: t\ndescription: {LAUGHS}\nruns: [{{entry: matmul}}]\n", "aliases expand to more than"),
+        (
+            "name: t\nruns: [{entry: matmul, params: {sizes: &s [1, *s]}}]\n",
+            "line 2: an anchor refers to itself",
+        ),
+        ("name: t\nrepeats: 20000\nruns: [{entry: matmul}]\n", "runs[0]: the plan expands to more than"),
+        (
+            "name: t\nruns: [{entry: matmul, repeats: 100, matrix: {sizes: ["
+            + ",".join(["8"] * 101)
+            + "]}}]\n",
+            "runs[0]: the plan expands to more than 10,000 runs",
+        ),
+        (
+            "name: t\ndescription: " + "[" * 5000 + "]" * 5000 + "\nruns: [{entry: matmul}]\n",
+            "nested too deeply",
+        ),
+        (
+            "name: t\nruns: [{entry: matmul}]\n" + "#" * 80 + "\n" + ("# padding\n" * 120_000),
+            "a plan is at most",
+        ),
+        # checked before any run, not after all of them
+        ("name: t\nruns: [{entry: matmul}]\nreport: {threshold: 5}\n", "report.threshold: 5 is not allowed"),
+        ("name: t\nruns: [{entry: matmul}]\nreport: {threshold: [1]}\n", "report.threshold: [1] is not"),
+        ('name: "it\'s"\nruns: [{entry: matmul}]\n', 'name: "it\'s" is not a plan name'),
+        ("name: ../../../../elsewhere/x\nruns: [{entry: matmul}]\n", "is not a plan name"),
+        ("name: t\nexperiment: [1, 2]\nruns: [{entry: matmul}]\n", "experiment: must be an experiment name"),
+        (f"name: t\nexperiment: {'e' * 10_000}\nruns: [{{entry: matmul}}]\n", "experiment: must be"),
+        ("name: t\ndescription: [a, b]\nruns: [{entry: matmul}]\n", "description: must be a string"),
     ],
 )
 def test_bad_plans_are_refused_with_one_line_naming_file_and_key(

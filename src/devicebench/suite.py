@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,6 +31,15 @@ PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable",
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
 REPORT_KEYS = {"baseline", "threshold"}
 ENTRIES = ("matmul", "cifar", "unet")
+# Plans are a page of YAML; these caps turn a hostile or mistyped one into one line instead of minutes of
+# CPU and gigabytes of memory (a billion-laughs alias tree, `repeats: 1000000000`).
+MAX_PLAN_BYTES = 1 << 20
+MAX_EXPANDED = 4_000_000  # nodes plus scalar characters, counted as if every alias were copied out
+MAX_RUNS = 10_000
+MAX_NAME = 100
+MAX_EXPERIMENT = 500  # MLflow's limit on an experiment name
+# A plan name becomes a report folder, part of a tag and a quoted filter: a name, never a path or a quote.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 REAL_DATA = {
     "cifar": {"data": "cifar10", "download": "true"},
     "unet": {"data": "voc2012", "download": "true"},
@@ -83,6 +93,81 @@ def _err(path: Path, where: str, message: str) -> UsageError:
     return UsageError(f"plan {path}: {where}: {message}")
 
 
+class _PlanTooBig(yaml.YAMLError):
+    """Raised by _PlanLoader while composing: the document would expand past MAX_EXPANDED, or loops."""
+
+
+class _PlanLoader(yaml.SafeLoader):
+    """SafeLoader that measures a document before constructing it.
+
+    Aliases make a small file stand for an enormous (or, with an anchor inside itself, infinite) tree.
+    PyYAML builds such a tree as shared references, so the cost comes later, when anything walks it;
+    measuring the composed nodes, each distinct node once, finds it in time proportional to the file.
+    """
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node)
+        return node
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes plus scalar characters of `root` with every alias copied out; _PlanTooBig past the cap."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # the current path from the root: meeting one again is a loop
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        return []
+
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_nodes.discard(key)
+            own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+            sizes[key] = 1 + own + sum(sizes[id(c)] for c in children(node))
+            if sizes[key] > MAX_EXPANDED:
+                raise _PlanTooBig(
+                    f"its aliases expand to more than {MAX_EXPANDED:,} nodes and characters; "
+                    "write the values out or use fewer nested aliases"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            mark = node.start_mark
+            raise _PlanTooBig(f"line {mark.line + 1}: an anchor refers to itself (an endless structure)")
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def _read_yaml(path: Path) -> Any:
+    """The plan's document, within the size, alias and nesting caps; every failure one line."""
+    size = path.stat().st_size
+    if size > MAX_PLAN_BYTES:
+        raise _err(path, "file", f"{size:,} bytes; a plan is at most {MAX_PLAN_BYTES:,} bytes")
+    try:
+        return yaml.load(path.read_text(), Loader=_PlanLoader)  # a SafeLoader subclass: no tags run code
+    except _PlanTooBig as e:
+        raise _err(path, "YAML", str(e)) from None
+    except RecursionError:
+        raise _err(path, "YAML", "nested too deeply") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "YAML"
+        raise _err(path, where, f"not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    except UnicodeDecodeError:
+        raise _err(path, "file", "not UTF-8 text") from None
+
+
 def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -99,12 +184,7 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"plan {path}: no such file (plans live in experiments/)")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "YAML"
-        raise _err(path, where, f"not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    doc = _read_yaml(path)
     if not isinstance(doc, dict):
         raise _err(path, "top level", "must be a mapping with name and runs")
     unknown = sorted(set(doc) - PLAN_KEYS)
@@ -113,6 +193,25 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     name = doc.get("name")
     if not isinstance(name, str) or not name.strip():
         raise _err(path, "name", "required, a non-empty string")
+    name = name.strip()
+    if len(name) > MAX_NAME or not NAME_RE.fullmatch(name):
+        raise _err(
+            path,
+            "name",
+            f"{name[:60]!r} is not a plan name; use up to {MAX_NAME} letters, digits, '.', '_' or '-' "
+            "(it names the report folder, so no '/', spaces or quotes)",
+        )
+    experiment = doc.get("experiment")
+    if experiment is not None and (
+        not isinstance(experiment, str) or not experiment.strip() or len(experiment) > MAX_EXPERIMENT
+    ):
+        raise _err(
+            path, "experiment", f"must be an experiment name, a string of 1-{MAX_EXPERIMENT} characters"
+        )
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise _err(path, "description", "must be a string")
+    report_cfg = _report_section(doc.get("report", {}), path)
     default_repeats = _positive_int(doc.get("repeats", 1), path, "repeats")
     skip = doc.get("skip_unavailable", False)
     if not isinstance(skip, bool):
@@ -120,6 +219,7 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     specs = doc.get("runs")
     if not isinstance(specs, list) or not specs:
         raise _err(path, "runs", "required, a non-empty list of {entry, params, matrix, repeats}")
+    _count_runs(specs, default_repeats, path)
     planned: list[PlannedRun] = []
     for i, spec in enumerate(specs):
         where = f"runs[{i}]"
@@ -165,30 +265,63 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
                 raise _err(path, where, str(e)) from None
             for r in range(1, repeats + 1):
                 planned.append(PlannedRun(len(planned) + 1, entry, values, r, repeats))
-    report = doc.get("report", {})
-    plan = Plan(
-        name=name.strip(),
+    return Plan(
+        name=name,
         path=path,
-        experiment=doc.get("experiment"),
+        experiment=experiment.strip() if experiment else None,
         skip_unavailable=skip,
         runs=planned,
-        description=str(doc.get("description", "")),
-        report=report is not False,
+        description=description,
+        **report_cfg,
     )
-    if isinstance(report, dict):
-        bad = sorted(set(report) - REPORT_KEYS)
-        if bad:
-            raise _err(path, f"report.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(REPORT_KEYS))}")
-        plan.baseline = str(report.get("baseline", "none"))
-        if plan.baseline not in ("none", "previous"):
-            raise _err(path, "report.baseline", "must be none or previous")
-        try:
-            plan.threshold = float(report.get("threshold", 0.10))
-        except (TypeError, ValueError):
-            raise _err(path, "report.threshold", "must be a number such as 0.1 (10 %)") from None
-    elif report is not False:
+
+
+def _report_section(report: Any, path: Path) -> dict[str, Any]:
+    """`report:` checked the way `compare` will check it, before any run (not after all of them)."""
+    from devicebench.report.cli import parse_threshold
+
+    if report is False:
+        return {"report": False}
+    if not isinstance(report, dict):
         raise _err(path, "report", "must be a mapping {baseline, threshold} or false")
-    return plan
+    bad = sorted(set(report) - REPORT_KEYS)
+    if bad:
+        raise _err(path, f"report.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(REPORT_KEYS))}")
+    baseline = str(report.get("baseline", "none"))
+    if baseline not in ("none", "previous"):
+        raise _err(path, "report.baseline", "must be none or previous")
+    raw = report.get("threshold", 0.10)
+    try:
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            raise UsageError("not a number")
+        threshold = parse_threshold(str(raw))
+    except UsageError:
+        raise _err(
+            path, "report.threshold", f"{raw!r} is not allowed; a fraction in (0, 1] such as 0.1, or 10%"
+        ) from None
+    return {"report": True, "baseline": baseline, "threshold": threshold}
+
+
+def _count_runs(specs: list[Any], default_repeats: int, path: Path) -> None:
+    """Refuse a plan that expands past MAX_RUNS before expanding it (matrix sizes times repeats)."""
+    total = 0
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, dict):
+            continue  # the expansion loop names it
+        matrix = spec.get("matrix") or {}
+        combos = 1
+        if isinstance(matrix, dict):
+            for values in matrix.values():
+                combos *= len(values) if isinstance(values, list) and values else 1
+        repeats = spec.get("repeats", default_repeats)
+        repeats = repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0 else 1
+        total += combos * repeats
+        if total > MAX_RUNS:
+            raise _err(
+                path,
+                f"runs[{i}]",
+                f"the plan expands to more than {MAX_RUNS:,} runs (matrix values times repeats); split it",
+            )
 
 
 def _positive_int(value: Any, path: Path, where: str) -> int:
