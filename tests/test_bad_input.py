@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pickle
+import shutil
 import subprocess
 import sys
 import threading
@@ -63,6 +65,11 @@ def cifar_files(kind: str) -> Callable[[Path], dict[str, str]]:
             return {}
         names = [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"]
         whole = pickle.dumps({"data": bytes(3072 * 4), "labels": [0, 1, 2, 3]})
+        if kind.startswith("label="):  # a well-formed batch whose second label is not a class 0-9
+            import numpy as np
+
+            label = json.loads(kind.removeprefix("label="))
+            whole = pickle.dumps({"data": np.zeros((2, 3072), np.uint8), "labels": [0, label]})
         for name in names:
             (folder / name).write_bytes(b"not a pickle at all" if kind == "garbage" else whole)
         if kind == "truncated":
@@ -86,6 +93,10 @@ def voc_files(kind: str) -> Callable[[Path], dict[str, str]]:
         if kind == "rgb-mask":
             mask = Image.new("RGB", (32, 32), (128, 0, 0))  # a colour mask, not class indices
         mask.save(root / "SegmentationClass" / "a.png")
+        if kind == "bomb":  # an "image" declaring 10**10 pixels in a few dozen bytes
+            from test_unet_data import png_header
+
+            (root / "JPEGImages" / "a.jpg").write_bytes(png_header(100_000, 100_000))
         for split in ("train", "val"):
             (root / "ImageSets" / "Segmentation" / f"{split}.txt").write_text("a\n")
         return {}
@@ -224,6 +235,17 @@ CASES = [
         needs="workloads.cifar",
         setup=cifar_files("truncated"),
     ),
+    *(
+        Case(
+            f"cifar-label-{label}",
+            (*CIFAR_REAL, "--verify", "false"),
+            f"label 1 is {label!r}, not a class 0-9",
+            run="failed",
+            needs="workloads.cifar",
+            setup=cifar_files(f"label={json.dumps(label)}"),
+        )
+        for label in (50, -3, "x")
+    ),
     # unet
     Case(
         "unet-zero-image-size",
@@ -265,6 +287,14 @@ CASES = [
         "Pascal VOC 2012 not found",
         run="failed",
         needs="workloads.unet",
+    ),
+    Case(
+        "unet-image-decompression-bomb",
+        UNET_REAL,
+        "could be decompression bomb",
+        run="failed",
+        needs="workloads.unet",
+        setup=voc_files("bomb"),
     ),
     # suite plans (validated whole before anything runs)
     Case("plan-missing", ("suite", "{tmp}/nope.yaml"), "no such file"),
@@ -333,11 +363,45 @@ CASES = [
         "--threshold",
         needs="report.cli",
     ),
+    Case(
+        "compare-since-before-1970", ("compare", "--since", "999999999999999d"), "--since: '999999999999999d'"
+    ),
+    Case("compare-out-not-a-folder", ("compare", "--out", "/dev/null"), "--out: '/dev/null' is not a folder"),
     Case("compare-unknown-workload", ("compare", "--workload", "resnet"), "resnet", needs="report.cli"),
     # the store and settings
     Case("store-unreachable", M, "is not reachable", env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port}"}),
     Case("store-wrong-credentials", M, "refused the credentials (HTTP 401)", server="auth"),
     Case("experiment-deleted", M, "experiment 'gone' is deleted", setup=deleted_experiment),
+    Case(
+        "store-database-refused",  # no MLflow retry lines: one line, at once
+        M,
+        "is not reachable at 127.0.0.1",
+        env={"MLFLOW_TRACKING_URI": "postgresql://u:pw@127.0.0.1:{port}/x"},
+    ),
+    Case(
+        "store-sqlite-unwritable",  # /proc refuses new directories even to root
+        M,
+        "cannot be written",
+        env={"MLFLOW_TRACKING_URI": "sqlite:////proc/devicebench-no-such-dir/m.db"},
+    ),
+    Case(
+        "experiment-name-too-long",
+        M,
+        "DEVICEBENCH_EXPERIMENT is 10,000 characters",
+        env={"DEVICEBENCH_EXPERIMENT": "e" * 10_000},
+    ),
+    Case(
+        "setting-nan",
+        M,
+        "DEVICEBENCH_STORE_TIMEOUT_S='nan' must be a number of seconds",
+        env={"DEVICEBENCH_STORE_TIMEOUT_S": "nan"},
+    ),
+    Case(
+        "setting-infinite-interval",
+        M,
+        "DEVICEBENCH_FLUSH_INTERVAL_S='1e309' must be a number of seconds",
+        env={"DEVICEBENCH_FLUSH_INTERVAL_S": "1e309"},
+    ),
     Case(
         "setting-not-a-number",
         M,
@@ -541,6 +605,32 @@ def test_bad_input_is_refused_with_one_line_and_no_finished_run(
         error = run.data.tags.get("devicebench.error", "")
         assert error and "\n" not in error, f"a FAILED run without a one-line devicebench.error: {error!r}"
         assert error in lines[0], (error, lines[0])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux setpriv")
+def test_an_unreadable_data_dir_is_one_line(tmp_path: Path) -> None:
+    """A data dir this user may not read. Root reads anything, so root runs this without the
+    capabilities that let it (setpriv drops CAP_DAC_OVERRIDE/READ_SEARCH); anyone else, as they are."""
+    cifar_files("ok")(tmp_path)
+    data = tmp_path / "cifar"
+    data.chmod(0o000)
+    env = devicebench_env(
+        f"sqlite:///{tmp_path / 'm.db'}",
+        DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"),
+        DEVICEBENCH_OCI_METADATA_URL="http://127.0.0.1:9/",
+        OMP_NUM_THREADS="1",
+    )
+    argv = [str(VENV_BIN / "devicebench"), *(a.format(tmp=tmp_path) for a in CIFAR_REAL), "--verify", "false"]
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
+    try:
+        proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=110)
+    finally:
+        data.chmod(0o755)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and lines[0].startswith("devicebench: error: permission denied: "), proc.stderr
+    assert str(data) in lines[0] and proc.returncode == 2
 
 
 def test_the_table_is_wide_enough() -> None:

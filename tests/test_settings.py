@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
 
-from devicebench.errors import UsageError
-from devicebench.settings import DEFAULT_TRACKING_URI, load_dotenv_file, load_settings
+from devicebench.errors import StoreUnavailable, UsageError
+from devicebench.settings import (
+    DEFAULT_TRACKING_URI,
+    Settings,
+    load_dotenv_file,
+    load_settings,
+    preflight_store,
+)
 
 
 def test_defaults_are_the_embedded_store_and_local_paths() -> None:
@@ -35,10 +44,40 @@ def test_environment_values_are_typed() -> None:
     assert s.spool_dir == Path("/tmp/spool")
 
 
-@pytest.mark.parametrize("raw", ["soon", "-1"])
-def test_bad_numbers_name_the_setting(raw: str) -> None:
-    with pytest.raises(UsageError, match=f"DEVICEBENCH_STORE_TIMEOUT_S={raw!r}"):
-        load_settings({"DEVICEBENCH_STORE_TIMEOUT_S": raw})
+@pytest.mark.parametrize("raw", ["soon", "-1", "nan", "inf", "1e309", "1e300"])
+@pytest.mark.parametrize("name", ["DEVICEBENCH_STORE_TIMEOUT_S", "DEVICEBENCH_FLUSH_INTERVAL_S"])
+def test_bad_numbers_name_the_setting(name: str, raw: str) -> None:
+    """nan, inf and absurd values are refused here: a sender thread waiting 1e309 s once crashed and
+    the run blamed an unreachable store."""
+    with pytest.raises(UsageError, match=f"{name}={raw!r}"):
+        load_settings({name: raw})
+
+
+def test_an_experiment_name_longer_than_mlflow_takes_is_refused() -> None:
+    with pytest.raises(UsageError, match="DEVICEBENCH_EXPERIMENT is 10,000 characters; MLflow allows 500"):
+        load_settings({"DEVICEBENCH_EXPERIMENT": "e" * 10_000})
+
+
+def _settings(uri: str) -> Settings:
+    return dataclasses.replace(load_settings({}), tracking_uri=uri, store_timeout_s=2.0)
+
+
+def test_a_store_that_cannot_work_is_refused_before_mlflow_is_asked(tmp_path: Path) -> None:
+    """MLflow retries an engine it cannot create 15 times (25-108 s, a warning each): not ours to wait."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=rf"u:\*\*\*@127.0.0.1:{port}/x is not reachable"):
+        preflight_store(_settings(f"postgresql://u:secret@127.0.0.1:{port}/x"))
+    with pytest.raises(StoreUnavailable, match="cannot be written"):  # read-only even for root
+        preflight_store(_settings("sqlite:////proc/devicebench-no-such-dir/m.db"))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(StoreUnavailable, match="cannot be written"):
+        preflight_store(_settings(f"sqlite:///{tmp_path}/a-file/m.db"))
+    assert time.monotonic() - started < 5
+    preflight_store(_settings(f"sqlite:///{tmp_path}/new/m.db"))  # creatable: passes, creates no file
+    assert list((tmp_path / "new").iterdir()) == []
 
 
 def test_dotenv_fills_only_what_the_environment_lacks(

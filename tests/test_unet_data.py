@@ -128,6 +128,30 @@ def test_a_non_palette_mask_is_one_line_naming_the_file(voc_dir: Path) -> None:
     assert "\n" not in msg and str(bad) in msg and "palette" in msg
 
 
+def png_header(width: int, height: int) -> bytes:
+    """A PNG that declares width×height RGB pixels in a few dozen bytes: what a decompression bomb is."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    )
+
+
+def test_a_decompression_bomb_is_one_line_naming_the_file(voc_dir: Path) -> None:
+    root = voc_dir / "VOCdevkit" / "VOC2012"
+    ids = voc.read_list(root / "ImageSets" / "Segmentation" / "train.txt", voc_dir)
+    bomb = root / "JPEGImages" / f"{ids[0]}.jpg"
+    bomb.write_bytes(png_header(100_000, 100_000))
+    ds = voc.VOCSegmentationSample(root, ids, image_size=32)
+    with pytest.raises(DataUnavailable, match=f"cannot read {bomb} .*decompression bomb"):
+        ds.load(0)
+
+
 def test_a_missing_voc_directory_names_the_path_and_the_fix(tmp_path: Path) -> None:
     with pytest.raises(DataUnavailable) as e:
         load_datasets(Config(), tmp_path)

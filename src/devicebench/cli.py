@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from devicebench.errors import Interrupted, OutOfMemory, SpooledError, UsageError
+from devicebench.errors import DataUnavailable, Interrupted, OutOfMemory, SpooledError, UsageError
 from devicebench.settings import redact_uri
 
 PROG = "devicebench"
@@ -51,14 +51,16 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     """Parse → check the store → start the run → resolve the device → work → log → end the run."""
     from devicebench.config import config_from_args, config_key, to_params
     from devicebench.device import check_device_spelling, device_name, host_fingerprint, resolve_device
-    from devicebench.settings import load_settings
-    from devicebench.tracking import TAG_PREFIX, run_context
+    from devicebench.settings import load_settings, preflight_store, prepare_spool_root
+    from devicebench.tracking import TAG_PREFIX, one_line, run_context
     from devicebench.workloads import Context, load, progress_enabled
 
     module = load(name)
     cfg = config_from_args(module.Config, args)
     check_device_spelling(cfg.device)
     settings = load_settings()
+    preflight_store(settings)
+    prepare_spool_root(settings)
     data = getattr(cfg, "data", module.DATA)
     tags = {
         f"{TAG_PREFIX}device": cfg.device,
@@ -92,6 +94,10 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
         try:
             module.run(cfg, ctx, tracker)
+        except PermissionError as e:  # a data dir, list or file the user pointed at that we may not read
+            raise DataUnavailable(
+                f"permission denied: {e.filename or one_line(e)}; give this user access or choose another path"
+            ) from None
         except Exception as e:  # out of memory: one line naming the parameters to lower, exit 2, run FAILED
             oom = OutOfMemory.from_exception(e, getattr(module, "MEMORY_PARAMS", ()))
             if oom is None:

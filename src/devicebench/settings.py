@@ -7,16 +7,23 @@ is a setting, not a parameter: parameters describe the *work* and are logged; se
 
 from __future__ import annotations
 
+import math
 import os
+import socket
+import tempfile
+import threading
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicebench.errors import UsageError
+from devicebench.errors import StoreUnavailable, UsageError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: the embedded SQLite store
 OCI_METADATA_URL = "http://169.254.169.254/opc/v2/instance/"
+MAX_SECONDS = 86_400.0  # no wait, timeout or interval is longer than a day; beyond, it is a typo
+MAX_EXPERIMENT = 500  # MLflow's limit on an experiment name
+DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,9 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise UsageError(f"setting {name}={raw!r} is not a number") from None
-    if value < 0:
-        raise UsageError(f"setting {name}={raw!r} must be >= 0")
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        # nan and inf parse, and a sender thread waiting 1e309 s crashes (it is not "store unreachable")
+        raise UsageError(f"setting {name}={raw!r} must be a number of seconds from 0 to {MAX_SECONDS:.0f}")
     return value
 
 
@@ -92,12 +100,17 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ
     state_home = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     uri = env.get("MLFLOW_TRACKING_URI", "").strip()
+    experiment = (
+        env.get("DEVICEBENCH_EXPERIMENT") or env.get("MLFLOW_EXPERIMENT_NAME") or "devicebench"
+    ).strip()
+    if len(experiment) > MAX_EXPERIMENT:
+        raise UsageError(
+            f"setting DEVICEBENCH_EXPERIMENT is {len(experiment):,} characters; MLflow allows {MAX_EXPERIMENT}"
+        )
     return Settings(
         tracking_uri=uri or DEFAULT_TRACKING_URI,
         tracking_uri_from_env=bool(uri),
-        experiment=(
-            env.get("DEVICEBENCH_EXPERIMENT") or env.get("MLFLOW_EXPERIMENT_NAME") or "devicebench"
-        ).strip(),
+        experiment=experiment,
         data_dir=Path(env.get("DEVICEBENCH_DATA_DIR") or "data").expanduser(),
         spool_dir=Path(env.get("DEVICEBENCH_SPOOL_DIR") or state_home / "devicebench" / "spool").expanduser(),
         oci_metadata_url=env.get("DEVICEBENCH_OCI_METADATA_URL") or OCI_METADATA_URL,
@@ -106,3 +119,103 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         flush_interval_s=_float(env, "DEVICEBENCH_FLUSH_INTERVAL_S", 2.0),
         final_flush_s=_float(env, "DEVICEBENCH_FINAL_FLUSH_S", 60.0),
     )
+
+
+def preflight_store(settings: Settings) -> None:
+    """Refuse in well under a second a store that cannot work, before MLflow is asked to open it.
+
+    MLflow retries a database engine it cannot create 15 times with growing sleeps, printing a warning
+    each time: an unresolvable PostgreSQL host or an SQLite file in a directory nobody can write took
+    25-108 s and 25-37 lines before our one line. What can be known without MLflow is checked here: the
+    database host resolves and accepts a connection; the SQLite file (or the directory it would be
+    created in) is writable. Everything else (credentials, schema) is still the store probe's to judge.
+    """
+    uri = settings.tracking_uri
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme == "sqlite":
+        _preflight_sqlite(uri)
+    elif scheme in DB_PORTS:
+        _preflight_database(uri, DB_PORTS[scheme], max(settings.store_timeout_s, 0.5))
+
+
+def _preflight_sqlite(uri: str) -> None:
+    raw = uri.split("?", 1)[0].removeprefix("sqlite:").removeprefix("//")
+    if raw in ("", "/", "/:memory:"):
+        return
+    path = Path(raw[1:] if raw.startswith("/") else raw)  # sqlite:///rel.db is relative, ////abs absolute
+    try:
+        if path.exists():
+            if not path.is_file():
+                raise OSError(f"{path} is not a file")
+            with open(path, "ab"):  # opened for writing, nothing written
+                pass
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+    except OSError as e:
+        why = f"{e.strerror}: {e.filename}" if e.strerror else str(e)
+        raise StoreUnavailable(
+            f"tracking store {uri} cannot be written ({why}); choose a writable path in MLFLOW_TRACKING_URI"
+        ) from None
+
+
+def _preflight_database(uri: str, default_port: int, timeout_s: float) -> None:
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        host, port = parts.hostname, parts.port or default_port
+    except ValueError as e:
+        raise StoreUnavailable(f"tracking store {redact_uri(uri)} is not a valid URI ({e})") from None
+    if not host:  # a Unix socket (host=/run/postgresql in the query, or the driver's default)
+        return
+    outcome: list[BaseException | None] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                outcome.append(None)
+        except BaseException as e:  # reported below, with the URI
+            outcome.append(e)
+
+    worker = threading.Thread(target=connect, daemon=True)  # name resolution has no timeout of its own
+    worker.start()
+    worker.join(timeout_s + 0.5)
+    if not outcome:
+        raise StoreUnavailable(f"tracking store {redact_uri(uri)} did not answer within {timeout_s:.0f} s")
+    error = outcome[0]
+    if isinstance(error, socket.gaierror):
+        raise StoreUnavailable(
+            f"tracking store {redact_uri(uri)}: host {host!r} not found ({error.strerror}); fix MLFLOW_TRACKING_URI"
+        )
+    if error is not None:
+        reason = getattr(error, "strerror", None) or error
+        raise StoreUnavailable(
+            f"tracking store {redact_uri(uri)} is not reachable at {host}:{port} ({reason}); "
+            "start the database or fix MLFLOW_TRACKING_URI"
+        )
+
+
+def prepare_spool_root(settings: Settings) -> None:
+    """Create the spool root private (0700) before any run, or refuse a path that cannot be one.
+
+    Journals hold the tracking URI (credentials included where it has them) and every metric of a run,
+    so the root, not only each run's folder, is the user's alone. The default root is ours and is
+    tightened if an older version left it 0755; a root the user named and that exists (it may be a
+    shared folder) is left as it is.
+    """
+    root = settings.spool_dir
+    try:
+        if not root.exists():
+            root.parent.mkdir(parents=True, exist_ok=True)
+            root.mkdir(mode=0o700)
+        elif not root.is_dir():
+            raise NotADirectoryError(20, "not a directory", str(root))
+        elif root.parts[-2:] == ("devicebench", "spool"):  # the default's shape, whatever XDG_STATE_HOME
+            root.chmod(0o700)
+    except FileExistsError:  # created by a concurrent run between the check and mkdir
+        pass
+    except OSError as e:
+        raise UsageError(
+            f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r} cannot hold the spool ({e.strerror or e}); "
+            "name a folder this user can write"
+        ) from None

@@ -173,6 +173,10 @@ def denormalize(x: torch.Tensor) -> np.ndarray:
     return (x.detach().cpu().float() * std + mean).clamp(0, 1).permute(1, 2, 0).numpy()
 
 
+# A VOC image is ~500×375 pixels. PIL refuses (DecompressionBombError, not an OSError) images over
+# twice its MAX_IMAGE_PIXELS, decoding a few-kB file into gigabytes otherwise: a bad file, one line.
+
+
 def _check_mode(mask: Image.Image, path: Path) -> None:
     if mask.mode != "P":
         raise DataUnavailable(
@@ -187,7 +191,7 @@ def check_mask(path: Path) -> None:
     try:
         with Image.open(path) as m:
             _check_mode(m, path)
-    except (OSError, UnidentifiedImageError) as e:
+    except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as e:
         raise DataUnavailable(f"cannot read {path} ({' '.join(str(e).split())})") from None
 
 
@@ -230,13 +234,13 @@ class VOCSegmentationSample(torch.utils.data.Dataset):
         try:
             with Image.open(image_path) as im:
                 image = np.array(im.convert("RGB").resize(size, Image.Resampling.BILINEAR))
-        except (OSError, UnidentifiedImageError) as e:
+        except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as e:
             raise DataUnavailable(f"cannot read {image_path} ({' '.join(str(e).split())})") from None
         try:
             with Image.open(mask_path) as m:
                 _check_mode(m, mask_path)
                 mask = np.array(m.resize(size, Image.Resampling.NEAREST))
-        except (OSError, UnidentifiedImageError) as e:
+        except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as e:
             raise DataUnavailable(f"cannot read {mask_path} ({' '.join(str(e).split())})") from None
         bad = (mask >= NUM_CLASSES) & (mask != IGNORE_INDEX)
         if bad.any():

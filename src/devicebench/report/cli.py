@@ -10,6 +10,7 @@ With --baseline previous it exits 1 when the newest run of a config is slower th
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import replace
@@ -93,6 +94,19 @@ def parse_threshold(raw: str) -> float:
     return value
 
 
+def check_out_dir(out: Path) -> None:
+    """`--out` must be a folder we can create or write, checked before the store is read: `/dev/null`
+    or a file's path once failed with a traceback after the whole query."""
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        what = "is" if probe == out else f"is inside {probe}, which is"
+        raise UsageError(f"{str(out)!r} {what} not a folder; name a folder for the report", param="out")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{str(out)!r}: {probe} is not writable; name a folder you can write", param="out")
+
+
 def parse_baseline(raw: str) -> str:
     value = (raw or "none").strip().lower() or "none"
     if value not in BASELINES:
@@ -162,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     workloads = parse_workloads(args.workload)
     if args.since.strip():
         parse_since(args.since)
+    out = Path(args.out.strip() or f"reports/{time.strftime('%Y%m%d-%H%M%S')}")
+    check_out_dir(out)
     settings = load_settings()
     experiments = split_list(args.experiment or []) or (settings.experiment,)
     query = Query(
@@ -171,8 +187,10 @@ def run(args: argparse.Namespace) -> int:
         filter=args.filter.strip() or None,
         host=args.host.strip() or None,
     )
+    from devicebench.settings import preflight_store
     from devicebench.tracking import check_store, configure_mlflow_client
 
+    preflight_store(settings)
     configure_mlflow_client(settings)
     check_store(settings)
     t0 = time.perf_counter()
@@ -183,7 +201,6 @@ def run(args: argparse.Namespace) -> int:
         # the same configs in the same experiments, which the filter would otherwise hide.
         earlier = read_runs(MlflowClient(settings.tracking_uri), replace(query, filter=None)).runs
     comp = compare(selection.runs, baseline=baseline, threshold=threshold, earlier_runs=earlier)
-    out = Path(args.out.strip() or f"reports/{time.strftime('%Y%m%d-%H%M%S')}")
     meta = {
         "tracking store": settings.tracking_uri,
         "experiments": ", ".join(selection.experiments.values()),
@@ -194,7 +211,10 @@ def run(args: argparse.Namespace) -> int:
         "baseline": baseline if baseline != "none" else "",
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
-    files = render.write_report(comp, out, meta)
+    try:
+        files = render.write_report(comp, out, meta)
+    except OSError as e:  # the folder became unwritable while the runs were read
+        raise UsageError(f"cannot write the report into {out} ({e.strerror or e})", param="out") from None
     print(render.terminal_table(comp))
     print(
         f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {time.perf_counter() - t0:.1f} s)"

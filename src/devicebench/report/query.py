@@ -112,17 +112,23 @@ def parse_since(text: str, now: float | None = None) -> int:
     raw = text.strip()
     m = _SINCE.match(raw)
     if m:
-        return int((now - float(m.group(1)) * _UNIT_S[m.group(2).lower()]) * 1000)
-    try:
-        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
+        start = now - float(m.group(1)) * _UNIT_S[m.group(2).lower()]
+    else:
+        try:
+            when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError:
+            raise UsageError(
+                f"{text!r} is not a time window; use e.g. 7d, 12h, 30m, 2w or an ISO date like 2024-05-01",
+                param="since",
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        start = when.timestamp()
+    if not start >= 0:  # before 1970 (or not a number): no run is that old, and MLflow cannot search it
         raise UsageError(
-            f"{text!r} is not a time window; use e.g. 7d, 12h, 30m, 2w or an ISO date like 2024-05-01",
-            param="since",
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+            f"{text!r} reaches back before 1970; use a shorter window such as 365d", param="since"
+        )
+    return int(start * 1000)
 
 
 # --------------------------------------------------------------------------------------------- search
