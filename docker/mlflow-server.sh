@@ -29,6 +29,10 @@
 # script writes one from the settings above into a private temporary directory. The password is
 # not written to it: MLflow reads MLFLOW_AUTH_ADMIN_PASSWORD from the environment itself.
 #
+# A PostgreSQL password is never on a command line (any local user can read those with `ps`): it is
+# taken out of the URIs and written to a 0600 pgpass file (PGPASSFILE, which libpq reads) in the same
+# private 0700 directory. That directory is removed when the server stops.
+#
 # A SQL store is upgraded (`mlflow db upgrade`) before the server starts, so a newer image never
 # meets an old schema. Take a database backup before moving to a new MLflow version.
 set -euo pipefail
@@ -49,6 +53,48 @@ die() {
 [[ "$MLFLOW_PORT" =~ ^[0-9]+$ ]] || die "MLFLOW_PORT must be a number, got '$MLFLOW_PORT'"
 [[ "$MLFLOW_WORKERS" =~ ^[1-9][0-9]*$ ]] || die "MLFLOW_WORKERS must be a positive number, got '$MLFLOW_WORKERS'"
 
+private_dir=""
+cleanup() {
+    [[ -z "$private_dir" ]] || rm -rf "$private_dir"
+}
+trap cleanup EXIT
+# Called in this shell, never inside $(...), so that cleanup knows the directory.
+make_private_dir() {
+    if [[ -z "$private_dir" ]]; then
+        private_dir="$(mktemp -d)"
+        chmod 700 "$private_dir"
+        export PGPASSFILE="$private_dir/pgpass"
+    fi
+}
+
+# without_password URI: the URI with its password moved into the private pgpass file. The URI reaches
+# Python through the environment, not argv, for the same reason.
+without_password() {
+    case "$1" in
+        postgresql*) ;;
+        *)
+            printf '%s\n' "$1"
+            return
+            ;;
+    esac
+    DEVICEBENCH_URI="$1" python -c '
+import os, sys, urllib.parse
+uri = os.environ["DEVICEBENCH_URI"]
+p = urllib.parse.urlsplit(uri)
+if p.password is None:
+    print(uri)
+    sys.exit()
+def esc(s):
+    return s.replace("\\", "\\\\").replace(":", "\\:")
+fields = [p.hostname or "localhost", str(p.port or 5432), "*", urllib.parse.unquote(p.username or ""),
+          urllib.parse.unquote(p.password)]
+fd = os.open(os.environ["PGPASSFILE"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+with os.fdopen(fd, "a") as f:
+    f.write(":".join(esc(x) for x in fields) + "\n")
+print(urllib.parse.urlunsplit(p._replace(netloc=(p.username or "") + "@" + p.netloc.rsplit("@", 1)[1])))
+'
+}
+
 app_args=()
 case "${MLFLOW_AUTH,,}" in
     true | 1 | yes | on)
@@ -64,16 +110,19 @@ case "${MLFLOW_AUTH,,}" in
         fi
         [[ -n "${MLFLOW_FLASK_SERVER_SECRET_KEY:-}" ]] ||
             die "MLFLOW_AUTH=true needs MLFLOW_FLASK_SERVER_SECRET_KEY (e.g. from: python -c 'import secrets; print(secrets.token_hex(32))')"
-        auth_dir="$(mktemp -d)"
-        chmod 700 "$auth_dir"
-        export MLFLOW_AUTH_CONFIG_PATH="$auth_dir/basic_auth.ini"
-        cat >"$MLFLOW_AUTH_CONFIG_PATH" <<EOF
+        make_private_dir
+        auth_db_uri="$(without_password "$MLFLOW_AUTH_DATABASE_URI")"
+        export MLFLOW_AUTH_CONFIG_PATH="$private_dir/basic_auth.ini"
+        (
+            umask 077
+            cat >"$MLFLOW_AUTH_CONFIG_PATH" <<EOF
 [mlflow]
 default_permission = ${MLFLOW_AUTH_DEFAULT_PERMISSION}
-database_uri = ${MLFLOW_AUTH_DATABASE_URI}
+database_uri = ${auth_db_uri}
 admin_username = ${MLFLOW_AUTH_ADMIN_USERNAME}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
 EOF
+        )
         export MLFLOW_AUTH_ADMIN_USERNAME MLFLOW_AUTH_ADMIN_PASSWORD MLFLOW_FLASK_SERVER_SECRET_KEY
         app_args=(--app-name basic-auth)
         ;;
@@ -81,20 +130,36 @@ EOF
     *) die "MLFLOW_AUTH must be true or false, got '$MLFLOW_AUTH'" ;;
 esac
 
-case "$MLFLOW_BACKEND_STORE_URI" in
+[[ "$MLFLOW_BACKEND_STORE_URI" != postgresql* ]] || make_private_dir
+backend_uri="$(without_password "$MLFLOW_BACKEND_STORE_URI")"
+case "$backend_uri" in
     postgresql* | mysql* | sqlite* | mssql*)
         echo "mlflow-server: upgrading the tracking store schema" >&2
-        mlflow db upgrade "$MLFLOW_BACKEND_STORE_URI"
+        mlflow db upgrade "$backend_uri"
         ;;
 esac
 
 echo "mlflow-server: listening on ${MLFLOW_HOST}:${MLFLOW_PORT} (auth: ${MLFLOW_AUTH})" >&2
-exec mlflow server \
-    --backend-store-uri "$MLFLOW_BACKEND_STORE_URI" \
-    --serve-artifacts \
-    --artifacts-destination "$MLFLOW_ARTIFACTS_DESTINATION" \
-    --host "$MLFLOW_HOST" \
-    --port "$MLFLOW_PORT" \
-    --workers "$MLFLOW_WORKERS" \
-    --allowed-hosts "$MLFLOW_ALLOWED_HOSTS" \
+server_args=(
+    --backend-store-uri "$backend_uri"
+    --serve-artifacts
+    --artifacts-destination "$MLFLOW_ARTIFACTS_DESTINATION"
+    --host "$MLFLOW_HOST"
+    --port "$MLFLOW_PORT"
+    --workers "$MLFLOW_WORKERS"
+    --allowed-hosts "$MLFLOW_ALLOWED_HOSTS"
     "${app_args[@]}"
+)
+if [[ -z "$private_dir" ]]; then
+    exec mlflow server "${server_args[@]}"
+fi
+# The private directory must outlive the server (workers read it when they start) and not the server:
+# run it as a child, pass on SIGTERM/SIGINT (compose's stop, Ctrl-C), and clean up on the way out.
+mlflow server "${server_args[@]}" &
+server_pid=$!
+trap 'kill -TERM "$server_pid" 2>/dev/null || true' TERM INT
+status=0
+while kill -0 "$server_pid" 2>/dev/null; do
+    wait "$server_pid" || status=$?
+done
+exit "$status"

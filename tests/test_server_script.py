@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from collections import Counter
@@ -26,6 +27,8 @@ from servers import VENV_BIN, MlflowServer, devicebench_env, pg_available, pg_da
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "docker" / "mlflow-server.sh"
 ADMIN_PASSWORD = "correct-horse-battery-staple"
+# The database password in the auth server's URI (trust auth ignores it): it must be on no command line.
+DB_PASSWORD = "db-canary-Zq7:pw"
 needs_postgres = pytest.mark.skipif(
     not pg_available(), reason="PostgreSQL is not answering on 127.0.0.1:5432"
 )
@@ -149,7 +152,7 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScriptServ
     with pg_database() as uri:
         server = start_script_server(
             tmp_path_factory.mktemp("script-auth"),
-            uri,
+            uri.replace("postgres@", f"postgres:{urllib.parse.quote(DB_PASSWORD, safe='')}@"),
             MLFLOW_AUTH="true",
             MLFLOW_AUTH_ADMIN_USERNAME="admin",
             MLFLOW_AUTH_ADMIN_PASSWORD=ADMIN_PASSWORD,
@@ -363,3 +366,56 @@ def test_devicebench_logs_through_basic_auth(auth_server: ScriptServer) -> None:
             os.environ.pop(key, None)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].data.metrics
+
+
+def server_processes(server: ScriptServer) -> dict[int, tuple[str, dict[str, str]]]:
+    """pid -> (command line, environment) of every process in the server's process group."""
+    assert server.proc is not None
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != server.proc.pid:
+                continue
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            raw = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        env = dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+        found[int(proc.name)] = (cmdline, env)
+    return found
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_the_database_password_is_on_no_command_line_and_its_files_are_private(
+    auth_server: ScriptServer,
+) -> None:
+    procs = server_processes(auth_server)
+    commands = [cmd for cmd, _ in procs.values()]
+    assert any("mlflow server" in c or "mlflow.server" in c or "uvicorn" in c for c in commands), commands
+    for cmd in commands:
+        assert DB_PASSWORD not in cmd and urllib.parse.quote(DB_PASSWORD, safe="") not in cmd, cmd
+    config = {env["MLFLOW_AUTH_CONFIG_PATH"] for _, env in procs.values() if "MLFLOW_AUTH_CONFIG_PATH" in env}
+    assert len(config) == 1, config
+    ini = Path(config.pop())
+    assert ini.stat().st_mode & 0o777 == 0o600 and ini.parent.stat().st_mode & 0o777 == 0o700
+    assert "database_uri = postgresql://postgres@127.0.0.1" in ini.read_text()
+    pgpass = ini.parent / "pgpass"
+    assert pgpass.stat().st_mode & 0o777 == 0o600
+    assert "db-canary-Zq7\\:pw" in pgpass.read_text()  # where libpq finds it, ':' escaped as pgpass wants
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_the_private_files_go_when_the_server_stops(auth_server: ScriptServer) -> None:
+    """Last in this module: it stops the shared auth server (its fixture's stop is then a no-op)."""
+    private = {
+        Path(env["MLFLOW_AUTH_CONFIG_PATH"]).parent
+        for _, env in server_processes(auth_server).values()
+        if "MLFLOW_AUTH_CONFIG_PATH" in env
+    }
+    assert len(private) == 1 and private.copy().pop().is_dir()
+    auth_server.stop(timeout_s=30)
+    assert not private.pop().exists(), "basic_auth.ini and pgpass outlived the server"
