@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -14,9 +15,11 @@ import torch
 
 from devicebench.device import (
     check_device_spelling,
+    cpu_budget,
     host_fingerprint,
     oci_metadata,
     resolve_device,
+    thread_facts,
 )
 from devicebench.errors import DeviceUnavailable, UsageError
 
@@ -149,3 +152,32 @@ def test_gpu_fingerprint_names_the_gpu() -> None:
     assert fp["gpu_name"] != "none"
     assert float(fp["gpu_memory_gb"]) > 0
     assert fp["driver"] != "none"
+
+
+def test_fingerprint_names_every_cpu_thread_pool_and_the_usable_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU half of every speedup depends on these; a variable someone set to tune a pool shows."""
+    import numpy as np
+
+    np.ones((8, 8)) @ np.ones((8, 8))  # NumPy's BLAS is loaded in any process that measures with it
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    facts = thread_facts()
+    assert facts["torch_threads"] == str(torch.get_num_threads())
+    assert int(facts["cpu_affinity"]) == len(os.sched_getaffinity(0))
+    assert facts["blas"].split()[0] in {"openblas", "mkl", "blis"}, facts
+    assert int(facts["blas_threads"]) >= 1
+    assert facts["env.OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "env.MKL_NUM_THREADS" not in facts
+
+
+def test_cpu_budget_says_when_threads_and_loader_workers_exceed_the_cores() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert cpu_budget(cores, 0)["cpu.oversubscribed"] == "false"
+    over = cpu_budget(cores, 2)
+    assert over == {
+        "cpu.usable_cores": str(cores),
+        "cpu.busy_threads": str(cores + 2),
+        "cpu.oversubscribed": "true",
+    }

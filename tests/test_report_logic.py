@@ -222,6 +222,46 @@ def test_quality_mismatch_rule_needs_a_clear_gap_beyond_spread() -> None:
     assert "eval/miou" in verdicts.quality_mismatch(miou)
 
 
+def test_oversubscribed_cpu_baseline_is_named_as_the_cause() -> None:
+    """2 torch threads + 2 loader workers on 2 cores: the CPU baseline measured contention."""
+    over = {
+        "devicebench.host.torch_threads": "2",
+        "devicebench.cpu.busy_threads": "4",
+        "devicebench.cpu.usable_cores": "2",
+        "devicebench.cpu.oversubscribed": "true",
+    }
+    p = pair([rec("cpu", metrics=train(10.0), tags=over)], [rec("cuda:0", metrics=train(1.0))])
+    assert verdicts.oversubscribed(p) == (
+        "cpu baseline oversubscribed: 2 torch threads + 2 loader workers on 2 cores (1/1 runs); it "
+        "measures contention, so the speedup is overstated: rerun with num_workers=0 or fewer threads"
+    )
+    assert verdicts.explain(p)[0] == verdicts.oversubscribed(p), "it is the headline verdict"
+    fits = {**over, "devicebench.cpu.oversubscribed": "false"}
+    p = pair([rec("cpu", metrics=train(10.0), tags=fits)], [rec("cuda:0", metrics=train(1.0), tags=over)])
+    assert verdicts.oversubscribed(p) is None, "only a CPU side's contention skews the baseline"
+
+
+def test_thread_count_mismatch_is_said_for_cpu_timings_only() -> None:
+    def threads(torch_n: str, blas_n: str) -> dict[str, str]:
+        return {"devicebench.host.torch_threads": torch_n, "devicebench.host.blas_threads": blas_n}
+
+    cpu = [
+        rec("cpu", metrics=train(10.0), tags=threads("2", "2")),
+        rec("cpu", metrics=train(5.0), tags=threads("8", "8")),
+    ]
+    p = pair(cpu, [rec("cuda:0", metrics=train(1.0), tags=threads("16", "16"))])
+    assert verdicts.thread_mismatch(p) == (
+        "thread counts differ (cpu: 2 torch / 2 BLAS threads, 8 torch / 8 BLAS threads): "
+        "the CPU figures are not like for like"
+    )
+    same = [rec("cpu", metrics=train(10.0), tags=threads("2", "2"))]
+    p = pair(same, [rec("cuda:0", metrics=train(1.0), tags=threads("16", "16"))])
+    assert verdicts.thread_mismatch(p) is None, "a GPU host's threads do not time a training step"
+    mm = [rec("cpu", workload="matmul", tags=threads("2", "2"))]
+    p = pair(mm, [rec("cuda:0", workload="matmul", tags=threads("16", "16"))])
+    assert "cuda:0: 16 torch / 16 BLAS threads" in verdicts.thread_mismatch(p), "NumPy ran on its CPU"
+
+
 def test_synthetic_data_rule() -> None:
     syn = {"devicebench.data": "synthetic"}
     p = pair([rec("cpu", metrics=train(10.0), tags=syn)], [rec("cuda:0", metrics=train(1.0), tags=syn)])

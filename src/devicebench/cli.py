@@ -50,7 +50,13 @@ def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None
 def run_workload(name: str, args: argparse.Namespace) -> int:
     """Parse → check the store → start the run → resolve the device → work → log → end the run."""
     from devicebench.config import config_from_args, config_key, to_params
-    from devicebench.device import check_device_spelling, device_name, host_fingerprint, resolve_device
+    from devicebench.device import (
+        check_device_spelling,
+        cpu_budget,
+        device_name,
+        host_fingerprint,
+        resolve_device,
+    )
     from devicebench.settings import load_settings
     from devicebench.tracking import TAG_PREFIX, run_context
     from devicebench.workloads import Context, load, progress_enabled
@@ -88,6 +94,10 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
                 **{f"{TAG_PREFIX}host.{k}": v for k, v in host.items()},
             }
         )
+        if hasattr(cfg, "num_workers"):  # training: threads + loader processes against the usable cores
+            workers = cfg.num_workers if getattr(cfg, "loader", "dataloader") == "dataloader" else 0
+            budget = cpu_budget(int(host["torch_threads"]), workers)
+            tracker.set_tags({f"{TAG_PREFIX}{k}": v for k, v in budget.items()})
         tracker.log_dict(host, "host.json")
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
         try:

@@ -132,6 +132,73 @@ def oci_metadata(url: str, timeout_s: float) -> dict[str, str]:
     return {k: str(v) for k, v in out.items() if v}
 
 
+THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+    "KMP_BLOCKTIME",
+    "OMP_PROC_BIND",
+    "OMP_PLACES",
+    "MKL_DYNAMIC",
+)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's cpuset or `taskset`), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def thread_facts() -> dict[str, str]:
+    """How many threads each CPU thread pool runs and on how many cores: the CPU side of every speedup
+    depends on it, and two runs with different counts are not like for like.
+
+    NumPy's BLAS is read with threadpoolctl (it knows OpenBLAS, MKL and BLIS); torch reports its own
+    intra-op and inter-op pools. Only environment variables that were set appear, so their presence
+    alone says someone tuned the pools.
+    """
+    from threadpoolctl import threadpool_info
+
+    facts = {
+        "cpu_affinity": str(usable_cores()),
+        "torch_threads": str(torch.get_num_threads()),
+        "torch_interop_threads": str(torch.get_num_interop_threads()),
+        "blas": "none",
+        "blas_threads": "0",
+    }
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas" and "torch" not in str(pool.get("filepath", "")):
+            layer = pool.get("threading_layer")
+            facts["blas"] = " ".join(
+                x for x in (pool.get("internal_api"), pool.get("version"), f"({layer})" if layer else "") if x
+            )
+            facts["blas_threads"] = str(pool.get("num_threads"))
+        elif pool.get("user_api") == "openmp" and "torch" in str(pool.get("filepath", "")):
+            facts["openmp"] = f"{pool.get('prefix')} ({pool.get('num_threads')} threads)"
+    facts.update({f"env.{k}": os.environ[k] for k in THREAD_ENV if os.environ.get(k)})
+    return facts
+
+
+def cpu_budget(torch_threads: int, loader_workers: int) -> dict[str, str]:
+    """Threads a training run keeps busy against the cores it may use, as `cpu.*` tags.
+
+    DataLoader workers are processes of their own, each busy while the main process computes with
+    `torch_threads` threads; on a 2-core VM 2 threads + 2 workers halve the compute and the CPU
+    baseline measures contention. The report names it (verdicts.oversubscribed).
+    """
+    cores = usable_cores()
+    busy = torch_threads + loader_workers
+    return {
+        "cpu.usable_cores": str(cores),
+        "cpu.busy_threads": str(busy),
+        "cpu.oversubscribed": "true" if busy > cores else "false",
+    }
+
+
 def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -> dict[str, str]:
     """Everything that makes a timing comparable across hosts, as flat string tags (no prefix)."""
     gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -139,7 +206,7 @@ def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": str(os.cpu_count() or 0),
-        "torch_threads": str(torch.get_num_threads()),
+        **thread_facts(),
         "gpu_count": str(gpu_count),
         "gpu_name": "none",
         "gpu_memory_gb": "0",
