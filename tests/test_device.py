@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from devicebench.device import (
+    activate,
     check_device_spelling,
     cpu_budget,
     host_fingerprint,
+    no_cuda_reason,
     oci_metadata,
     resolve_device,
     thread_facts,
@@ -181,3 +183,46 @@ def test_cpu_budget_says_when_threads_and_loader_workers_exceed_the_cores() -> N
         "cpu.busy_threads": str(cores + 2),
         "cpu.oversubscribed": "true",
     }
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ({"torch_cuda": None}, "a CPU-only torch build"),
+        ({"visible": ""}, "CUDA_VISIBLE_DEVICES='' hides every GPU from this process"),
+        ({"visible": "-1"}, "CUDA_VISIBLE_DEVICES='-1' hides every GPU"),
+        ({"driver_files": False}, "no NVIDIA driver"),
+        (
+            {"driver_cuda": (12, 4)},
+            "the NVIDIA driver supports CUDA up to 12.4, older than this torch build's CUDA 13.0: "
+            "update the driver or install a torch built for CUDA <= 12.4",
+        ),
+        ({"visible": "3"}, "CUDA_VISIBLE_DEVICES='3' names no GPU the driver has"),
+        ({"driver_cuda": (13, 1)}, "the driver reports no usable GPU"),
+        ({"driver_cuda": None}, "the driver reports no usable GPU"),
+    ],
+)
+def test_no_cuda_reason_points_at_the_fix(host: dict, said: str) -> None:
+    facts = {"torch_cuda": "13.0", "visible": None, "driver_files": True, "driver_cuda": (13, 0), **host}
+    assert no_cuda_reason(**facts).startswith(said)
+
+
+def test_a_resolved_gpu_becomes_the_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cuda:1` on a two-GPU host: torch's current device must follow, or events land on GPU 0."""
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    device = resolve_device("cuda:1")
+    activate(device)
+    assert chosen == [torch.device("cuda", 1)]
+    activate(torch.device("cpu"))
+    assert len(chosen) == 1
+
+
+@pytest.mark.gpu
+def test_activate_moves_the_current_device_for_real() -> None:
+    last = torch.device("cuda", torch.cuda.device_count() - 1)
+    activate(last)
+    assert torch.cuda.current_device() == last.index
+    activate(torch.device("cuda", 0))

@@ -51,6 +51,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     """Parse → check the store → start the run → resolve the device → work → log → end the run."""
     from devicebench.config import config_from_args, config_key, to_params
     from devicebench.device import (
+        activate,
         check_device_spelling,
         cpu_budget,
         device_name,
@@ -86,6 +87,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         device = resolve_device(cfg.device)
+        activate(device)
         host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
         tracker.set_tags(
             {

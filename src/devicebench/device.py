@@ -33,12 +33,56 @@ def check_device_spelling(requested: str) -> str:
     return value
 
 
-def _no_cuda_reason() -> str:
-    if torch.version.cuda is None:
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The newest CUDA version the installed NVIDIA driver supports (from NVML), or None without one."""
+    with contextlib.suppress(Exception):
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for 12.4
+            return v // 1000, (v % 1000) // 10
+        finally:
+            pynvml.nvmlShutdown()
+    return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+def no_cuda_reason(
+    *,
+    torch_cuda: str | None,
+    visible: str | None,
+    driver_files: bool,
+    driver_cuda: tuple[int, int] | None,
+) -> str:
+    """Why torch sees no GPU, in the words that point at the fix (the arguments are what the host says)."""
+    if torch_cuda is None:
         return "a CPU-only torch build"
-    if not Path("/proc/driver/nvidia/version").exists() and not Path("/dev/nvidiactl").exists():
+    if visible is not None and visible.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from this process"
+    if not driver_files:
         return "no NVIDIA driver"
+    if driver_cuda is not None and driver_cuda < _version_tuple(torch_cuda):
+        have = f"{driver_cuda[0]}.{driver_cuda[1]}"
+        return (
+            f"the NVIDIA driver supports CUDA up to {have}, older than this torch build's CUDA {torch_cuda}: "
+            f"update the driver or install a torch built for CUDA <= {have}"
+        )
+    if visible is not None:
+        return f"CUDA_VISIBLE_DEVICES={visible!r} names no GPU the driver has"
     return "the driver reports no usable GPU"
+
+
+def _no_cuda_reason() -> str:
+    return no_cuda_reason(
+        torch_cuda=torch.version.cuda,
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        driver_files=Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists(),
+        driver_cuda=driver_cuda_version(),
+    )
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -70,6 +114,16 @@ def resolve_device(requested: str) -> torch.device:
             + ", ".join(f"cuda:{i}" for i in range(count))
         )
     return torch.device("cuda", index)
+
+
+def activate(device: torch.device) -> None:
+    """Make `device` the current CUDA device, once, right after resolving it.
+
+    Much of torch asks the *current* device rather than a tensor's: default-stream CUDA events,
+    `is_bf16_supported()`, cuBLAS handles. Left at GPU 0, a run on `cuda:1` would time an idle GPU 0.
+    """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 def device_name(device: torch.device) -> str:
