@@ -23,6 +23,7 @@ CLASS_METRICS = [
     for c in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 ]
 SUMMARY_METRICS = [
+    "time/warmup_s",
     "time/train_s",
     "time/data_wait_s",
     "time/eval_s",
