@@ -285,8 +285,27 @@ def test_planted_30_percent_regression_is_caught() -> None:
     g = found[0]
     assert g.measure == "time/train_s" and g.change == pytest.approx(0.3, abs=0.01)
     assert g.line().startswith(
-        "regression: cifar k1 on cuda:0 @ box: time/train_s 13 s vs baseline median 10.05 s"
+        "regression: cifar k1 on cuda:0 @ A10 / EPYC: time/train_s 13 s vs baseline median 10.05 s"
     )
+
+
+def test_nights_in_fresh_containers_share_a_baseline_by_hardware_or_devicebench_host() -> None:
+    """Under `compose run` or a CronJob every night has a new hostname: grouping by it found no baseline."""
+    runs = [
+        rec("cuda:0", metrics=train(t), start=1000 + i, tags={"devicebench.host.hostname": f"pod-{i}"})
+        for i, t in enumerate([10.0, 10.2, 9.9, 13.0])
+    ]
+    found, checked = find_regressions(runs, 0.10)
+    assert checked == 1 and len(found) == 1 and found[0].host == "A10 / EPYC"
+    shaped = {"devicebench.host.oci.shape": "VM.GPU.A10.1", "devicebench.host.gpu_count": "2"}
+    assert rec("cuda:0", tags=shaped).host == "VM.GPU.A10.1 / 2× A10 / EPYC"
+    # DEVICEBENCH_HOST names the machine: two identical machines stay apart, one machine stays together.
+    labelled = [
+        rec("cuda:0", metrics=train(t), start=2000 + i, tags={"devicebench.host.label": name})
+        for i, (t, name) in enumerate([(10.0, "rack1"), (10.1, "rack2"), (13.0, "rack2"), (13.2, "rack1")])
+    ]
+    found, checked = find_regressions(labelled, 0.10)
+    assert checked == 2 and sorted(g.host for g in found) == ["rack1", "rack2"]
 
 
 def test_three_percent_change_within_spread_is_not_a_regression() -> None:
