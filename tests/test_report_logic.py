@@ -121,6 +121,18 @@ def test_only_finished_runs_count_and_the_rest_are_listed() -> None:
     assert "1 pairs" in terminal_table(comp) or "1 pair" in terminal_table(comp)
 
 
+def test_peak_memory_says_which_kind_each_side_measured() -> None:
+    """On CUDA `memory/peak_bytes` is the allocator's peak, on the CPU the process RSS: not one measure."""
+    from devicebench.report.render import PAIR_HEADERS, pair_rows
+
+    gib = 2.0**30
+    cpu = rec("cpu", metrics=train(10.0, **{"memory/peak_bytes": 3 * gib, "memory/peak_rss_bytes": 3 * gib}))
+    gpu = rec("cuda:0", metrics=train(1.0, **{"memory/peak_bytes": gib, "memory/peak_rss_bytes": 4 * gib}))
+    (row,) = pair_rows(compare([cpu, gpu]).pairs, {}, with_verdict=False)
+    memory = row[PAIR_HEADERS.index("peak memory (GPU allocated / process RSS)")]
+    assert memory == "RSS 3.0 GiB / GPU alloc 1.0 GiB, RSS 4.0 GiB"
+
+
 def test_every_pair_of_devices_is_compared_and_models_are_sides() -> None:
     runs = [
         rec("cpu", metrics=train(10.0)),

@@ -22,7 +22,7 @@ from devicebench.stats import quantile
 TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s")
 THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")
 QUALITY_METRICS = ("eval/accuracy", "eval/miou")
-MEMORY_METRICS = ("memory/peak_bytes",)
+MEMORY_METRICS = ("memory/peak_bytes", "memory/peak_rss_bytes")
 SUMMARY_METRICS = TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS
 # params that say where or how verbosely a run worked, not what it measured (and the grid's own axes)
 NOT_WORK = {"device", "seed", "data_dir", "download", "verify", "log_every", "system_metrics"}
