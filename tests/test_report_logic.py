@@ -145,6 +145,21 @@ def test_every_pair_of_devices_is_compared_and_models_are_sides() -> None:
     assert len(gpu_gpu) == 1 and gpu_gpu[0].headline == pytest.approx(2.0)
 
 
+def test_two_gpus_of_one_model_are_one_side_and_a_mig_slice_is_another() -> None:
+    runs = [
+        rec("cpu", metrics=train(10.0)),
+        rec("cuda:0", metrics=train(1.0)),
+        rec("cuda:1", metrics=train(1.1)),
+        rec("cuda:0", metrics=train(4.0), tags={"devicebench.host.gpu_mig_profile": "1g.5gb"}),
+    ]
+    comp = compare(runs)
+    labels = sorted(s.label for s in comp.sides["k1"])
+    assert labels == ["cpu (EPYC)", "cuda:0 (A10 MIG 1g.5gb)", "cuda:0, cuda:1 (A10)"]
+    whole = next(s for s in comp.sides["k1"] if s.label == "cuda:0, cuda:1 (A10)")
+    assert len(whole.runs) == 2
+    assert len(comp.pairs) == 3  # cpu-A10, cpu-MIG, A10-MIG; never cuda:0 against cuda:1
+
+
 def test_matmul_pairs_use_history_per_size_and_dtype() -> None:
     hist_cpu = {
         "matmul/torch/float32/time_s": {1024: 0.02, 2048: 0.16},
