@@ -89,6 +89,8 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         device = resolve_device(cfg.device)
         activate(device)
         host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
+        if settings.host_label:
+            host["label"] = settings.host_label  # what the report groups by, not the container's hostname
         tracker.set_tags(
             {
                 f"{TAG_PREFIX}device.resolved": str(device),

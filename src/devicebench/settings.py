@@ -31,6 +31,7 @@ class Settings:
     flush_interval_s: float
     final_flush_s: float
     tracking_uri_from_env: bool
+    host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
 
 
 def redact_uri(uri: str) -> str:
@@ -105,4 +106,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         store_timeout_s=_float(env, "DEVICEBENCH_STORE_TIMEOUT_S", 10.0),
         flush_interval_s=_float(env, "DEVICEBENCH_FLUSH_INTERVAL_S", 2.0),
         final_flush_s=_float(env, "DEVICEBENCH_FINAL_FLUSH_S", 60.0),
+        host_label=(env.get("DEVICEBENCH_HOST") or "").strip(),
     )
