@@ -20,6 +20,7 @@ from devicebench.device import (
     host_fingerprint,
     no_cuda_reason,
     oci_metadata,
+    require_native_bf16,
     resolve_device,
     thread_facts,
 )
@@ -226,3 +227,21 @@ def test_activate_moves_the_current_device_for_real() -> None:
     activate(last)
     assert torch.cuda.current_device() == last.index
     activate(torch.device("cuda", 0))
+
+
+def test_bf16_on_a_gpu_older_than_ampere_is_refused_even_where_torch_emulates_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A V100 (OCI VM.GPU3) says is_bf16_supported() (emulation counts); its figure would not be bf16."""
+    from devicebench.training import check_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla V100-SXM2-16GB")
+    with pytest.raises(UsageError, match=r"--precision: Tesla V100-SXM2-16GB \(compute capability 7.0\)"):
+        check_precision("bf16", torch.device("cuda", 0))
+    with pytest.raises(UsageError, match=r"--dtypes: .* no native bfloat16"):
+        require_native_bf16(torch.device("cuda", 0), "dtypes")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
+    assert check_precision("bf16", torch.device("cuda", 0)) == torch.bfloat16
+    require_native_bf16(torch.device("cpu"), "dtypes")  # the CPU's bf16 is what it is: measured as such

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from devicebench.errors import DeviceUnavailable, UsageError
+from devicebench.gpu_info import gpu_identity
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps|auto|cuda:\d+)$")
@@ -124,6 +125,21 @@ def activate(device: torch.device) -> None:
     """
     if device.type == "cuda":
         torch.cuda.set_device(device)
+
+
+def require_native_bf16(device: torch.device, param: str) -> None:
+    """bfloat16 on a GPU older than Ampere (compute capability < 8.0: OCI's V100 and P100 shapes) is
+    emulated, and `torch.cuda.is_bf16_supported()` counts emulation as support; a figure measured
+    that way is not bf16 hardware speed, so it is refused in one line."""
+    if device.type != "cuda":
+        return
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:
+        raise UsageError(
+            f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no native "
+            "bfloat16 (it needs 8.0 or newer); use fp16 or fp32",
+            param=param,
+        )
 
 
 def device_name(device: torch.device) -> str:
@@ -278,5 +294,6 @@ def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -
         props = torch.cuda.get_device_properties(gpu)
         fp["gpu_name"] = props.name
         fp["gpu_memory_gb"] = f"{props.total_memory / 2**30:.1f}"
+        fp.update(gpu_identity(gpu))
     fp.update(oci_metadata(oci_url, oci_timeout_s))
     return fp

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from devicebench.device import require_native_bf16
 from devicebench.errors import UsageError
 from devicebench.metrics import confusion_matrix
 from devicebench.timing import Timer
@@ -56,10 +57,7 @@ def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
             )
         return torch.float16
     if precision == "bf16":
-        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise UsageError(
-                f"{torch.cuda.get_device_name(device)} has no bfloat16 support; use fp16", param="precision"
-            )
+        require_native_bf16(device, "precision")
         if device.type == "mps":
             raise UsageError("bf16 autocast is not supported on MPS; use fp32", param="precision")
         return torch.bfloat16

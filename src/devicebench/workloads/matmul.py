@@ -19,6 +19,7 @@ import numpy as np
 
 from devicebench import isolated
 from devicebench.config import param
+from devicebench.device import require_native_bf16
 from devicebench.errors import UsageError
 from devicebench.timing import TimingStats
 from devicebench.tracking import TAG_PREFIX, Tracker
@@ -188,7 +189,10 @@ def _chart(points: list[Point], device: object) -> object:
 
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     """Measure, then log each point with step = matrix size (the MLflow UI draws GFLOP/s against n)."""
-    tracker.set_tags({f"{TAG_PREFIX}isolation": ISOLATION[cfg.isolation]})
+    if "bfloat16" in cfg.dtypes and "torch" in cfg.backends:
+        require_native_bf16(ctx.device, "dtypes")
+    # fp32 products are IEEE fp32 on every device (matmul_series sets cuBLAS so): said, not assumed
+    tracker.set_tags({f"{TAG_PREFIX}isolation": ISOLATION[cfg.isolation], f"{TAG_PREFIX}fp32_math": "ieee"})
     points = measure(cfg, ctx.device)
     rows = []
     for p in points:

@@ -102,6 +102,7 @@ def measure_series(spec: SeriesSpec) -> list[Sample]:
         import torch
 
         torch.cuda.set_device(torch.device(spec.device))  # events and handles on the measured GPU
+        torch.backends.cuda.matmul.allow_tf32 = False  # "float32" means IEEE fp32, whatever the default
     point = _numpy_point if spec.backend == "numpy" else _torch_point
     samples = [
         point(a64, b64, rows, dtype, spec)
