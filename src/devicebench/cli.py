@@ -132,9 +132,14 @@ def _run_sync(args: argparse.Namespace) -> int:
     from devicebench.tracking import sync_spool
 
     settings = load_settings()
-    done, pending = sync_spool(settings)
-    print(f"{PROG}: sync: {done} run(s) replayed, {pending} still pending in {settings.spool_dir}")
-    return 1 if pending else 0
+    out = sync_spool(settings)
+    died = f" ({out.died} ended FAILED: process died)" if out.died else ""
+    live = f", {out.live} live run(s) skipped" if out.live else ""
+    print(
+        f"{PROG}: sync: {out.replayed} run(s) replayed{died}, {out.pending} still pending{live} "
+        f"in {settings.spool_dir}"
+    )
+    return 1 if out.pending else 0
 
 
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:

@@ -285,21 +285,26 @@ def train_epoch(
     steps = samples = 0
     start = timer.now()
     batches = progress(_timed_batches(loader, device, channels_last, wait), show_progress, desc, total)
-    for x, y in batches:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device, amp_dtype):
-            loss = loss_fn(model(x), y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        running += loss.detach().float()
-        steps += 1
-        samples += x.shape[0]
-        loss_log.add(loss, first_step + steps)
+    try:
+        for x, y in batches:
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device, amp_dtype):
+                loss = loss_fn(model(x), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            running += loss.detach().float()
+            steps += 1
+            samples += x.shape[0]
+            loss_log.add(loss, first_step + steps)
+    except BaseException:  # SIGTERM, Ctrl-C, a failure: the points measured so far are kept, not dropped
+        with contextlib.suppress(Exception):  # a broken device must not hide the original error
+            loss_log.flush()
+        raise
     seconds = timer.now() - start
     loss_log.flush()
     mean = float(running / max(steps, 1))
