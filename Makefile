@@ -8,7 +8,7 @@ PY := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 export GIT_PYTHON_REFRESH := quiet
 
-.PHONY: setup demo test lint format bench compare clean help
+.PHONY: setup demo test lint format bench gpu-check compare clean help
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -41,6 +41,9 @@ format: $(VENV)/.installed ## apply ruff's formatting and fixes
 
 bench: $(VENV)/.installed ## print the benchmark figures, each a ratio measured in one run
 	$(PY) -m benchmarks
+
+gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo and a short CPU-vs-GPU plan on cuda (< 10 min)
+	$(PY) -m benchmarks.gpu_check
 
 compare: $(VENV)/.installed ## compare CPU and GPU runs in the configured store (ARGS="--since 7d ...")
 	$(BIN)/devicebench compare $(ARGS)

@@ -30,6 +30,14 @@ RUN groupadd --system --gid 10001 devicebench \
     && useradd --system --uid 10001 --gid devicebench --home-dir /home/devicebench --create-home \
         --shell /usr/sbin/nologin devicebench
 
+# A C compiler: torch.compile's Triton builds a small C launcher per kernel with it (`compile=true`
+# fails without one), and python:slim has none. Debian's packages follow the pinned base image's
+# bookworm point release; pinning their exact versions would break the build at every security update.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /app
 
 # Torch first, from the chosen wheel index: the layer that takes long is cached across code changes.

@@ -9,7 +9,7 @@ which points were logged while the server was away. It writes, all in WORKDIR:
   run_id     as soon as the run exists
   attempted  the number of points whose log call started (rewritten each step)
   logged     the number of points whose log call returned (rewritten each step)
-and exits like the CLI: 0, 3 when spooled, 128+N on signal N, 130 on Ctrl-C.
+and exits like the CLI: 0, 2 on a user error, 3 when spooled, 128+N on signal N, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from devicebench.errors import Interrupted, SpooledError
+from devicebench.errors import Interrupted, SpooledError, UsageError
 from devicebench.settings import load_settings
 from devicebench.tracking import run_context
 
@@ -53,8 +53,8 @@ def main() -> int:
     workdir = Path(sys.argv[1])
     try:
         return drive(workdir)
-    except SpooledError as e:
-        print(f"fault_driver: {e}", file=sys.stderr)
+    except (SpooledError, UsageError) as e:  # one line, like the CLI (a locked SQLite store, a bad setting)
+        print(f"devicebench: error: {e}", file=sys.stderr)
         return e.exit_code
     except Interrupted as e:
         return e.exit_code

@@ -177,6 +177,41 @@ def test_tensor_loader_shuffles_reproducibly_and_covers_every_image() -> None:
     assert len(a) == 4
 
 
+def test_tensor_loader_on_another_device_normalises_and_shuffles_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The meta device stands in for a GPU: the values must be computed on the CPU and only moved
+    (CUDA's div is one ulp off), and the permutation must come from a CPU generator (a CUDA one gives
+    another order for the same seed), the very permutation a CPU loader with that seed makes."""
+    import devicebench.data.cifar as cifar
+
+    images, labels = make_split(train=True, limit=40)
+    normalised_on: list[str] = []
+    real_normalize = cifar.normalize_uint8
+    monkeypatch.setattr(
+        cifar,
+        "normalize_uint8",
+        lambda x: normalised_on.append(x.device.type) or real_normalize(x),
+    )
+    perms: list[tuple[str, torch.Tensor]] = []
+    real_randperm = torch.randperm
+
+    def spy_randperm(*args: object, **kwargs: object) -> torch.Tensor:
+        out = real_randperm(*args, **kwargs)  # type: ignore[call-overload]
+        perms.append((out.device.type, out))
+        return out
+
+    monkeypatch.setattr(torch, "randperm", spy_randperm)
+    meta = TensorLoader(images, labels, 16, torch.device("meta"), shuffle=True, seed=3)
+    assert normalised_on == ["cpu"] and meta.images.device.type == "meta"
+    batches = [y.shape[0] for _, y in meta]
+    assert batches == [16, 16, 8]
+    cpu = TensorLoader(images, labels, 16, torch.device("cpu"), shuffle=True, seed=3)
+    list(cpu)
+    assert [d for d, _ in perms] == ["cpu", "cpu"]
+    assert torch.equal(perms[0][1], perms[1][1])
+
+
 def test_synthetic_is_deterministic_and_prefix_stable() -> None:
     a_img, a_lab = make_split(train=True, limit=1500)
     b_img, b_lab = make_split(train=True, limit=1200)

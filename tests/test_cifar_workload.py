@@ -23,6 +23,7 @@ CLASS_METRICS = [
     for c in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 ]
 SUMMARY_METRICS = [
+    "time/warmup_s",
     "time/train_s",
     "time/data_wait_s",
     "time/eval_s",
@@ -294,7 +295,12 @@ def test_tensor_loader_on_cuda_matches_the_cpu_values_and_learns(tmp_path: Path)
     images, labels = make_split(train=False, limit=100)
     on_gpu = TensorLoader(images, labels, 50, torch.device("cuda", 0), shuffle=False)
     on_cpu = TensorLoader(images, labels, 50, torch.device("cpu"), shuffle=False)
-    assert torch.equal(on_gpu.images.cpu(), on_cpu.images)
+    assert torch.equal(on_gpu.images.cpu(), on_cpu.images)  # bit for bit: normalised on the CPU
+    shuffled_gpu = TensorLoader(images, labels, 32, torch.device("cuda", 0), shuffle=True, seed=7)
+    shuffled_cpu = TensorLoader(images, labels, 32, torch.device("cpu"), shuffle=True, seed=7)
+    for _ in range(2):  # two epochs: the same fresh order each time
+        gpu_order = torch.cat([y for _, y in shuffled_gpu]).cpu()
+        assert torch.equal(gpu_order, torch.cat([y for _, y in shuffled_cpu]))
     cfg = build_config(
         Config,
         {**SMALL, "device": "cuda", "epochs": "2", "lr": "0.02", "loader": "tensor", "batch_size": "64"},

@@ -59,13 +59,17 @@ def test_params_are_every_field_as_strings() -> None:
         "dtypes": "float64,float32",
         "backends": "numpy,torch",
         "repeats": "5",
+        "min_time_s": "0.2",
         "warmup": "1",
+        "isolation": "process",
         "seed": "0",
     }
 
 
 def test_config_key_ignores_device_and_seed_but_not_the_work() -> None:
     base = build_config(Config, {"sizes": "64"})
+    how = build_config(Config, {"sizes": "64", "isolation": "none", "min_time_s": "1"})
+    assert config_key("matmul", base) == config_key("matmul", how), "how it was measured is not the work"
     assert config_key("matmul", base) == config_key(
         "matmul", build_config(Config, {"sizes": "64", "device": "cuda"})
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 import configparser
 import copy
 import json
+import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -223,6 +225,11 @@ def test_systemd_timer_calendar_is_valid() -> None:
     assert proc.returncode == 0 and "Next elapse" in proc.stdout, proc.stdout + proc.stderr
 
 
+def _install_script() -> str:
+    config = yaml.safe_load((OCI / "cloud-init.yaml").read_text())
+    return {f["path"]: f for f in config["write_files"]}["/usr/local/sbin/devicebench-install"]["content"]
+
+
 def test_cloud_init_is_valid_cloud_config() -> None:
     text = (OCI / "cloud-init.yaml").read_text()
     assert text.startswith("#cloud-config\n")
@@ -243,6 +250,39 @@ def test_cloud_init_is_valid_cloud_config() -> None:
     assert "openssl rand" in install, "passwords must be generated on the instance, not carried in user data"
     proc = subprocess.run(["bash", "-n"], input=install, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("installed", "utils"),
+    [
+        (
+            "ii nvidia-headless-no-dkms-535-server\nii nvidia-kernel-common-535-server",
+            "nvidia-utils-535-server",
+        ),
+        ("ii nvidia-headless-no-dkms-570-server-open", "nvidia-utils-570-server"),
+        ("rc nvidia-headless-no-dkms-470-server\nii nvidia-headless-550", "nvidia-utils-550"),
+        ("", None),
+    ],
+)
+def test_cloud_init_adds_the_utils_package_of_the_headless_driver(installed: str, utils: str | None) -> None:
+    """`ubuntu-drivers install --gpgpu` leaves no nvidia-smi; the install script must add the utils package
+    of the branch it chose. Its function runs here against a stub dpkg-query."""
+    install = _install_script()
+    func = re.search(r"^nvidia_utils_package\(\) \{\n.*?^\}\n", install, re.S | re.M)
+    assert func, "no nvidia_utils_package function in the install script"
+    assert re.search(r'apt-get install -y "\$nvidia_utils"', install)
+    assert install.index("ubuntu-drivers install --gpgpu") < install.index("nvidia_utils=")
+    stub = f"dpkg-query() {{ printf '%s\\n' {shlex.quote(installed)} | grep -v '^$'; }}\n"
+    proc = subprocess.run(
+        ["bash", "-c", stub + func.group(0) + "nvidia_utils_package"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if utils is None:
+        assert proc.returncode != 0 and "no nvidia-headless-* package" in proc.stderr
+    else:
+        assert proc.returncode == 0 and proc.stdout.strip() == utils, proc.stderr
 
 
 def test_cloud_init_against_cloud_inits_schema() -> None:

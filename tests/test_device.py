@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -13,10 +14,15 @@ import pytest
 import torch
 
 from devicebench.device import (
+    activate,
     check_device_spelling,
+    cpu_budget,
     host_fingerprint,
+    no_cuda_reason,
     oci_metadata,
+    require_native_bf16,
     resolve_device,
+    thread_facts,
 )
 from devicebench.errors import DeviceUnavailable, UsageError
 
@@ -149,3 +155,93 @@ def test_gpu_fingerprint_names_the_gpu() -> None:
     assert fp["gpu_name"] != "none"
     assert float(fp["gpu_memory_gb"]) > 0
     assert fp["driver"] != "none"
+
+
+def test_fingerprint_names_every_cpu_thread_pool_and_the_usable_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU half of every speedup depends on these; a variable someone set to tune a pool shows."""
+    import numpy as np
+
+    np.ones((8, 8)) @ np.ones((8, 8))  # NumPy's BLAS is loaded in any process that measures with it
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    facts = thread_facts()
+    assert facts["torch_threads"] == str(torch.get_num_threads())
+    assert int(facts["cpu_affinity"]) == len(os.sched_getaffinity(0))
+    assert facts["blas"].split()[0] in {"openblas", "mkl", "blis"}, facts
+    assert int(facts["blas_threads"]) >= 1
+    assert facts["env.OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "env.MKL_NUM_THREADS" not in facts
+
+
+def test_cpu_budget_says_when_threads_and_loader_workers_exceed_the_cores() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert cpu_budget(cores, 0)["cpu.oversubscribed"] == "false"
+    over = cpu_budget(cores, 2)
+    assert over == {
+        "cpu.usable_cores": str(cores),
+        "cpu.busy_threads": str(cores + 2),
+        "cpu.oversubscribed": "true",
+    }
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ({"torch_cuda": None}, "a CPU-only torch build"),
+        ({"visible": ""}, "CUDA_VISIBLE_DEVICES='' hides every GPU from this process"),
+        ({"visible": "-1"}, "CUDA_VISIBLE_DEVICES='-1' hides every GPU"),
+        ({"driver_files": False}, "no NVIDIA driver"),
+        (
+            {"driver_cuda": (12, 4)},
+            "the NVIDIA driver supports CUDA up to 12.4, older than this torch build's CUDA 13.0: "
+            "update the driver or install a torch built for CUDA <= 12.4",
+        ),
+        ({"visible": "3"}, "CUDA_VISIBLE_DEVICES='3' names no GPU the driver has"),
+        ({"driver_cuda": (13, 1)}, "the driver reports no usable GPU"),
+        ({"driver_cuda": None}, "the driver reports no usable GPU"),
+    ],
+)
+def test_no_cuda_reason_points_at_the_fix(host: dict, said: str) -> None:
+    facts = {"torch_cuda": "13.0", "visible": None, "driver_files": True, "driver_cuda": (13, 0), **host}
+    assert no_cuda_reason(**facts).startswith(said)
+
+
+def test_a_resolved_gpu_becomes_the_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cuda:1` on a two-GPU host: torch's current device must follow, or events land on GPU 0."""
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    device = resolve_device("cuda:1")
+    activate(device)
+    assert chosen == [torch.device("cuda", 1)]
+    activate(torch.device("cpu"))
+    assert len(chosen) == 1
+
+
+@pytest.mark.gpu
+def test_activate_moves_the_current_device_for_real() -> None:
+    last = torch.device("cuda", torch.cuda.device_count() - 1)
+    activate(last)
+    assert torch.cuda.current_device() == last.index
+    activate(torch.device("cuda", 0))
+
+
+def test_bf16_on_a_gpu_older_than_ampere_is_refused_even_where_torch_emulates_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A V100 (OCI VM.GPU3) says is_bf16_supported() (emulation counts); its figure would not be bf16."""
+    from devicebench.training import check_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla V100-SXM2-16GB")
+    with pytest.raises(UsageError, match=r"--precision: Tesla V100-SXM2-16GB \(compute capability 7.0\)"):
+        check_precision("bf16", torch.device("cuda", 0))
+    with pytest.raises(UsageError, match=r"--dtypes: .* no native bfloat16"):
+        require_native_bf16(torch.device("cuda", 0), "dtypes")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
+    assert check_precision("bf16", torch.device("cuda", 0)) == torch.bfloat16
+    require_native_bf16(torch.device("cpu"), "dtypes")  # the CPU's bf16 is what it is: measured as such

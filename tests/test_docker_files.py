@@ -98,6 +98,9 @@ def test_trainer_dockerfile_contract() -> None:
     runs = " ".join(arg for word, arg in instructions if word == "RUN")
     assert '--index-url "${TORCH_INDEX}"' in runs
     assert re.search(r"pip install \.(\s|$)", runs), "the project itself is not installed"
+    # torch.compile (Triton) needs a C compiler and libc headers; python:slim ships neither.
+    assert re.search(r"apt-get install -y --no-install-recommends [^&]*\bgcc\b", runs), "no C compiler"
+    assert re.search(r"apt-get install [^&]*\blibc6-dev\b", runs), "no libc headers for the compiler"
     entrypoints = [arg for word, arg in instructions if word == "ENTRYPOINT"]
     assert entrypoints == ['["devicebench"]']
     volumes = " ".join(arg for word, arg in instructions if word == "VOLUME")

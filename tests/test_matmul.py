@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +46,54 @@ def test_run_logs_every_point_with_step_equal_to_size(tmp_path: Path) -> None:
         "CPU runs have no unsynced time"
     )
     assert {"timings.json", "matmul.csv", "gflops.png"} <= set(tracker.artifacts)
+
+
+def test_each_backend_is_measured_in_a_fresh_process_where_no_other_pool_ran(tmp_path: Path) -> None:
+    """The isolation's evidence: NumPy and torch points come from two processes other than this one,
+    and torch's OpenMP runtime was never loaded where NumPy was measured."""
+    cfg = build_config(Config, {"sizes": "32,64", "repeats": "2", "min_time_s": "0"})
+    tracker = MemoryTracker()
+    run(cfg, Context(torch.device("cpu"), tmp_path, False), tracker)
+    rows = tracker.artifacts["timings.json"]
+    pids = {b: {r["measured_in_pid"] for r in rows if r["backend"] == b} for b in ("numpy", "torch")}
+    assert len(pids["numpy"]) == len(pids["torch"]) == 1
+    assert pids["numpy"] != pids["torch"] and os.getpid() not in pids["numpy"] | pids["torch"]
+    numpy_pools = {p for r in rows if r["backend"] == "numpy" for p in r["thread_pools_loaded"]}
+    assert not [p for p in numpy_pools if p.startswith("openmp")], numpy_pools
+    assert {r["isolation"] for r in rows} == {"process"}
+    assert tracker.tags["devicebench.isolation"].startswith("one fresh process per backend")
+
+
+def test_isolation_none_measures_in_this_process(tmp_path: Path) -> None:
+    cfg = build_config(Config, {"sizes": "32", "repeats": "2", "min_time_s": "0", "isolation": "none"})
+    points = run(cfg, Context(torch.device("cpu"), tmp_path, False), MemoryTracker())
+    assert {p.pid for p in points} == {os.getpid()}
+
+
+def test_points_are_sampled_for_the_minimum_time_and_the_count_is_logged(tmp_path: Path) -> None:
+    """Every point is sampled until 0.05 s were measured (a 32² product takes microseconds alone, so
+    that is many samples; on a loaded host fewer), and the count is logged beside the figure."""
+    cfg = build_config(Config, {"sizes": "32", "dtypes": "float32", "repeats": "3", "min_time_s": "0.05"})
+    tracker = MemoryTracker()
+    run(cfg, Context(torch.device("cpu"), tmp_path, False), tracker)
+    for row in tracker.artifacts["timings.json"]:
+        assert sum(row["samples_s"]) * row["calls_per_sample"] >= 0.05, row["backend"]
+        assert row["repeats"] == len(row["samples_s"]) >= 3
+        (logged,) = tracker.values(f"matmul/{row['backend']}/float32/samples")
+        assert logged == row["repeats"]
+    assert "samples" in tracker.artifacts["matmul.csv"].splitlines()[0]
+
+
+def test_the_isolated_process_hands_back_results_and_exceptions() -> None:
+    from devicebench import isolated
+
+    assert isolated.call("math:sqrt", 4.0) == 2.0
+    with pytest.raises(ValueError, match="math domain error"):
+        isolated.call("math:sqrt", -1.0)
+    with pytest.raises(MemoryError, match="SIGKILL"):  # what the kernel's OOM killer does
+        isolated.call("signal:raise_signal", signal.SIGKILL)
+    with pytest.raises(isolated.IsolatedProcessDied, match="exit 3"):
+        isolated.call("os:_exit", 3)
 
 
 def _read_run(uri: str, experiment: str):

@@ -66,6 +66,47 @@ def test_confusion_matrix_ignores_the_void_label_and_a_custom_one() -> None:
     assert confusion_matrix(pred, target, 256, ignore_index=0).sum() == 3  # only label 0 dropped
 
 
+def _reference_cm(pred: torch.Tensor, target: torch.Tensor, n: int) -> torch.Tensor:
+    """The obvious formula (mask, then bincount), to hold the sync-free version to it."""
+    keep = target.reshape(-1) != V
+    idx = target.reshape(-1)[keep] * n + pred.reshape(-1)[keep]
+    return torch.bincount(idx, minlength=n * n).reshape(n, n)
+
+
+def test_confusion_matrix_equals_the_masked_bincount_on_random_masks() -> None:
+    g = torch.Generator().manual_seed(3)
+    target = torch.randint(0, 21, (4, 17, 19), generator=g)
+    target[torch.rand(target.shape, generator=g) < 0.2] = V
+    pred = torch.randint(0, 21, (4, 17, 19), generator=g)
+    cm = confusion_matrix(pred, target, 21)
+    assert cm.dtype == torch.long
+    assert torch.equal(cm, _reference_cm(pred, target, 21))
+
+
+def test_confusion_matrix_has_no_data_dependent_shape() -> None:
+    """On the meta device an op whose output size depends on the values (boolean-mask indexing →
+    `nonzero`, `bincount`) cannot run at all; on a GPU each such op is a host sync per batch."""
+    pred = torch.zeros(2, 8, 8, dtype=torch.long, device="meta")
+    target = torch.zeros(2, 8, 8, dtype=torch.uint8, device="meta")
+    assert confusion_matrix(pred, target, 21).shape == (21, 21)
+
+
+@pytest.mark.gpu
+def test_confusion_matrix_on_cuda_never_syncs_and_matches_the_cpu() -> None:
+    g = torch.Generator().manual_seed(5)
+    target = torch.randint(0, 21, (8, 64, 64), generator=g)
+    target[torch.rand(target.shape, generator=g) < 0.1] = V
+    pred = torch.randint(0, 21, (8, 64, 64), generator=g)
+    tc, pc = target.cuda(), pred.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        cm = confusion_matrix(pc, tc, 21)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(cm.cpu(), confusion_matrix(pred, target, 21))
+
+
 # ----------------------------------------------------------------------------------------- segmentation
 
 

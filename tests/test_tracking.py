@@ -142,3 +142,82 @@ def test_memory_tracker_records_what_a_workload_logs() -> None:
     assert t.metrics == [("a", 1.0, 3), ("b", 2.5, 3)]
     assert t.values("b") == [2.5]
     assert t.tags == {"k": "1"}
+
+
+def test_a_half_migrated_sqlite_store_is_named_with_the_way_out(
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    """Eight processes migrating one fresh store at once left `_alembic_tmp_*` tables that no later run or
+    `mlflow db upgrade` gets past; the line must say what happened and how to recover."""
+    import sqlite3
+
+    from devicebench.tracking import check_store
+
+    db = tmp_path / "broken.db"
+    src = sqlite3.connect(mlflow_server.backend_uri.removeprefix("sqlite:///"))
+    dst = sqlite3.connect(db)
+    src.backup(dst)  # a migrated store, copied consistently while its server runs
+    src.close()
+    dst.execute("CREATE TABLE _alembic_tmp_tags (key VARCHAR(250), value VARCHAR(5000))")
+    dst.commit()
+    dst.close()
+    s = settings_for(f"sqlite:///{db}", tmp_path, "x")
+    with pytest.raises(StoreUnavailable) as caught:
+        check_store(s)
+    line = str(caught.value)
+    assert "\n" not in line
+    assert "half-migrated" in line and "_alembic_tmp_tags" in line, line
+    assert f"delete {db}" in line and "backup" in line, line
+
+
+def test_a_spool_dir_that_cannot_be_created_is_refused_before_the_run_exists(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """The journal exists before the run: with DEVICEBENCH_SPOOL_DIR=/dev/null no run may be created."""
+    from devicebench.errors import UsageError
+    from servers import runs_of
+
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name, DEVICEBENCH_SPOOL_DIR="/dev/null")
+    with (
+        pytest.raises(UsageError, match=r"DEVICEBENCH_SPOOL_DIR='/dev/null'") as caught,
+        run_context(s, "matmul", {}),
+    ):
+        pytest.fail("no work may start without a journal")
+    assert "\n" not in str(caught.value)
+    assert runs_of(mlflow_server.url, experiment_name) == []
+
+
+def test_replaying_a_model_twice_logs_it_once(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """A `sync` killed after the model upload but before it acknowledged the operation replays the model
+    step again: the run must still have exactly one model called `model`."""
+    import shutil
+
+    import mlflow.pytorch
+
+    from devicebench.tracking import Journal, _model_options, _portable_model, sync_spool
+
+    client = MlflowClient(mlflow_server.url)
+    run_id = client.create_run(client.create_experiment(experiment_name)).info.run_id
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    journal = Journal(s.spool_dir, run_id, mlflow_server.url)
+    module, _, signature = _portable_model(Tiny(), torch.randn(2, 3, 8, 8))
+    mlflow.pytorch.save_model(
+        module, str(journal.files / "models" / "model"), signature=signature, **_model_options()
+    )
+    journal.append({"op": "model", "path": "files/models/model", "name": "model"})
+    journal.append({"op": "end", "status": "FINISHED", "ts": int(time.time() * 1000)})
+    journal.close()
+    copy = tmp_path / "journal-copy"
+    shutil.copytree(journal.dir, copy)
+
+    sync_spool(s)
+    assert not journal.dir.exists(), "the first sync replayed the journal"
+    shutil.copytree(copy, journal.dir)  # as if the first sync died before writing `sent`
+    sync_spool(s)
+    assert not journal.dir.exists(), "the second sync replayed the journal"
+
+    models = client.search_logged_models(experiment_ids=[client.get_run(run_id).info.experiment_id])
+    assert [(m.name, m.source_run_id, str(m.status)) for m in models] == [("model", run_id, "READY")]
+    assert client.get_run(run_id).info.status == "FINISHED"

@@ -69,6 +69,7 @@ def test_a_run_logs_the_schema(tmp_path: Path) -> None:
         "train/loss",
         "train/epoch_loss",
         "time/epoch_s",
+        "time/warmup_s",
         "time/train_s",
         "time/data_wait_s",
         "time/eval_s",

@@ -50,8 +50,15 @@ def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None
 def run_workload(name: str, args: argparse.Namespace) -> int:
     """Parse → check the store → start the run → resolve the device → work → log → end the run."""
     from devicebench.config import config_from_args, config_key, to_params
-    from devicebench.device import check_device_spelling, device_name, host_fingerprint, resolve_device
-    from devicebench.settings import load_settings, preflight_store, prepare_spool_root
+    from devicebench.device import (
+        activate,
+        check_device_spelling,
+        cpu_budget,
+        device_name,
+        host_fingerprint,
+        resolve_device,
+    )
+    from devicebench.settings import load_settings, preflight_store
     from devicebench.tracking import TAG_PREFIX, one_line, run_context
     from devicebench.workloads import Context, load, progress_enabled
 
@@ -60,7 +67,6 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     check_device_spelling(cfg.device)
     settings = load_settings()
     preflight_store(settings)
-    prepare_spool_root(settings)
     data = getattr(cfg, "data", module.DATA)
     tags = {
         f"{TAG_PREFIX}device": cfg.device,
@@ -82,7 +88,10 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         device = resolve_device(cfg.device)
+        activate(device)
         host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
+        if settings.host_label:
+            host["label"] = settings.host_label  # what the report groups by, not the container's hostname
         tracker.set_tags(
             {
                 f"{TAG_PREFIX}device.resolved": str(device),
@@ -90,6 +99,10 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
                 **{f"{TAG_PREFIX}host.{k}": v for k, v in host.items()},
             }
         )
+        if hasattr(cfg, "num_workers"):  # training: threads + loader processes against the usable cores
+            workers = cfg.num_workers if getattr(cfg, "loader", "dataloader") == "dataloader" else 0
+            budget = cpu_budget(int(host["torch_threads"]), workers)
+            tracker.set_tags({f"{TAG_PREFIX}{k}": v for k, v in budget.items()})
         tracker.log_dict(host, "host.json")
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
         try:
@@ -124,9 +137,14 @@ def _run_sync(args: argparse.Namespace) -> int:
     from devicebench.tracking import sync_spool
 
     settings = load_settings()
-    done, pending = sync_spool(settings)
-    print(f"{PROG}: sync: {done} run(s) replayed, {pending} still pending in {settings.spool_dir}")
-    return 1 if pending else 0
+    out = sync_spool(settings)
+    died = f" ({out.died} ended FAILED: process died)" if out.died else ""
+    live = f", {out.live} live run(s) skipped" if out.live else ""
+    print(
+        f"{PROG}: sync: {out.replayed} run(s) replayed{died}, {out.pending} still pending{live} "
+        f"in {settings.spool_dir}"
+    )
+    return 1 if out.pending else 0
 
 
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:

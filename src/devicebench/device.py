@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from devicebench.errors import DeviceUnavailable, UsageError
+from devicebench.gpu_info import gpu_identity
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps|auto|cuda:\d+)$")
@@ -33,12 +34,56 @@ def check_device_spelling(requested: str) -> str:
     return value
 
 
-def _no_cuda_reason() -> str:
-    if torch.version.cuda is None:
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The newest CUDA version the installed NVIDIA driver supports (from NVML), or None without one."""
+    with contextlib.suppress(Exception):
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for 12.4
+            return v // 1000, (v % 1000) // 10
+        finally:
+            pynvml.nvmlShutdown()
+    return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+def no_cuda_reason(
+    *,
+    torch_cuda: str | None,
+    visible: str | None,
+    driver_files: bool,
+    driver_cuda: tuple[int, int] | None,
+) -> str:
+    """Why torch sees no GPU, in the words that point at the fix (the arguments are what the host says)."""
+    if torch_cuda is None:
         return "a CPU-only torch build"
-    if not Path("/proc/driver/nvidia/version").exists() and not Path("/dev/nvidiactl").exists():
+    if visible is not None and visible.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from this process"
+    if not driver_files:
         return "no NVIDIA driver"
+    if driver_cuda is not None and driver_cuda < _version_tuple(torch_cuda):
+        have = f"{driver_cuda[0]}.{driver_cuda[1]}"
+        return (
+            f"the NVIDIA driver supports CUDA up to {have}, older than this torch build's CUDA {torch_cuda}: "
+            f"update the driver or install a torch built for CUDA <= {have}"
+        )
+    if visible is not None:
+        return f"CUDA_VISIBLE_DEVICES={visible!r} names no GPU the driver has"
     return "the driver reports no usable GPU"
+
+
+def _no_cuda_reason() -> str:
+    return no_cuda_reason(
+        torch_cuda=torch.version.cuda,
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        driver_files=Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists(),
+        driver_cuda=driver_cuda_version(),
+    )
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -70,6 +115,31 @@ def resolve_device(requested: str) -> torch.device:
             + ", ".join(f"cuda:{i}" for i in range(count))
         )
     return torch.device("cuda", index)
+
+
+def activate(device: torch.device) -> None:
+    """Make `device` the current CUDA device, once, right after resolving it.
+
+    Much of torch asks the *current* device rather than a tensor's: default-stream CUDA events,
+    `is_bf16_supported()`, cuBLAS handles. Left at GPU 0, a run on `cuda:1` would time an idle GPU 0.
+    """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
+def require_native_bf16(device: torch.device, param: str) -> None:
+    """bfloat16 on a GPU older than Ampere (compute capability < 8.0: OCI's V100 and P100 shapes) is
+    emulated, and `torch.cuda.is_bf16_supported()` counts emulation as support; a figure measured
+    that way is not bf16 hardware speed, so it is refused in one line."""
+    if device.type != "cuda":
+        return
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:
+        raise UsageError(
+            f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no native "
+            "bfloat16 (it needs 8.0 or newer); use fp16 or fp32",
+            param=param,
+        )
 
 
 def device_name(device: torch.device) -> str:
@@ -132,6 +202,73 @@ def oci_metadata(url: str, timeout_s: float) -> dict[str, str]:
     return {k: str(v) for k, v in out.items() if v}
 
 
+THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+    "KMP_BLOCKTIME",
+    "OMP_PROC_BIND",
+    "OMP_PLACES",
+    "MKL_DYNAMIC",
+)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's cpuset or `taskset`), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def thread_facts() -> dict[str, str]:
+    """How many threads each CPU thread pool runs and on how many cores: the CPU side of every speedup
+    depends on it, and two runs with different counts are not like for like.
+
+    NumPy's BLAS is read with threadpoolctl (it knows OpenBLAS, MKL and BLIS); torch reports its own
+    intra-op and inter-op pools. Only environment variables that were set appear, so their presence
+    alone says someone tuned the pools.
+    """
+    from threadpoolctl import threadpool_info
+
+    facts = {
+        "cpu_affinity": str(usable_cores()),
+        "torch_threads": str(torch.get_num_threads()),
+        "torch_interop_threads": str(torch.get_num_interop_threads()),
+        "blas": "none",
+        "blas_threads": "0",
+    }
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas" and "torch" not in str(pool.get("filepath", "")):
+            layer = pool.get("threading_layer")
+            facts["blas"] = " ".join(
+                x for x in (pool.get("internal_api"), pool.get("version"), f"({layer})" if layer else "") if x
+            )
+            facts["blas_threads"] = str(pool.get("num_threads"))
+        elif pool.get("user_api") == "openmp" and "torch" in str(pool.get("filepath", "")):
+            facts["openmp"] = f"{pool.get('prefix')} ({pool.get('num_threads')} threads)"
+    facts.update({f"env.{k}": os.environ[k] for k in THREAD_ENV if os.environ.get(k)})
+    return facts
+
+
+def cpu_budget(torch_threads: int, loader_workers: int) -> dict[str, str]:
+    """Threads a training run keeps busy against the cores it may use, as `cpu.*` tags.
+
+    DataLoader workers are processes of their own, each busy while the main process computes with
+    `torch_threads` threads; on a 2-core VM 2 threads + 2 workers halve the compute and the CPU
+    baseline measures contention. The report names it (verdicts.oversubscribed).
+    """
+    cores = usable_cores()
+    busy = torch_threads + loader_workers
+    return {
+        "cpu.usable_cores": str(cores),
+        "cpu.busy_threads": str(busy),
+        "cpu.oversubscribed": "true" if busy > cores else "false",
+    }
+
+
 def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -> dict[str, str]:
     """Everything that makes a timing comparable across hosts, as flat string tags (no prefix)."""
     gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -139,7 +276,7 @@ def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": str(os.cpu_count() or 0),
-        "torch_threads": str(torch.get_num_threads()),
+        **thread_facts(),
         "gpu_count": str(gpu_count),
         "gpu_name": "none",
         "gpu_memory_gb": "0",
@@ -157,5 +294,6 @@ def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -
         props = torch.cuda.get_device_properties(gpu)
         fp["gpu_name"] = props.name
         fp["gpu_memory_gb"] = f"{props.total_memory / 2**30:.1f}"
+        fp.update(gpu_identity(gpu))
     fp.update(oci_metadata(oci_url, oci_timeout_s))
     return fp

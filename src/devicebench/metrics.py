@@ -1,6 +1,6 @@
 """Classification and segmentation metrics, computed from a confusion matrix on the device.
 
-One confusion matrix per evaluation (accumulated with `bincount`, no per-batch host sync) gives every
+One confusion matrix per evaluation (accumulated with `index_add_`, no per-batch host sync) gives every
 figure the report needs: accuracy per class, IoU per class, Dice, pixel accuracy. Pixels labelled 255
 (VOC's void border) are ignored everywhere. A class absent from both truth and prediction has no IoU
 (NaN) and is left out of the mean, rather than counted as a perfect 1 or a failed 0.
@@ -18,11 +18,19 @@ IGNORE_INDEX = 255
 def confusion_matrix(
     pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int = IGNORE_INDEX
 ) -> torch.Tensor:
-    """cm[t, p] = how many samples (or pixels) of true class t were predicted as p."""
-    pred, target = pred.reshape(-1), target.reshape(-1)
-    keep = target != ignore_index
-    idx = target[keep].long() * num_classes + pred[keep].long()
-    return torch.bincount(idx, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+    """cm[t, p] = how many samples (or pixels) of true class t were predicted as p.
+
+    Shapes never depend on the data, so on a GPU nothing waits for the device: ignored pixels go to one
+    extra bin that is dropped at the end (boolean-mask indexing would call `nonzero`, a host sync), and
+    the counts are added into a fixed-size buffer with `index_add_` (CUDA `bincount` reads the min and max
+    back to size its output, two more syncs per batch).
+    """
+    pred, target = pred.reshape(-1).long(), target.reshape(-1).long()
+    bins = num_classes * num_classes
+    idx = torch.where(target != ignore_index, target * num_classes + pred, bins)
+    counts = torch.zeros(bins + 1, dtype=torch.long, device=idx.device)
+    counts.index_add_(0, idx, torch.ones((), dtype=torch.long, device=idx.device).expand_as(idx))
+    return counts[:bins].reshape(num_classes, num_classes)
 
 
 def per_class_accuracy(cm: torch.Tensor) -> list[float]:

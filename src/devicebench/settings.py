@@ -38,6 +38,7 @@ class Settings:
     flush_interval_s: float
     final_flush_s: float
     tracking_uri_from_env: bool
+    host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
 
 
 def redact_uri(uri: str) -> str:
@@ -118,6 +119,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         store_timeout_s=_float(env, "DEVICEBENCH_STORE_TIMEOUT_S", 10.0),
         flush_interval_s=_float(env, "DEVICEBENCH_FLUSH_INTERVAL_S", 2.0),
         final_flush_s=_float(env, "DEVICEBENCH_FINAL_FLUSH_S", 60.0),
+        host_label=(env.get("DEVICEBENCH_HOST") or "").strip(),
     )
 
 
@@ -193,29 +195,3 @@ def _preflight_database(uri: str, default_port: int, timeout_s: float) -> None:
             f"tracking store {redact_uri(uri)} is not reachable at {host}:{port} ({reason}); "
             "start the database or fix MLFLOW_TRACKING_URI"
         )
-
-
-def prepare_spool_root(settings: Settings) -> None:
-    """Create the spool root private (0700) before any run, or refuse a path that cannot be one.
-
-    Journals hold the tracking URI (credentials included where it has them) and every metric of a run,
-    so the root, not only each run's folder, is the user's alone. The default root is ours and is
-    tightened if an older version left it 0755; a root the user named and that exists (it may be a
-    shared folder) is left as it is.
-    """
-    root = settings.spool_dir
-    try:
-        if not root.exists():
-            root.parent.mkdir(parents=True, exist_ok=True)
-            root.mkdir(mode=0o700)
-        elif not root.is_dir():
-            raise NotADirectoryError(20, "not a directory", str(root))
-        elif root.parts[-2:] == ("devicebench", "spool"):  # the default's shape, whatever XDG_STATE_HOME
-            root.chmod(0o700)
-    except FileExistsError:  # created by a concurrent run between the check and mkdir
-        pass
-    except OSError as e:
-        raise UsageError(
-            f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r} cannot hold the spool ({e.strerror or e}); "
-            "name a folder this user can write"
-        ) from None

@@ -408,14 +408,13 @@ def _fmt_s(seconds: float) -> str:
 
 def run_plan(plan: Plan, resume: str | None = None) -> int:
     """Run every planned item in its own process under one parent run; report; exit 0, or 1 on any failure."""
-    from devicebench.settings import load_settings, preflight_store, prepare_spool_root
+    from devicebench.settings import load_settings, preflight_store
     from devicebench.tracking import TAG_PREFIX, configure_mlflow_client, ensure_experiment, run_context
 
     settings = load_settings()
     if plan.experiment:
         settings = dataclasses.replace(settings, experiment=plan.experiment)
     preflight_store(settings)
-    prepare_spool_root(settings)
     configure_mlflow_client(settings)
     started = time.monotonic()
     skipped: list[PlannedRun] = []

@@ -9,13 +9,16 @@ the rules that keep a measurement trustworthy live here once:
 * every operation is first written to a local journal (the spool). A server that blinks mid-run loses
   nothing (the sender retries); a server gone for good at the end leaves a complete spool that
   `devicebench sync` replays later, exactly once;
-* any exception marks the run FAILED with a one-line `devicebench.error` tag; a signal marks it KILLED.
+* any exception marks the run FAILED with a one-line `devicebench.error` tag; a signal marks it KILLED;
+* a journal belongs to its live process (an OS lock, released when the process dies): `sync` replays
+  only journals whose process is gone, and ends a run that died without an end record FAILED.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import fcntl
 import json
 import os
 import shutil
@@ -174,11 +177,109 @@ def check_store(settings: Settings) -> None:
     if uri.startswith(("http://", "https://")):
         _check_http_store(uri, max(settings.store_timeout_s, 0.5))
     elif uri.startswith("sqlite:"):
-        # A local file cannot be unreachable, but MLflow creates and migrates a fresh one inside this
-        # probe, which takes seconds on a busy machine: the network timeout must not fail that.
-        _check_other_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
+        prepare_sqlite_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
     else:
         _check_other_store(uri, max(settings.store_timeout_s, 0.5))
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI; None for an in-memory store."""
+    path = uri[len("sqlite://") :].split("?", 1)[0]
+    if not path.startswith("/") or path == "/:memory:":
+        return None
+    return Path(path[1:])  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+
+
+@contextmanager
+def _file_lock(path: Path, timeout_s: float, what: str) -> Iterator[None]:
+    """An exclusive inter-process lock (flock: the OS drops it when its holder dies), waited for up to
+    `timeout_s`; StoreUnavailable naming `what` when it cannot be had."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise StoreUnavailable(f"{what}: cannot create the lock file {path} ({e.strerror})") from None
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(
+                        f"{what}: another process held {path} for more than {timeout_s:.0f} s"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _half_migrated(path: Path) -> str | None:
+    """What is left of an interrupted schema migration in an SQLite store, or None when there is none.
+
+    Alembic migrates SQLite tables by copying them through `_alembic_tmp_<table>`; a migration that
+    dies half-way leaves such a table behind and the store can never be upgraded again by MLflow.
+    """
+    import sqlite3
+
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return None
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        left = sorted(n for n in names if n.startswith("_alembic_tmp_"))
+        if not left:
+            return None
+        revision = runs = "?"
+        with contextlib.suppress(sqlite3.Error):
+            revision = ",".join(r[0] for r in con.execute("SELECT version_num FROM alembic_version"))
+        with contextlib.suppress(sqlite3.Error):
+            runs = str(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+        return f"alembic revision {revision}, leftover table(s) {', '.join(left)}, {runs} run(s) in it"
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
+_MIGRATION_ERRORS = ("duplicate column name", "_alembic_tmp_", "Online migration expected")
+
+
+def _half_migrated_error(uri: str, path: Path, detail: str) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"the embedded SQLite store {redact_uri(uri)} was left half-migrated by an interrupted schema "
+        f"upgrade ({detail}); MLflow cannot open or upgrade it: delete {path} if it holds no runs you need "
+        "(a store broken while being created is empty), otherwise restore it from a backup"
+    )
+
+
+def prepare_sqlite_store(uri: str, timeout_s: float) -> None:
+    """Create or upgrade an embedded SQLite store once, under an inter-process lock, before any run uses it.
+
+    MLflow creates and migrates a fresh store inside the first client that opens it; eight processes
+    doing that at once raced each other's migrations and left the store unusable for good
+    (`duplicate column name: step`, `_alembic_tmp_tags`). Whoever holds `<db>.lock` does the work;
+    the others wait and then find a current schema. A store already broken is named as such.
+    """
+    path = _sqlite_path(uri)
+    if path is None:
+        _check_other_store(uri, timeout_s)
+        return
+    what = f"the embedded SQLite store {redact_uri(uri)}"
+    with _file_lock(path.with_name(path.name + ".lock"), timeout_s, what):
+        left = _half_migrated(path)
+        if left:
+            raise _half_migrated_error(uri, path, left)
+        try:
+            _check_other_store(uri, timeout_s)
+        except StoreUnavailable as e:
+            if any(m in str(e) for m in _MIGRATION_ERRORS):
+                raise _half_migrated_error(uri, path, _half_migrated(path) or str(e)[-300:]) from None
+            raise
 
 
 def configure_mlflow_client(settings: Settings) -> None:
@@ -229,24 +330,102 @@ def ensure_experiment(settings: Settings, name: str | None = None) -> str:
 # --------------------------------------------------------------------------------------------- spool
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _try_lock(path: Path) -> int | None:
+    """An open descriptor holding an exclusive flock on `path`, or None while another process holds it.
+
+    flock is tied to the open file, not the path: a journal folder renamed under its owner keeps the
+    lock, and the OS releases it the moment the owner dies, SIGKILL included.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for `sync` to name
+    return fd
+
+
+def spool_root(settings: Settings) -> Path:
+    """The spool folder, created if missing; a UsageError naming DEVICEBENCH_SPOOL_DIR when it cannot be."""
+    root = settings.spool_dir
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)  # journals hold URIs and credentials
+        if not root.is_dir():
+            raise NotADirectoryError(f"{root} is not a folder")
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise UsageError(
+            f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r}: cannot create the spool folder there ({reason}); "
+            "point it at a writable folder"
+        ) from None
+    return root
+
+
 class Journal:
     """The local record of one run's operations: written before sending, deleted once all are sent.
 
     `ops.jsonl` holds one operation a line with a sequence number; `sent` holds the highest sequence
     number the store acknowledged. Replaying from `sent + 1` makes `devicebench sync` exactly-once.
+    `lock` is flocked by the process writing the run (its PID inside) for as long as it lives, so a
+    `sync` running meanwhile leaves the journal alone.
+
+    The journal exists before its run: `Journal.create` makes and locks a `.new-*` folder first, and
+    `bind` renames it to the run id the store gave. A run that cannot be journalled is never created.
     """
 
+    NEW_PREFIX = ".new-"
+
     def __init__(self, root: Path, run_id: str, tracking_uri: str) -> None:
-        self.dir = root / run_id
+        """A journal for a run that already exists (the folder is created and locked here)."""
+        self._open(root / run_id)
+        self.bind(run_id, tracking_uri)
+
+    @classmethod
+    def create(cls, settings: Settings) -> Journal:
+        """A locked, unbound journal in the spool; UsageError naming DEVICEBENCH_SPOOL_DIR if impossible."""
+        root = spool_root(settings)
+        self = cls.__new__(cls)
+        try:
+            self._open(root / f"{cls.NEW_PREFIX}{os.getpid()}-{time.time_ns()}")
+        except OSError as e:
+            raise UsageError(
+                f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r}: cannot write the run's journal there "
+                f"({e.strerror or e}); point it at a writable folder"
+            ) from None
+        return self
+
+    def _open(self, folder: Path) -> None:
+        self.dir = folder
         self.files = self.dir / "files"
         self.files.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o700)  # run.json holds the tracking URI, credentials included where it has them
-        meta = self.dir / "run.json"
-        if not meta.exists():
-            meta.write_text(json.dumps({"run_id": run_id, "tracking_uri": tracking_uri}))
-        self._ops = open(self.dir / "ops.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - lives with the run
+        lock = _try_lock(self.dir / "lock")
+        if lock is None:
+            raise BlockingIOError(f"the journal {self.dir} is in use by another process")
+        self._lock_fd: int | None = lock
+        # Line-buffered: every operation reaches the kernel as it is logged, so a SIGKILL loses none of
+        # them (a write per operation costs microseconds; the sending is what is batched).
+        self._ops = open(self.dir / "ops.jsonl", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._seq = self._count_lines()
         self._lock = threading.Lock()
+
+    def bind(self, run_id: str, tracking_uri: str) -> None:
+        """Name the journal after its run; from here on `sync` can replay it (once its owner is gone)."""
+        target = self.dir.parent / run_id
+        if self.dir != target:
+            self.dir.rename(target)  # the open ops file and the flock follow the folder
+            self.dir, self.files = target, target / "files"
+        meta = self.dir / "run.json"
+        if not meta.exists():
+            _write_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": tracking_uri}))
 
     def _count_lines(self) -> int:
         path = self.dir / "ops.jsonl"
@@ -264,32 +443,45 @@ class Journal:
             self._ops.flush()
 
     def acknowledge(self, seq: int) -> None:
-        tmp = self.dir / "sent.tmp"
-        tmp.write_text(str(seq))
-        tmp.replace(self.dir / "sent")
+        _write_atomic(self.dir / "sent", str(seq))
 
-    def close(self) -> None:
+    def close(self, release: bool = True) -> None:
+        """Close the journal; `release` hands it to `sync` (False while a sender thread may still write)."""
         with self._lock:
             self._ops.close()
+        if release and self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def remove(self) -> None:
-        self.close()
+        with self._lock:
+            self._ops.close()
+        # still locked while it goes: no `sync` can pick up a half-removed folder
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.close()
 
     @staticmethod
     def pending(run_dir: Path) -> tuple[int, list[dict[str, Any]]]:
+        sent, ops, _ = Journal.read(run_dir)
+        return sent, ops
+
+    @staticmethod
+    def read(run_dir: Path) -> tuple[int, list[dict[str, Any]], bool]:
+        """(acknowledged sequence number, operations not yet acknowledged, whether an end record exists)."""
         sent_file = run_dir / "sent"
         sent = int(sent_file.read_text()) if sent_file.exists() else 0
         ops = []
+        ended = False
         path = run_dir / "ops.jsonl"
         if path.exists():
             for line in path.open(encoding="utf-8"):
                 if line.strip():
                     with contextlib.suppress(json.JSONDecodeError):  # a torn last line from a kill
                         op = json.loads(line)
+                        ended = ended or op["op"] == "end"
                         if op["seq"] > sent:
                             ops.append(op)
-        return sent, ops
+        return sent, ops, ended
 
 
 def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: Path) -> None:
@@ -335,7 +527,7 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
             for i in range(0, len(items), 100):
                 client.log_batch(run_id, params=items[i : i + 100])
         elif kind == "model":
-            _log_saved_model(run_id, journal_dir / op["path"], op["name"])
+            _log_saved_model(client, run_id, journal_dir / op["path"], op["name"])
         elif kind == "end":  # the time the run ended, not the time a later `devicebench sync` replayed it
             client.set_terminated(run_id, op["status"], end_time=op.get("ts"))
     flush_metrics()
@@ -354,11 +546,34 @@ def _artifact_repo(client: Any, run_id: str) -> Any:
     return _REPOS[key]
 
 
-def _log_saved_model(run_id: str, path: Path, name: str) -> None:
-    """Log a model that was saved to the spool while the store was away."""
+def _model_already_logged(client: Any, run_id: str, name: str) -> bool:
+    """Whether the run already has a READY logged model called `name`; unfinished ones are deleted.
+
+    Replay must be exactly-once, and a `sync` killed after the upload but before it acknowledged the
+    operation would otherwise log the model a second time. A PENDING or FAILED model of that name is
+    what an interrupted upload leaves: it is removed so the run ends with exactly one.
+    """
+    from mlflow.entities import LoggedModelStatus
+
+    experiment_id = client.get_run(run_id).info.experiment_id
+    quoted = name.replace("'", "\\'")
+    found = client.search_logged_models(
+        experiment_ids=[experiment_id], filter_string=f"source_run_id = '{run_id}' AND name = '{quoted}'"
+    )
+    if any(m.status == LoggedModelStatus.READY for m in found):
+        return True
+    for m in found:
+        client.delete_logged_model(m.model_id)
+    return False
+
+
+def _log_saved_model(client: Any, run_id: str, path: Path, name: str) -> None:
+    """Log a model that was saved to the spool while the store was away, unless a replay already did."""
     import mlflow
     import mlflow.pytorch
 
+    if _model_already_logged(client, run_id, name):
+        return
     model = mlflow.pytorch.load_model(str(path))
     info = mlflow.models.Model.load(str(path))
     with mlflow.start_run(run_id=run_id), _quiet_mlflow():
@@ -371,13 +586,17 @@ def _log_saved_model(run_id: str, path: Path, name: str) -> None:
 class MlflowTracker:
     """A run in an MLflow store, written through a journal by one background sender thread."""
 
-    def __init__(self, settings: Settings, run_id: str) -> None:
+    def __init__(self, settings: Settings, run_id: str, journal: Journal | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
         self.settings = settings
         self.run_id = run_id
         self.client = MlflowClient(settings.tracking_uri)
-        self.journal = Journal(settings.spool_dir, run_id, settings.tracking_uri)
+        if journal is None:
+            journal = Journal(spool_root(settings), run_id, settings.tracking_uri)
+        else:
+            journal.bind(run_id, settings.tracking_uri)
+        self.journal = journal
         self._pending: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self._closing = False
@@ -540,8 +759,8 @@ class MlflowTracker:
         self._sender.join(timeout=max(self.settings.store_timeout_s, 1.0) + 5)
         if delivered:
             self.journal.remove()
-        else:
-            self.journal.close()
+        else:  # a sender still inside a request could write after `sync` took over: keep the lock until exit
+            self.journal.close(release=not self._sender.is_alive())
         return delivered
 
 
@@ -635,6 +854,29 @@ def _install_signal_handlers() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
+    if sys.excepthook is not _quiet_peer_gone:
+        _DEFAULT_EXCEPTHOOK[:] = [sys.excepthook]
+        sys.excepthook = _quiet_peer_gone
+
+
+_DEFAULT_EXCEPTHOOK: list[Any] = []
+
+
+def _quiet_peer_gone(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """Drop the traceback of a multiprocessing fd-sharing thread whose peer went away; report the rest.
+
+    DataLoader workers hand batches to the main process through `multiprocessing.resource_sharer`.
+    A SIGTERM that lands while the main process is fetching one ends that handshake half-way, and the
+    worker's sharing thread printed a 19-line ConnectionResetError (through `sys.excepthook`) after our
+    one line. The workers are forked from here and inherit this hook; the main process handles its own
+    side of the error.
+    """
+    origin = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    if origin.endswith("multiprocessing/resource_sharer.py") and issubclass(
+        exc_type, (ConnectionError, EOFError)
+    ):
+        return
+    (_DEFAULT_EXCEPTHOOK or [sys.__excepthook__])[0](exc_type, exc, tb)
 
 
 @contextmanager
@@ -663,6 +905,9 @@ def run_context(
     if parent_run_id:
         start_tags["mlflow.parentRunId"] = parent_run_id
     run_id = os.environ.get("MLFLOW_RUN_ID")
+    # The journal exists (and is locked by this process) before the run does: a run that could not be
+    # journalled would have no local trace if the store went away or the process were killed.
+    journal = Journal.create(settings)
     try:
         if run_id:
             client.set_tag(run_id, f"{TAG_PREFIX}workload", workload)
@@ -671,12 +916,13 @@ def run_context(
             with contextlib.redirect_stderr(sys.stderr):
                 all_tags = resolve_tags(start_tags)
             run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
-    except Exception as e:
+    except BaseException as e:
+        journal.remove()  # no run, nothing to replay
         hint = _sqlite_busy_hint(settings.tracking_uri, one_line(e))
         if hint:
             raise StoreUnavailable(hint) from None
         raise
-    tracker = MlflowTracker(settings, run_id)
+    tracker = MlflowTracker(settings, run_id, journal)
     try:
         tracker.set_tags(start_tags)
         tracker.log_params(params)
@@ -728,30 +974,98 @@ def _finish(tracker: MlflowTracker, status: str, error: str | None) -> bool:
     return delivered
 
 
-def sync_spool(settings: Settings) -> tuple[int, int]:
-    """Replay every spooled run to its store; returns (runs replayed, runs still pending)."""
+DIED_WITHOUT_END = "process died (no end record)"
+
+
+@dataclass
+class SyncOutcome:
+    """What `devicebench sync` did with the spool."""
+
+    replayed: int = 0  # journals sent and removed
+    pending: int = 0  # journals that could not be sent now (the store is still away)
+    live: int = 0  # journals still held by a running process: left alone
+    died: int = 0  # of `replayed`, runs whose process died without ending them: now FAILED
+
+
+def _holder(lock_path: Path) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        return f"process {int(lock_path.read_text().split()[0])}"
+    return "another process"
+
+
+def _end_dead_run(client: Any, run_id: str, run_dir: Path) -> bool:
+    """End a run whose process died without an end record: FAILED, at the time its journal was last
+    written. A run the store already shows as ended (e.g. by `mlflow run`) keeps its status."""
+    from mlflow.entities import RunTag
+
+    if client.get_run(run_id).info.status != "RUNNING":
+        return False
+    ops = run_dir / "ops.jsonl"
+    end_ms = int((ops.stat().st_mtime if ops.exists() else time.time()) * 1000)
+    client.log_batch(run_id, tags=[RunTag(f"{TAG_PREFIX}error", DIED_WITHOUT_END)])
+    client.set_terminated(run_id, "FAILED", end_time=end_ms)
+    return True
+
+
+def sync_spool(settings: Settings) -> SyncOutcome:
+    """Replay every spooled run whose process is gone to its store, exactly once.
+
+    A journal whose lock is held belongs to a run still going (or to another `sync`): it is skipped and
+    said so, never replayed under its writer. A journal without an end record, whose process is gone,
+    was killed (SIGKILL, power loss): it is replayed and its run ended FAILED, so nothing stays RUNNING.
+    """
     from mlflow.tracking import MlflowClient
 
     configure_mlflow_client(settings)
-    done = failed = 0
+    out = SyncOutcome()
     root = settings.spool_dir
     if not root.is_dir():
-        return 0, 0
-    for run_dir in sorted(p for p in root.iterdir() if (p / "run.json").is_file()):
-        meta = json.loads((run_dir / "run.json").read_text())
-        client = MlflowClient(meta["tracking_uri"])
-        _, ops = Journal.pending(run_dir)
+        return out
+    for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         try:
-            import mlflow
-
-            mlflow.set_tracking_uri(meta["tracking_uri"])
-            for op in ops:  # one at a time so `sent` advances with each acknowledged operation
-                send_ops(client, meta["run_id"], [op], run_dir)
-                (run_dir / "sent").write_text(str(op["seq"]))
-        except Exception as e:
-            print(f"devicebench: run {meta['run_id']} not replayed yet: {one_line(e)}", file=sys.stderr)
-            failed += 1
+            fd = _try_lock(run_dir / "lock")
+        except OSError as e:
+            print(f"devicebench: {run_dir} not replayed: cannot lock it ({e.strerror or e})", file=sys.stderr)
+            out.pending += 1
             continue
-        shutil.rmtree(run_dir, ignore_errors=True)
-        done += 1
-    return done, failed
+        if fd is None:
+            if (run_dir / "run.json").is_file():
+                print(
+                    f"devicebench: run {run_dir.name} skipped: its journal is held by live "
+                    f"{_holder(run_dir / 'lock')} (a run still going, or another sync)",
+                    file=sys.stderr,
+                )
+                out.live += 1
+            continue
+        try:
+            if not (run_dir / "run.json").is_file():
+                if run_dir.name.startswith(Journal.NEW_PREFIX):  # its process died before its run existed
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                continue
+            meta = json.loads((run_dir / "run.json").read_text())
+            run_id = meta["run_id"]
+            client = MlflowClient(meta["tracking_uri"])
+            _, ops, ended = Journal.read(run_dir)
+            try:
+                import mlflow
+
+                mlflow.set_tracking_uri(meta["tracking_uri"])
+                for op in ops:  # one at a time so `sent` advances with each acknowledged operation
+                    send_ops(client, run_id, [op], run_dir)
+                    _write_atomic(run_dir / "sent", str(op["seq"]))
+                died = not ended and _end_dead_run(client, run_id, run_dir)
+            except Exception as e:
+                print(f"devicebench: run {run_id} not replayed yet: {one_line(e)}", file=sys.stderr)
+                out.pending += 1
+                continue
+            if died:
+                print(
+                    f"devicebench: run {run_id}: its process died without ending it; replayed and ended FAILED",
+                    file=sys.stderr,
+                )
+                out.died += 1
+            shutil.rmtree(run_dir, ignore_errors=True)
+            out.replayed += 1
+        finally:
+            os.close(fd)
+    return out

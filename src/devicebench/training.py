@@ -9,6 +9,7 @@ transfer per flush, so logging never stalls the GPU queue (`.item()` per step wo
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import math
 import random
@@ -20,12 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from devicebench.device import require_native_bf16
 from devicebench.errors import Diverged, UsageError
 from devicebench.metrics import confusion_matrix
 from devicebench.timing import Timer
 from devicebench.tracking import Tracker
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 def seed_everything(seed: int) -> None:
@@ -47,7 +49,7 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
 
 def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for `precision` on `device`, or a UsageError where the device can't do it."""
-    if precision == "fp32":
+    if precision in ("fp32", "tf32"):  # no autocast; `fp32_math` sets how fp32 convs and matmuls run
         return None
     if precision == "fp16":
         if device.type != "cuda":
@@ -56,14 +58,113 @@ def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
             )
         return torch.float16
     if precision == "bf16":
-        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise UsageError(
-                f"{torch.cuda.get_device_name(device)} has no bfloat16 support; use fp16", param="precision"
-            )
+        require_native_bf16(device, "precision")
         if device.type == "mps":
             raise UsageError("bf16 autocast is not supported on MPS; use fp32", param="precision")
         return torch.bfloat16
     raise UsageError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}", param="precision")
+
+
+def fp32_math(precision: str, device: torch.device) -> dict[str, str]:
+    """Set how fp32 convolutions and matmuls run on CUDA, and return it as a tag.
+
+    torch's defaults differ by op (cuDNN convolutions TF32, cuBLAS matmuls IEEE), so an "fp32" GPU run
+    would compare TF32 convolutions against true fp32 on the CPU without saying so. Every run sets both
+    explicitly: IEEE fp32 unless `precision=tf32` asks for TF32 (outside autocast regions for bf16/fp16
+    too). The legacy `allow_tf32` flags are the ones set: inductor reads `torch.backends.cudnn.allow_tf32`,
+    which raises once the per-op `fp32_precision` API has been used.
+    """
+    tf32 = precision == "tf32"
+    if tf32:
+        if device.type != "cuda":
+            raise UsageError(
+                f"tf32 needs a CUDA device (Ampere or newer), not {device}; use fp32", param="precision"
+            )
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 8:
+            raise UsageError(
+                f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no TF32; "
+                "use fp32 (TF32 needs 8.0 or newer)",
+                param="precision",
+            )
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    return {"devicebench.fp32_math": "tf32" if tf32 else "ieee"}
+
+
+def optimizer_options(device: torch.device) -> dict[str, bool]:
+    """Keyword arguments for SGD/Adam on `device`: the fused kernels on CUDA.
+
+    A fused optimizer takes the GradScaler's scale and inf flag on the device, so fp16 training keeps
+    one sync per epoch; with the default (foreach) kernels `GradScaler.step` calls `.item()` every step.
+    The CPU keeps torch's default, so CPU timings stay comparable with earlier nights.
+    """
+    return {"fused": True} if device.type == "cuda" else {}
+
+
+def batch_sizes(n: int, batch_size: int, drop_last: bool = False) -> list[int]:
+    """The distinct batch sizes one pass over `n` samples yields: the full one and the last, shorter one."""
+    sizes = [min(batch_size, n)] if n else []
+    tail = n % batch_size if n > batch_size else 0
+    if tail and not drop_last:
+        sizes.append(tail)
+    return sizes
+
+
+def warm_up(
+    model: torch.nn.Module,
+    make_optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loader: Iterable,
+    device: torch.device,
+    *,
+    amp_dtype: torch.dtype | None,
+    channels_last: bool,
+    fp16_scaler: bool,
+    train_sizes: Iterable[int],
+    eval_sizes: Iterable[int],
+) -> float:
+    """Untimed training steps and eval forwards on a *copy* of the model, with its own optimizer, on the
+    first batch of `loader` (the unshuffled eval loader: the training order is not touched); seconds.
+
+    What a GPU does once per process lands here instead of in `time/train_s` and `time/eval_s`: the
+    cuDNN and cuBLAS handles, lazily loaded kernels, the allocator's first blocks and, for a compiled
+    model, compiling the train graph and the eval graph (`inference_mode` needs its own) at every batch
+    size an epoch will meet (a shorter last batch recompiles). The copy shares the compiled code with the
+    real model but not its weights, and the RNG is forked, so the real model, its optimizer and the
+    seeded data order are exactly as if no warm-up had run.
+    """
+    timer = Timer(device)
+    start = timer.now()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        x_all, y_all = next(iter(loader))  # a DataLoader draws its workers' base seed from the global RNG
+        shadow = copy.deepcopy(model)
+        optimizer = make_optimizer(shadow.parameters())
+        scaler = torch.amp.GradScaler(device.type) if fp16_scaler else None
+        shadow.train()
+        for size in sorted({s for s in train_sizes if s > 0}, reverse=True):
+            x, y = _on_device(*_rows(x_all, y_all, size), device, channels_last)
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device, amp_dtype):
+                loss = loss_fn(shadow(x), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+        shadow.eval()
+        with torch.inference_mode():
+            for size in sorted({s for s in eval_sizes if s > 0}, reverse=True):
+                x, y = _on_device(*_rows(x_all, y_all, size), device, channels_last)
+                with autocast(device, amp_dtype):
+                    logits = shadow(x)
+                    loss_fn(logits, y)
+                confusion_matrix(logits.argmax(dim=1), y, max(int(logits.shape[1]), 1))
+        seconds = timer.now() - start
+        del shadow, optimizer
+    return seconds
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -132,6 +233,22 @@ class EpochResult:
     mean_loss: float
 
 
+def _rows(x: torch.Tensor, y: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `n` rows of a batch, repeated when it has fewer (a short eval set, a bigger train batch)."""
+    reps = -(-n // x.shape[0])
+    return torch.cat([x] * reps)[:n], torch.cat([y] * reps)[:n]
+
+
+def _on_device(
+    x: torch.Tensor, y: torch.Tensor, device: torch.device, channels_last: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.to(device, non_blocking=True)
+    y = y.to(device, non_blocking=True)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, y
+
+
 def _timed_batches(
     loader: Iterable, device: torch.device, channels_last: bool, wait: list[float]
 ) -> Iterator:
@@ -143,10 +260,7 @@ def _timed_batches(
             x, y = next(it)
         except StopIteration:
             return
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-        if channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x, y = _on_device(x, y, device, channels_last)
         wait[0] += time.perf_counter() - t0
         yield x, y
 
@@ -175,21 +289,26 @@ def train_epoch(
     steps = samples = 0
     start = timer.now()
     batches = progress(_timed_batches(loader, device, channels_last, wait), show_progress, desc, total)
-    for x, y in batches:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device, amp_dtype):
-            loss = loss_fn(model(x), y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        running += loss.detach().float()
-        steps += 1
-        samples += x.shape[0]
-        loss_log.add(loss, first_step + steps)
+    try:
+        for x, y in batches:
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device, amp_dtype):
+                loss = loss_fn(model(x), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            running += loss.detach().float()
+            steps += 1
+            samples += x.shape[0]
+            loss_log.add(loss, first_step + steps)
+    except BaseException:  # SIGTERM, Ctrl-C, a failure: the points measured so far are kept, not dropped
+        with contextlib.suppress(Exception):  # a broken device must not hide the original error
+            loss_log.flush()
+        raise
     seconds = timer.now() - start
     loss_log.flush()
     mean = float(running / max(steps, 1))

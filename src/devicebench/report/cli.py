@@ -187,11 +187,10 @@ def run(args: argparse.Namespace) -> int:
         filter=args.filter.strip() or None,
         host=args.host.strip() or None,
     )
-    from devicebench.settings import preflight_store, prepare_spool_root
+    from devicebench.settings import preflight_store
     from devicebench.tracking import check_store, configure_mlflow_client
 
     preflight_store(settings)
-    prepare_spool_root(settings)
     configure_mlflow_client(settings)
     check_store(settings)
     t0 = time.perf_counter()

@@ -22,7 +22,7 @@ from devicebench.stats import quantile
 TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s")
 THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")
 QUALITY_METRICS = ("eval/accuracy", "eval/miou")
-MEMORY_METRICS = ("memory/peak_bytes",)
+MEMORY_METRICS = ("memory/peak_bytes", "memory/peak_rss_bytes")
 SUMMARY_METRICS = TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS
 # params that say where or how verbosely a run worked, not what it measured (and the grid's own axes)
 NOT_WORK = {"device", "seed", "data_dir", "download", "verify", "log_every", "system_metrics"}
@@ -135,7 +135,13 @@ def summarise(workload: str, key: str, device: str, name: str, runs: list[RunRec
 
 
 def side_of(run: RunRecord) -> tuple[str, str]:
-    return run.device, run.device_name
+    """(device kind, hardware model): `cuda:0` and `cuda:1` of one model are repeats of one side, not two
+    sides to pair (a "speedup" of one A10 over an identical one is noise). A MIG slice is its own model."""
+    name = run.device_name
+    mig = run.tag("host.gpu_mig_profile")
+    if mig and mig.lower() not in name.lower():
+        name = f"{name} MIG {mig}"
+    return run.device.split(":")[0], name
 
 
 def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
@@ -147,7 +153,10 @@ def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
         groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][side_of(r)].append(r)
     out: dict[str, list[Side]] = {}
     for (workload, key), by_side in groups.items():
-        sides = [summarise(workload, key, d, n, rs) for (d, n), rs in by_side.items()]
+        sides = [
+            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs)
+            for (_, n), rs in by_side.items()
+        ]
         out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.device, s.device_name))
     return out
 

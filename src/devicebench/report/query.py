@@ -70,12 +70,21 @@ class RunRecord:
 
     @property
     def host(self) -> str:
-        """The machine: hostname, else the hardware fingerprint."""
-        return (
-            self.tag("host.hostname")
-            or " / ".join(x for x in (self.tag("host.gpu_name"), self.tag("host.cpu_model")) if x)
-            or "?"
-        )
+        """The machine, as the regression check and the per-host tables group it: `DEVICEBENCH_HOST`
+        where it was set, else its hardware (OCI shape, GPU count × model, CPU model).
+
+        Never the hostname: under `compose run` it is a fresh container ID and under the CronJob a fresh
+        pod name every night, so no night would ever find a baseline.
+        """
+        label = self.tag("host.label")
+        if label:
+            return label
+        gpus = self.tag("host.gpu_name")
+        count = self.tag("host.gpu_count")
+        if gpus and gpus != "none" and count not in ("", "0", "1"):
+            gpus = f"{count}× {gpus}"
+        parts = (self.tag("host.oci.shape"), gpus if gpus != "none" else "", self.tag("host.cpu_model"))
+        return " / ".join(x for x in parts if x) or self.tag("host.hostname") or "?"
 
     def sizes(self) -> list[int]:
         """The matmul sizes a run swept (from its params)."""
@@ -220,9 +229,10 @@ def _record(run: Any) -> RunRecord:
 
 
 def host_matches(run: RunRecord, host: str) -> bool:
-    """`--host` matches a hostname exactly, or a GPU model, CPU model or OCI shape by substring."""
+    """`--host` matches a hostname or `DEVICEBENCH_HOST` label exactly, or a GPU model, CPU model or OCI
+    shape by substring."""
     needle = host.strip().lower()
-    if run.tag("host.hostname").lower() == needle:
+    if needle in (run.tag("host.hostname").lower(), run.tag("host.label").lower()):
         return True
     return any(
         needle in run.tag(t).lower()

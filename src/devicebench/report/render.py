@@ -126,6 +126,16 @@ def describe(side: Side, varying: dict[str, list[str]]) -> str:
     return text or side.config_key
 
 
+def fmt_memory(side: Side) -> str:
+    """A side's peak memory, saying which kind: on CUDA what the caching allocator handed out
+    (`max_memory_allocated`) beside the process's RSS; elsewhere the process's peak RSS, which is all
+    `memory/peak_bytes` holds there. A bare number of each kind side by side read as one measure."""
+    rss = side.metrics.get("memory/peak_rss_bytes")
+    if side.device.startswith("cuda"):
+        return f"GPU alloc {fmt_bytes(side.metrics.get('memory/peak_bytes'))}, RSS {fmt_bytes(rss)}"
+    return f"RSS {fmt_bytes(rss or side.metrics.get('memory/peak_bytes'))}"
+
+
 def pair_rows(
     pairs: Sequence[Pair], varying: dict[str, list[str]], with_verdict: bool = True
 ) -> list[list[str]]:
@@ -149,8 +159,7 @@ def pair_rows(
             b_time,
             fmt_x(p.headline) + rng,
             f"{fmt_share(p.base.wait_share)} / {fmt_share(p.other.wait_share)}",
-            f"{fmt_bytes(p.base.metrics.get('memory/peak_bytes'))} / "
-            f"{fmt_bytes(p.other.metrics.get('memory/peak_bytes'))}",
+            f"{fmt_memory(p.base)} / {fmt_memory(p.other)}",
         ]
         if with_verdict:
             row.append("; ".join(p.verdicts) or "–")
@@ -168,7 +177,7 @@ PAIR_HEADERS = [
     "other time",
     "speedup",
     "data wait",
-    "peak memory",
+    "peak memory (GPU allocated / process RSS)",
 ]
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from devicebench.report.compare import Pair, Side, Stat
+    from devicebench.report.query import RunRecord
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
 SMALL_BATCH = 32  # batches this small leave a GPU idle between kernel launches
@@ -159,13 +160,51 @@ def single_repeat(pair: Pair) -> str | None:
     return "one run on a side: no spread yet; repeat to trust the speedup"
 
 
+def oversubscribed(pair: Pair) -> str | None:
+    """A CPU baseline that ran more busy threads than it had cores measured contention, not the CPU:
+    every speedup over it is overstated (the cli logs `cpu.*` tags from device.cpu_budget)."""
+    for side in (pair.base, pair.other):
+        runs = [r for r in side.runs if r.tag("cpu.oversubscribed") == "true"]
+        if not side.is_cpu or not runs:
+            continue
+        r = runs[0]
+        threads, busy = r.tag("host.torch_threads", "?"), r.tag("cpu.busy_threads", "?")
+        workers = int(busy) - int(threads) if busy.isdigit() and threads.isdigit() else "?"
+        return (
+            f"{side.device} baseline oversubscribed: {threads} torch threads + {workers} loader workers on "
+            f"{r.tag('cpu.usable_cores', '?')} cores ({len(runs)}/{len(side.runs)} runs); it measures "
+            "contention, so the speedup is overstated: rerun with num_workers=0 or fewer threads"
+        )
+    return None
+
+
+def _threads(run: RunRecord) -> str:
+    return f"{run.tag('host.torch_threads', '?')} torch / {run.tag('host.blas_threads', '?')} BLAS threads"
+
+
+def thread_mismatch(pair: Pair) -> str | None:
+    """CPU timings taken with different thread counts are not like for like: say so beside the speedup.
+
+    The CPU timing of a pair lives on its CPU sides, and for matmul on every side (NumPy runs on the
+    host's CPU beside the GPU too).
+    """
+    sides = [s for s in (pair.base, pair.other) if s.is_cpu or s.workload == "matmul"]
+    counts = {s.device: sorted({_threads(r) for r in s.runs}) for s in sides}
+    if len({c for cs in counts.values() for c in cs}) <= 1:
+        return None
+    said = "; ".join(f"{device}: {', '.join(cs)}" for device, cs in counts.items())
+    return f"thread counts differ ({said}): the CPU figures are not like for like"
+
+
 RULES: tuple[Callable[[Pair], str | None], ...] = (
+    oversubscribed,
     loader_bound,
     launch_bound,
     gpu_slower,
     unsynced_underreport,
     quality_mismatch,
     compute_bound,
+    thread_mismatch,
     synthetic_data,
     noisy,
     single_repeat,

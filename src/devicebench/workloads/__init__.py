@@ -11,8 +11,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 WORKLOADS = ("matmul", "cifar", "unet")
 

@@ -58,7 +58,9 @@ class Config:
         "fp32", "autocast precision where the device supports it", choices=training.PRECISIONS
     )
     channels_last: bool = param(False, "NHWC memory format for model and inputs (tensor cores like it)")
-    compile: bool = param(False, "wrap the model in torch.compile (compile time lands in epoch 1)")
+    compile: bool = param(
+        False, "wrap the model in torch.compile (compiled before timing, logged as time/compile_s)"
+    )
     loader: str = param(
         "dataloader",
         "dataloader: the tutorial's transforms in worker processes; tensor: the dataset on the device",
@@ -189,6 +191,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
 
     device = ctx.device
     amp_dtype = training.check_precision(cfg.precision, device)
+    tracker.set_tags(training.fp32_math(cfg.precision, device))
     root = default_root(cfg.data_dir, ctx.data_root)
     load_timer = Timer(device)
     t0 = load_timer.now()
@@ -207,10 +210,31 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
     module = model
     if cfg.compile:
         model = cast(torch.nn.Module, torch.compile(model))
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    fused = training.optimizer_options(device)
+
+    def make_optimizer(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, **fused)
+
+    optimizer = make_optimizer(model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
     scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
     common = {"amp_dtype": amp_dtype, "channels_last": cfg.channels_last}
+
+    train_sizes = training.batch_sizes(len(train_ds), cfg.batch_size)
+    eval_sizes = training.batch_sizes(len(test_ds), cfg.batch_size)
+    warmup_s = training.warm_up(
+        model,
+        make_optimizer,
+        loss_fn,
+        test_loader,
+        device,
+        fp16_scaler=scaler is not None,
+        train_sizes=train_sizes if cfg.compile else train_sizes[:1],
+        eval_sizes=eval_sizes if cfg.compile else eval_sizes[:1],
+        **common,
+    )
+    warmup = {"time/warmup_s": warmup_s, **({"time/compile_s": warmup_s} if cfg.compile else {})}
+    tracker.log_metrics(warmup)
 
     training.reset_peak_memory(device)
     epochs: list[training.EpochResult] = []
@@ -296,7 +320,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
     )
     _print_eval(final, per_class)
     _log_artifacts(
-        cfg, tracker, module, model, final, classes, test_ds, test_loader, epochs, evals, data_load_s
+        cfg, tracker, module, model, final, classes, test_ds, test_loader, epochs, evals, data_load_s, warmup
     )
     return result
 
@@ -313,6 +337,7 @@ def _log_artifacts(
     epochs: list[training.EpochResult],
     evals: list[training.EvalResult],
     data_load_s: float,
+    warmup: dict[str, float],
 ) -> None:
     cm = final.confusion
     support = cm.sum(dim=1).tolist()
@@ -332,6 +357,7 @@ def _log_artifacts(
     tracker.log_dict(
         {
             "data_load_s": data_load_s,
+            **{k.removeprefix("time/"): v for k, v in warmup.items()},
             "epochs": [dataclasses.asdict(e) for e in epochs],
             "train_s": sum(e.seconds for e in epochs),
             "data_wait_s": sum(e.data_wait_s for e in epochs),

@@ -1,9 +1,14 @@
 """Matrix multiply: NumPy on the CPU against torch on any device, GFLOP/s per size and dtype.
 
 The tutorial this comes from timed one 8000×8000 `torch.mm` on the GPU without synchronising, which
-measures the kernel *launch*. Here every figure is the median of synchronised repeats after warm-up,
-the naive unsynchronised figure is logged beside it (so a report can show the gap), and each result
-carries its relative error against a float64 reference, because a fast wrong answer is not a speedup.
+measures the kernel *launch*. Here every figure is the median of synchronised samples after warm-up
+(as many as fit in `min_time_s`, at least `repeats`), the naive unsynchronised figure is logged beside
+it (so a report can show the gap), and each result carries its relative error against a float64
+reference, because a fast wrong answer is not a speedup.
+
+Each backend is measured in a fresh process of its own (`isolation=process`, the default): NumPy's and
+torch's CPU thread pools spin after each call and, in one process on a small host, halve each other's
+figures (see devicebench/isolated.py). `isolation=none` measures in this process, to show the effect.
 """
 
 from __future__ import annotations
@@ -11,18 +16,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
+from devicebench import isolated
 from devicebench.config import param
+from devicebench.device import require_native_bf16
 from devicebench.errors import UsageError
-from devicebench.timing import Timer, TimingStats
-from devicebench.tracking import Tracker
+from devicebench.timing import TimingStats
+from devicebench.tracking import TAG_PREFIX, Tracker
 from devicebench.workloads import Context
+from devicebench.workloads.matmul_series import NUMPY_DTYPES, SeriesSpec, matrices, measure_series
 
 DATA = "random"
 MEMORY_PARAMS = ("sizes",)  # what to lower when a run does not fit in memory (the CLI names them)
-NUMPY_DTYPES = ("float64", "float32")
-ERROR_ROWS = 32
+ISOLATION = {
+    "process": "one fresh process per backend: no other thread pool has run in it",
+    "none": "every backend in this process: thread pools may disturb each other",
+}
 
 
 @dataclass(frozen=True)
@@ -39,9 +48,24 @@ class Config:
     backends: tuple[str, ...] = param(
         ("numpy", "torch"), "implementations to time", choices=("numpy", "torch")
     )
-    repeats: int = param(5, "timed repetitions per point (median and spread are logged)", min=1, max=1000)
+    repeats: int = param(
+        5, "least number of timed samples per point (median and spread are logged)", min=1, max=1000
+    )
+    min_time_s: float = param(
+        0.2,
+        "keep sampling a point until this much time was measured (small sizes get hundreds of samples)",
+        min=0,
+        max=60,
+        key=False,
+    )
     warmup: int = param(
         1, "untimed runs before timing (allocator, BLAS heuristics, lazy init)", min=0, max=100
+    )
+    isolation: str = param(
+        "process",
+        "process: each backend measured in a fresh process of its own; none: all in this one",
+        choices=tuple(ISOLATION),
+        key=False,
     )
     seed: int = param(0, "seed for the random matrices", min=0)
 
@@ -56,6 +80,24 @@ class Config:
         """The (backend, dtype) pairs to measure: NumPy has no bfloat16 and no fast float16."""
         return [(b, d) for b in self.backends for d in self.dtypes if b == "torch" or d in NUMPY_DTYPES]
 
+    def series(self, device: str) -> list[SeriesSpec]:
+        """One spec per backend, each measured as a whole (in its own process under isolation=process)."""
+        dtypes = {b: tuple(d for bb, d in self.points() if bb == b) for b in self.backends}
+        return [
+            SeriesSpec(
+                backend=b,
+                dtypes=dtypes[b],
+                sizes=self.sizes,
+                device="cpu" if b == "numpy" else device,
+                seed=self.seed,
+                warmup=self.warmup,
+                repeats=self.repeats,
+                min_time_s=self.min_time_s,
+            )
+            for b in self.backends
+            if dtypes[b]
+        ]
+
 
 @dataclass(frozen=True)
 class Point:
@@ -65,6 +107,8 @@ class Point:
     stats: TimingStats
     rel_error: float
     unsynced_s: float | None
+    pid: int = 0
+    pools: tuple[str, ...] = ()
 
     @property
     def gflops(self) -> float:
@@ -83,44 +127,42 @@ def rel_error(result_rows: np.ndarray, a64: np.ndarray, b64: np.ndarray, rows: n
     return float(np.linalg.norm(result_rows.astype(np.float64) - ref) / np.linalg.norm(ref))
 
 
-def _numpy_point(a64: np.ndarray, b64: np.ndarray, dtype: str, cfg: Config, rows: np.ndarray) -> Point:
-    a, b = a64.astype(dtype), b64.astype(dtype)
-    out = np.empty_like(a)
-    stats = Timer("cpu").measure(lambda: np.matmul(a, b, out=out), warmup=cfg.warmup, repeats=cfg.repeats)
-    return Point("numpy", dtype, a.shape[0], stats, rel_error(out[rows], a64, b64, rows), None)
+def measure(cfg: Config, device: object) -> list[Point]:
+    """Every (backend, dtype, size) point, sizes ascending so the chart reads left to right.
+
+    The float64 references are computed here, after every series has been measured: they are BLAS
+    calls too, and must not run beside a measurement.
+    """
+    samples = []
+    for spec in cfg.series(str(device)):
+        if cfg.isolation == "process":
+            samples += isolated.call("devicebench.workloads.matmul_series:measure_series", spec)
+        else:
+            samples += measure_series(spec)
+    errors = {
+        (s.backend, s.dtype, n): rel_error(s.result_rows, a64, b64, rows)
+        for n, a64, b64, rows in matrices(cfg.sizes, cfg.seed)
+        for s in samples
+        if s.size == n
+    }
+    order = {bd: i for i, bd in enumerate(cfg.points())}
+    samples.sort(key=lambda s: (s.size, order[(s.backend, s.dtype)]))
+    return [
+        Point(
+            s.backend,
+            s.dtype,
+            s.size,
+            s.stats,
+            errors[(s.backend, s.dtype, s.size)],
+            s.unsynced_s,
+            s.pid,
+            s.pools,
+        )
+        for s in samples
+    ]
 
 
-def _torch_point(
-    a64: np.ndarray, b64: np.ndarray, dtype: str, cfg: Config, rows: np.ndarray, device: torch.device
-) -> Point:
-    tdtype = getattr(torch, dtype)
-    a = torch.from_numpy(a64).to(device=device, dtype=tdtype)
-    b = torch.from_numpy(b64).to(device=device, dtype=tdtype)
-    out = torch.empty_like(a)
-    timer = Timer(device)
-    stats = timer.measure(lambda: torch.mm(a, b, out=out), warmup=cfg.warmup, repeats=cfg.repeats)
-    unsynced = timer.unsynchronised(lambda: torch.mm(a, b, out=out)) if device.type != "cpu" else None
-    idx = torch.from_numpy(rows).to(device)
-    sample = out.index_select(0, idx).to(torch.float64).cpu().numpy()
-    return Point("torch", dtype, a.shape[0], stats, rel_error(sample, a64, b64, rows), unsynced)
-
-
-def measure(cfg: Config, device: torch.device) -> list[Point]:
-    """Every (backend, dtype, size) point, sizes ascending so the chart reads left to right."""
-    rng = np.random.default_rng(cfg.seed)
-    points = []
-    for n in sorted(set(cfg.sizes)):
-        a64, b64 = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-        rows = rng.choice(n, size=min(n, ERROR_ROWS), replace=False)
-        for backend, dtype in cfg.points():
-            if backend == "numpy":
-                points.append(_numpy_point(a64, b64, dtype, cfg, rows))
-            else:
-                points.append(_torch_point(a64, b64, dtype, cfg, rows, device))
-    return points
-
-
-def _chart(points: list[Point], device: torch.device) -> object:
+def _chart(points: list[Point], device: object) -> object:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,6 +189,10 @@ def _chart(points: list[Point], device: torch.device) -> object:
 
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     """Measure, then log each point with step = matrix size (the MLflow UI draws GFLOP/s against n)."""
+    if "bfloat16" in cfg.dtypes and "torch" in cfg.backends:
+        require_native_bf16(ctx.device, "dtypes")
+    # fp32 products are IEEE fp32 on every device (matmul_series sets cuBLAS so): said, not assumed
+    tracker.set_tags({f"{TAG_PREFIX}isolation": ISOLATION[cfg.isolation], f"{TAG_PREFIX}fp32_math": "ieee"})
     points = measure(cfg, ctx.device)
     rows = []
     for p in points:
@@ -157,6 +203,8 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
             f"{base}/time_p10_s": p.stats.p10_s,
             f"{base}/time_p90_s": p.stats.p90_s,
             f"{base}/rel_error": p.rel_error,
+            f"{base}/samples": p.stats.samples,
+            f"{base}/calls_per_sample": p.stats.calls_per_sample,
         }
         if p.unsynced_s is not None:
             values[f"{base}/unsynced_time_s"] = p.unsynced_s
@@ -171,13 +219,16 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
                 **{k: v for k, v in p.stats.as_dict().items()},
                 "rel_error": p.rel_error,
                 "unsynced_time_s": p.unsynced_s,
+                "isolation": cfg.isolation,
+                "measured_in_pid": p.pid,
+                "thread_pools_loaded": list(p.pools),
             }
         )
     tracker.log_dict(rows, "timings.json")
-    header = "backend,device,dtype,size,gflops,median_s,p10_s,p90_s,rel_error,unsynced_time_s"
+    header = "backend,device,dtype,size,gflops,median_s,p10_s,p90_s,samples,rel_error,unsynced_time_s"
     lines = [header] + [
         f"{r['backend']},{r['device']},{r['dtype']},{r['size']},{r['gflops']},{r['median_s']:.6g},"
-        f"{r['p10_s']:.6g},{r['p90_s']:.6g},{r['rel_error']:.3g},{r['unsynced_time_s'] or ''}"
+        f"{r['p10_s']:.6g},{r['p90_s']:.6g},{r['repeats']},{r['rel_error']:.3g},{r['unsynced_time_s'] or ''}"
         for r in rows
     ]
     tracker.log_text("\n".join(lines) + "\n", "matmul.csv")

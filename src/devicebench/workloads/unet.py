@@ -16,7 +16,7 @@ import dataclasses
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,6 +226,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
 
     device = ctx.device
     amp_dtype = training.check_precision(cfg.precision, device)
+    tracker.set_tags(training.fp32_math(cfg.precision, device))
     load_timer = Timer(device)
     t0 = load_timer.now()
     train_ds, val_ds = load_datasets(cfg, data_root(cfg, ctx))
@@ -243,13 +244,32 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
     model = model.to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    fused = training.optimizer_options(device)
+
+    def make_optimizer(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=cfg.lr, **fused)
+
+    optimizer = make_optimizer(model.parameters())
     scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
     common = {"amp_dtype": amp_dtype, "channels_last": cfg.channels_last}
     print(
         f"UNet base {cfg.base_channels}{' bilinear' if cfg.bilinear else ''}, {len(train_ds)} train / "
         f"{len(val_ds)} val images of {cfg.image_size}² ({cfg.data}) on {device}"
     )
+
+    with _one_line_data_errors():
+        warmup_s = training.warm_up(
+            model,
+            make_optimizer,
+            segmentation_loss,
+            val_loader,
+            device,
+            fp16_scaler=scaler is not None,
+            train_sizes=training.batch_sizes(len(train_ds), cfg.batch_size)[:1],
+            eval_sizes=training.batch_sizes(len(val_ds), cfg.batch_size)[:1],
+            **common,
+        )
+    tracker.log_metrics({"time/warmup_s": warmup_s})
 
     training.reset_peak_memory(device)
     loss_log = training.LossLog(tracker, cfg.log_every)
@@ -335,7 +355,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
         f"mIoU on the {ev.samples} validation images: {result.miou:.4f} "
         f"(Dice {result.dice:.4f}, pixel accuracy {result.pixel_accuracy:.4f})"
     )
-    _log_artifacts(cfg, tracker, model, val_ds, ev, classes, epochs, data_load_s, device, amp_dtype)
+    _log_artifacts(cfg, tracker, model, val_ds, ev, classes, epochs, data_load_s, warmup_s, device, amp_dtype)
     sys.stdout.flush()
     return result
 
@@ -426,6 +446,7 @@ def _log_artifacts(
     classes: list[str],
     epochs: list[training.EpochResult],
     data_load_s: float,
+    warmup_s: float,
     device: torch.device,
     amp_dtype: torch.dtype | None,
 ) -> None:
@@ -435,6 +456,7 @@ def _log_artifacts(
     tracker.log_dict(
         {
             "data_load_s": data_load_s,
+            "warmup_s": warmup_s,
             "epochs": [dataclasses.asdict(e) for e in epochs],
             "train_s": sum(e.seconds for e in epochs),
             "data_wait_s": sum(e.data_wait_s for e in epochs),
