@@ -15,6 +15,9 @@
 #   MLFLOW_ALLOWED_HOSTS           Host headers the server accepts, comma separated (MLflow >= 3.5
 #                                  refuses others); default admits the compose service name:
 #                                  mlflow,mlflow:*,localhost,localhost:*,127.0.0.1,127.0.0.1:*
+#   MLFLOW_SERVER_ENABLE_JOB_EXECUTION  MLflow's background job runner      default false
+#                                  (GenAI scorers and trace jobs; devicebench uses none, and with a
+#                                  SQL store it starts ~10 huey consumer processes of ~250 MB each)
 #   MLFLOW_AUTH                    true: switch on MLflow's basic-auth app   default false
 #     with MLFLOW_AUTH=true:
 #     MLFLOW_AUTH_ADMIN_USERNAME     admin user created on first start   default admin
@@ -49,6 +52,7 @@ die() {
 : "${MLFLOW_WORKERS:=2}"
 : "${MLFLOW_ALLOWED_HOSTS:=mlflow,mlflow:*,localhost,localhost:*,127.0.0.1,127.0.0.1:*}"
 : "${MLFLOW_AUTH:=false}"
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"
 
 [[ "$MLFLOW_PORT" =~ ^[0-9]+$ ]] || die "MLFLOW_PORT must be a number, got '$MLFLOW_PORT'"
 [[ "$MLFLOW_WORKERS" =~ ^[1-9][0-9]*$ ]] || die "MLFLOW_WORKERS must be a positive number, got '$MLFLOW_WORKERS'"

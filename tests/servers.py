@@ -82,7 +82,9 @@ class MlflowServer:
 
     def start(self, timeout_s: float = 90.0) -> MlflowServer:
         log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - handed to the child process
-        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(self.env or {})}
+        # No MLflow job runner: devicebench uses none, and it forks ~10 consumers that each import MLflow.
+        quiet = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        env = {**os.environ, **quiet, **(self.env or {})}
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         self.proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -136,6 +138,12 @@ def pg_database(prefix: str = "devicebench_test") -> Iterator[str]:
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+# For tests of tracking, concurrency and faults, not of timing: measure in this process with no time
+# floor, so a small matmul costs one interpreter instead of one per series. The isolated, time-based
+# path is what test_matmul, test_timing, the demo test and `make bench` exercise.
+QUICK_MATMUL = ("--min_time_s", "0", "--isolation", "none")
 
 
 def devicebench_env(tracking_uri: str, **extra: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
+from servers import QUICK_MATMUL, MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 
 
 def test_mlflow_run_compare_logs_a_report_run(
@@ -19,7 +19,9 @@ def test_mlflow_run_compare_logs_a_report_run(
     )
     for _ in range(2):
         proc = run_cli(
-            ["matmul", "--sizes", "64,128", "--repeats", "2", "--backends", "numpy"], env, cwd=tmp_path
+            ["matmul", "--sizes", "64,128", "--repeats", "2", "--backends", "numpy", *QUICK_MATMUL],
+            env,
+            cwd=tmp_path,
         )
         assert proc.returncode == 0, proc.stderr
     out = tmp_path / "report"

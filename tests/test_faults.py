@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from servers import VENV_BIN, MlflowServer, devicebench_env, run_cli, runs_of
+from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, run_cli, runs_of
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "fault_driver.py"
@@ -48,7 +48,7 @@ FAST = {  # small settings so each fault costs seconds (DESIGN: final flush 60 s
     "DEVICEBENCH_OCI_TIMEOUT_S": "0.2",
     "OMP_NUM_THREADS": "1",
 }
-SMALL_MATMUL = ["matmul", "--sizes", "64,128", "--repeats", "2"]
+SMALL_MATMUL = ["matmul", "--sizes", "64,128", "--repeats", "2", *QUICK_MATMUL]
 
 
 # --------------------------------------------------------------------------------------------- helpers

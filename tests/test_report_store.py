@@ -17,7 +17,7 @@ from devicebench.errors import UsageError
 from devicebench.report import cli as report_cli
 from devicebench.report.compare import compare
 from devicebench.report.query import Query, read_runs, search_pages
-from servers import devicebench_env, run_cli
+from servers import QUICK_MATMUL, devicebench_env, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_compare import Spec, log_runs, specs_for
@@ -202,7 +202,11 @@ def test_cpu_matmul_read_into_a_report(mlflow_server, experiment_name: str, tmp_
         MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT="true",
     )
     for _ in range(2):
-        r = run_cli(["matmul", "--device", "cpu", "--sizes", "64,128", "--repeats", "2"], env, cwd=tmp_path)
+        r = run_cli(
+            ["matmul", "--device", "cpu", "--sizes", "64,128", "--repeats", "2", *QUICK_MATMUL],
+            env,
+            cwd=tmp_path,
+        )
         assert r.returncode == 0, r.stderr
     out = tmp_path / "rep"
     # the flags exactly as MLproject's compare entry point passes them: empty strings mean "not set"

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from servers import VENV_BIN, MlflowServer, devicebench_env, runs_of
+from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {
-    "matmul": ["matmul", "--sizes", "32,64", "--repeats", "1"],
+    "matmul": ["matmul", "--sizes", "32,64", "--repeats", "1", *QUICK_MATMUL],
     "cifar": [
         "cifar",
         "--data",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import VENV_BIN, MlflowServer, devicebench_env, pg_available, pg_database
+from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, pg_available, pg_database
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "docker" / "mlflow-server.sh"
@@ -264,7 +264,7 @@ def test_eight_concurrent_runs_lose_no_metric_and_artifacts_come_back(
     env = devicebench_env(pg_server.url, DEVICEBENCH_EXPERIMENT=name, OMP_NUM_THREADS="1")
     procs = [
         subprocess.Popen(
-            [str(VENV_BIN / "devicebench"), "matmul", "--sizes", "64", "--repeats", "2"],
+            [str(VENV_BIN / "devicebench"), "matmul", "--sizes", "64", "--repeats", "2", *QUICK_MATMUL],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -349,7 +349,7 @@ def test_devicebench_logs_through_basic_auth(auth_server: ScriptServer) -> None:
     credentials = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD}
     env = devicebench_env(auth_server.url, DEVICEBENCH_EXPERIMENT=name, **credentials)
     proc = subprocess.run(
-        [str(VENV_BIN / "devicebench"), "matmul", "--sizes", "64", "--repeats", "2"],
+        [str(VENV_BIN / "devicebench"), "matmul", "--sizes", "64", "--repeats", "2", *QUICK_MATMUL],
         env=env,
         capture_output=True,
         text=True,

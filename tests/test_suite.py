@@ -183,10 +183,10 @@ def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
         experiment: {experiment_name}
         runs:
           - entry: matmul
-            params: {{sizes: 64, repeats: 1, warmup: 0, dtypes: float32}}
+            params: {{sizes: 64, repeats: 1, warmup: 0, dtypes: float32, min_time_s: 0, isolation: none}}
             matrix: {{device: [cpu, cuda]}}
           - entry: matmul
-            params: {{sizes: 32, repeats: 1, warmup: 0, backends: numpy}}
+            params: {{sizes: 32, repeats: 1, warmup: 0, backends: numpy, min_time_s: 0, isolation: none}}
         report: false
         """,
     )
@@ -231,7 +231,7 @@ def test_skip_unavailable_lists_gpu_runs_as_skipped(
         skip_unavailable: true
         runs:
           - entry: matmul
-            params: {{sizes: 32, repeats: 1, backends: numpy}}
+            params: {{sizes: 32, repeats: 1, backends: numpy, min_time_s: 0, isolation: none}}
             matrix: {{device: [cpu, cuda]}}
         report: false
         """,
