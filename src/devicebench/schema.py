@@ -16,3 +16,17 @@ MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
 def tag(name: str) -> str:
     """`devicebench.<name>`: every tag the project writes or reads is spelled through this."""
     return TAG_PREFIX + name
+
+
+def gflops(n: int, seconds: float) -> float:
+    """2n³ floating-point operations per n×n product: the one definition the workload logs and the
+    report recomputes from logged times, so the two can never disagree."""
+    return 2.0 * n**3 / seconds / 1e9
+
+
+def fmt_speedup(x: float) -> str:
+    """One spelling of a speedup for tables, verdicts and charts: two decimals where the difference
+    between 1.05× and 1.5× matters, fewer once the number is large."""
+    if x < 10:
+        return f"{x:.2f}×"
+    return f"{x:.1f}×" if x < 100 else f"{x:.0f}×"

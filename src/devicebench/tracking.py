@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable, UsageError
+from devicebench.schema import MAX_BATCH_METRICS, MAX_TAG_VALUE
+from devicebench.schema import TAG_PREFIX as TAG_PREFIX  # workloads and the suite import it from here
 from devicebench.settings import Settings, redact_uri
 
-TAG_PREFIX = "devicebench."
-MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
-MAX_TAG_VALUE = 8000
 SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (measured 2-15 s here)
 
 

@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devicebench.errors import UsageError
+from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
+from devicebench.schema import WORKLOADS
 
 if TYPE_CHECKING:
     from devicebench.settings import Settings
 
-WORKLOAD_CHOICES = ("matmul", "cifar", "unet", "suite", "report")
+WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
 BASELINES = ("none", "previous")
 TAG_RUNS = "devicebench.report.runs"
-MAX_TAG = 8000  # MLflow's tag value limit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

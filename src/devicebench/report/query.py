@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devicebench.errors import UsageError
+from devicebench.schema import TAG_PREFIX as TAG
+from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 
-TAG = "devicebench."
 NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workload
-KNOWN_WORKLOADS = ("matmul", "cifar", "unet")
 PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 1000 is MLflow's REST cap
 HISTORY_WORKERS = 16  # measured: 664 requests took 33 s with 1, 4.9 s with 8, 3.5 s with 16
 _MATMUL_TIME = re.compile(r"^matmul/([^/]+)/([^/]+)/(time_s|unsynced_time_s)$")

@@ -13,10 +13,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from devicebench.schema import WORKLOADS as WORKLOADS  # the CLI's subcommands
+
 if TYPE_CHECKING:
     import torch
-
-WORKLOADS = ("matmul", "cifar", "unet")
 
 
 @dataclass(frozen=True)
