@@ -8,8 +8,8 @@
 
 Throughput is samples per second over every epoch after the first (the first pays for worker start-up,
 allocator growth and lazy initialisation), from the workload's own synchronised epoch timers. The two
-sides of each ratio alternate in every round and the median of the rounds is reported, so a neighbour's
-load on a shared machine hits both sides alike.
+sides of each ratio alternate in every round, so a neighbour's load on a shared machine hits both sides
+alike, and each side's best round is reported: the best is the round least disturbed by that neighbour.
 """
 
 from __future__ import annotations

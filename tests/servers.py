@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -139,6 +140,13 @@ def pg_database(prefix: str = "devicebench_test") -> Iterator[str]:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
 
+
+# A GPU that exists on no host (not even an 8-GPU one): the "device unavailable" paths run everywhere,
+# GPU hosts included, instead of skipping wherever CUDA exists. The message names the device either way.
+ABSENT_GPU = "cuda:99"
+ABSENT_GPU_SAYS = re.compile(
+    r"device 'cuda:99' requested but torch \S+ finds (no CUDA device|\d+ CUDA device)"
+)
 
 # For tests of tracking, concurrency and faults, not of timing: measure in this process with no time
 # floor, so a small matmul costs one interpreter instead of one per series. The isolated, time-based

@@ -312,3 +312,16 @@ def test_cloud_init_installs_the_units_the_repository_ships() -> None:
     service = _unit(SYSTEMD / "devicebench-nightly.service")
     assert service["Service"]["WorkingDirectory"] == "/opt/devicebench"
     assert "/opt/devicebench" in content
+
+
+def test_every_document_a_shipped_file_points_to_exists() -> None:
+    """Deploy files send readers to docs (`see docs/x.md`, `Documentation=file:///opt/devicebench/...`);
+    a pointer to a file that was renamed or removed strands the reader on the one night it matters."""
+    pointer = re.compile(r"(?:file:///opt/devicebench/|\b)((?:docs/)?[\w./-]+\.md)\b")
+    missing = set()
+    for path in [*ROOT.glob("deploy/**/*"), *ROOT.glob("docker/*"), ROOT / "MLproject", ROOT / "Makefile"]:
+        if path.is_file():
+            for doc in pointer.findall(path.read_text(errors="replace")):
+                if not (ROOT / doc).is_file():
+                    missing.add(f"{path.relative_to(ROOT)} -> {doc}")
+    assert not missing, sorted(missing)

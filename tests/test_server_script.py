@@ -254,8 +254,6 @@ def test_unknown_host_is_rejected(pg_server: ScriptServer) -> None:
 def test_eight_concurrent_runs_lose_no_metric_and_artifacts_come_back(
     pg_server: ScriptServer, tmp_path: Path
 ) -> None:
-    if not (VENV_BIN / "devicebench").exists():
-        pytest.skip("the devicebench CLI is not installed in the venv yet")
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=pg_server.url)
@@ -341,8 +339,6 @@ def test_auth_tables_live_beside_the_tracking_tables(auth_server: ScriptServer) 
 @pytest.mark.postgres
 @needs_postgres
 def test_devicebench_logs_through_basic_auth(auth_server: ScriptServer) -> None:
-    if not (VENV_BIN / "devicebench").exists():
-        pytest.skip("the devicebench CLI is not installed in the venv yet")
     from mlflow.tracking import MlflowClient
 
     name = f"auth-{os.getpid()}-{time.time_ns()}"

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.errors import UsageError
 from devicebench.suite import load_plan
-from servers import MlflowServer, devicebench_env, run_cli, runs_of
+from servers import ABSENT_GPU, MlflowServer, devicebench_env, run_cli, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,12 +170,8 @@ def test_a_typo_exits_2_before_any_run_starts(
 def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
     tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
-    """Two matmul runs and one that fails at run time (cuda here): exit 1, the others FINISHED,
+    """Two matmul runs and one that fails at run time (a GPU no host has): exit 1, the others FINISHED,
     the failure listed; --resume then re-runs only the failed item."""
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("needs a host without CUDA to plant a run-time failure")
     path = write(
         tmp_path,
         f"""
@@ -184,7 +180,7 @@ def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
         runs:
           - entry: matmul
             params: {{sizes: 64, repeats: 1, warmup: 0, dtypes: float32, min_time_s: 0, isolation: none}}
-            matrix: {{device: [cpu, cuda]}}
+            matrix: {{device: [cpu, {ABSENT_GPU}]}}
           - entry: matmul
             params: {{sizes: 32, repeats: 1, warmup: 0, backends: numpy, min_time_s: 0, isolation: none}}
         report: false
@@ -194,7 +190,7 @@ def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
     proc = run_cli(["suite", str(path)], env, cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[2/3] matmul" in proc.stdout and "FAILED" in proc.stdout
-    assert "finds no CUDA device" in proc.stdout
+    assert f"device '{ABSENT_GPU}' requested" in proc.stdout
     assert "2 finished, 1 failed, 0 skipped" in proc.stdout
 
     runs = runs_of(mlflow_server.url, experiment_name)
@@ -219,10 +215,6 @@ def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
 def test_skip_unavailable_lists_gpu_runs_as_skipped(
     tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("needs a host without CUDA")
     path = write(
         tmp_path,
         f"""
@@ -232,13 +224,13 @@ def test_skip_unavailable_lists_gpu_runs_as_skipped(
         runs:
           - entry: matmul
             params: {{sizes: 32, repeats: 1, backends: numpy, min_time_s: 0, isolation: none}}
-            matrix: {{device: [cpu, cuda]}}
+            matrix: {{device: [cpu, {ABSENT_GPU}]}}
         report: false
         """,
     )
     proc = run_cli(["suite", str(path)], devicebench_env(mlflow_server.url), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "skipped: no cuda device on this host" in proc.stdout
+    assert f"skipped: no {ABSENT_GPU} device on this host" in proc.stdout
     assert "1 finished, 0 failed, 1 skipped" in proc.stdout
     client = MlflowClient(mlflow_server.url)
     exp = client.get_experiment_by_name(experiment_name)

@@ -58,6 +58,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         host_fingerprint,
         resolve_device,
     )
+    from devicebench.handoff import Handoff
     from devicebench.settings import load_settings, preflight_store
     from devicebench.tracking import TAG_PREFIX, one_line, run_context
     from devicebench.workloads import Context, load, progress_enabled
@@ -73,17 +74,17 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         f"{TAG_PREFIX}config_key": config_key(name, cfg),
         f"{TAG_PREFIX}data": data,
     }
-    if os.environ.get("DEVICEBENCH_SUITE"):  # launched by a plan: which plan, and which item of it
-        tags[f"{TAG_PREFIX}suite"] = os.environ["DEVICEBENCH_SUITE"]
-        tags[f"{TAG_PREFIX}suite.item"] = os.environ.get("DEVICEBENCH_SUITE_ITEM", "")
+    handoff = Handoff.from_env(os.environ)  # set when a plan started this run
+    if handoff:
+        tags.update(handoff.tags())
     started = time.perf_counter()
     with run_context(
         settings,
         name,
         to_params(cfg),
         tags=tags,
-        run_name=os.environ.get("DEVICEBENCH_RUN_NAME") or f"{name}-{cfg.device}",
-        parent_run_id=os.environ.get("DEVICEBENCH_PARENT_RUN_ID") or None,
+        run_name=(handoff and handoff.run_name) or f"{name}-{cfg.device}",
+        parent_run_id=(handoff and handoff.parent_run_id) or None,
     ) as tracker:
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()

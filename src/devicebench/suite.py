@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from devicebench.errors import UsageError
+from devicebench.handoff import Handoff, child_env
 from devicebench.settings import redact_uri
 
 PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "runs", "report"}
@@ -363,20 +364,8 @@ def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
 
 
 def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"
-    }  # children must not attach to the parent
-    env.update(
-        DEVICEBENCH_PARENT_RUN_ID=parent_run_id,
-        MLFLOW_EXPERIMENT_ID=experiment_id,
-        DEVICEBENCH_SUITE=suite_tag,
-        DEVICEBENCH_SUITE_ITEM=item.item_id,
-        DEVICEBENCH_RUN_NAME=f"{item.index:03d} {item.label}"[:250],
-        PYTHONUNBUFFERED="1",
-    )
-    src = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    run_name = f"{item.index:03d} {item.label}"
+    return Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, run_name).env(os.environ)
 
 
 def _run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -519,11 +508,7 @@ def _report(plan: Plan, settings: Any, suite_tag: str) -> int:
         "--out",
         str(out),
     ]
-    env = dict(os.environ)
-    env.pop("MLFLOW_RUN_ID", None)
-    src = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run(cmd, env=env)
+    proc = subprocess.run(cmd, env=child_env(os.environ))
     if proc.returncode not in (0, 1):
         print(f"suite {plan.name}: the report failed (exit {proc.returncode})", file=sys.stderr)
     return proc.returncode

@@ -1,0 +1,76 @@
+"""What a suite hands each run it starts: the one contract across the process boundary.
+
+A plan item runs as its own `devicebench <workload>` process (a crash, an OOM or a CUDA fault kills one
+item, not the plan), so what the child must know about its parent crosses as environment variables.
+They are written by `Handoff.env` and read by `Handoff.from_env`, and nowhere else; `MLFLOW_RUN_ID` is
+removed on the way, because a child that inherited it would log into the parent run instead of its own.
+`MLFLOW_EXPERIMENT_ID` is MLflow's own variable, which `mlflow run` also sets: the tracker reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from devicebench.schema import tag
+
+PARENT = "DEVICEBENCH_PARENT_RUN_ID"
+SUITE = "DEVICEBENCH_SUITE"
+ITEM = "DEVICEBENCH_SUITE_ITEM"
+RUN_NAME = "DEVICEBENCH_RUN_NAME"
+EXPERIMENT = "MLFLOW_EXPERIMENT_ID"
+MAX_RUN_NAME = 250  # MLflow's run name limit
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """One plan item's link to its suite: the parent run, the plan tag and which item of the plan it is."""
+
+    parent_run_id: str
+    experiment_id: str
+    suite: str  # "<plan name>:<parent run id>": the tag the report filters a plan's runs by
+    item: str  # the item's stable id: what `suite --resume` matches finished runs by
+    run_name: str
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """The child's environment: `base` without the parent's run, plus this handoff."""
+        env = child_env(base)
+        env.update(
+            {
+                PARENT: self.parent_run_id,
+                EXPERIMENT: self.experiment_id,
+                SUITE: self.suite,
+                ITEM: self.item,
+                RUN_NAME: self.run_name[:MAX_RUN_NAME],
+            }
+        )
+        return env
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Handoff | None:
+        """The handoff this process was started with, or None when a person (not a plan) started it."""
+        if not environ.get(SUITE):
+            return None
+        return cls(
+            parent_run_id=environ.get(PARENT, ""),
+            experiment_id=environ.get(EXPERIMENT, ""),
+            suite=environ[SUITE],
+            item=environ.get(ITEM, ""),
+            run_name=environ.get(RUN_NAME, ""),
+        )
+
+    def tags(self) -> dict[str, str]:
+        """The run tags that tie a child to its plan."""
+        return {tag("suite"): self.suite, tag("suite.item"): self.item}
+
+
+def child_env(base: Mapping[str, str]) -> dict[str, str]:
+    """Any child the suite starts (a run, the report): never the parent's run, and this very package first
+    on the path, so a suite started from a checkout runs that checkout's code in its children too."""
+    env = {k: v for k, v in base.items() if k != "MLFLOW_RUN_ID"}
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
