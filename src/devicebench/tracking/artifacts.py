@@ -1,0 +1,174 @@
+"""Files and models on their way to the store: how a model is packaged, uploaded or spooled, and the
+artifact repositories that uploads go through.
+
+Every model goes through `upload_model` (live, or replayed from the spool) or `save_model` (spooled),
+both with `_model_options`, so a model logged late is packaged exactly like one logged on time.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+_REPO_CACHE_SIZE = 8  # runs whose repository is kept; a process sends to one or two runs at a time
+_REPOS: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_REPOS_LOCK = threading.Lock()
+
+
+def _artifact_repo(client: Any, run_id: str) -> Any:
+    """The run's artifact repository, looked up once (MlflowClient.log_artifact re-reads the run each call).
+
+    The cache is bounded (least recently used out): a long-lived process, such as a `sync` replaying a
+    big spool, must not keep a repository for every run it ever touched.
+    """
+    key = (client.tracking_uri, run_id)
+    with _REPOS_LOCK:
+        if key in _REPOS:
+            _REPOS.move_to_end(key)
+            return _REPOS[key]
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri)
+    with _REPOS_LOCK:
+        _REPOS[key] = repo
+        while len(_REPOS) > _REPO_CACHE_SIZE:
+            _REPOS.popitem(last=False)
+    return repo
+
+
+def upload_files(client: Any, run_id: str, files: list[dict[str, Any]], journal_dir: Path) -> None:
+    """Upload the journal's staged files of artifact operations; they are independent: side by side."""
+    repo = _artifact_repo(client, run_id)
+    with ThreadPoolExecutor(max_workers=min(4, len(files))) as pool:
+        done = [
+            pool.submit(repo.log_artifact, str(journal_dir / f["path"]), f.get("artifact_path"))
+            for f in files
+        ]
+        for future in done:
+            future.result()
+
+
+def _model_options() -> dict[str, Any]:
+    """How every model is saved: pickled eager modules, their code carried along, requirements pinned.
+
+    Pickle (not MLflow's graph export) keeps the batch dimension free. `code_paths` ships the
+    devicebench package inside the model, so it loads where devicebench is not installed. Explicit
+    requirements spare MLflow's inference of them, which starts a subprocess and took ~10 s a run.
+    """
+    import importlib.metadata
+
+    import devicebench
+
+    reqs = []
+    for dist in ("torch", "torchvision", "numpy", "cloudpickle"):
+        try:
+            reqs.append(f"{dist}=={importlib.metadata.version(dist).split('+')[0]}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return {
+        "serialization_format": "pickle",
+        "code_paths": [str(Path(devicebench.__file__).resolve().parent)],
+        "pip_requirements": reqs,
+    }
+
+
+@contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """MLflow warns on stderr while saving a pickled model; our stderr carries one line per outcome."""
+    import logging
+    import warnings
+
+    logger = logging.getLogger("mlflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
+    """A CPU copy of the model, a numpy example of batch >= 2 and a signature with a free batch dimension.
+
+    MLflow's graph export specialises the batch dimension to the example's; pickled eager modules with a
+    `-1` batch dimension in the signature accept any batch size.
+    """
+    import numpy as np
+    import torch
+    from mlflow.models import ModelSignature
+    from mlflow.types import TensorSpec
+    from mlflow.types.schema import Schema
+
+    module = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    module = copy.deepcopy(module).to("cpu").float().eval()
+    module = module.to(memory_format=torch.contiguous_format)
+    example = torch.as_tensor(input_example).detach().to("cpu").float()
+    if example.shape[0] < 2:
+        example = example.repeat(2, *([1] * (example.dim() - 1)))
+    example = example[:2].contiguous()
+    with torch.no_grad():
+        out = module(example)
+    in_spec = TensorSpec(np.dtype(np.float32), (-1, *example.shape[1:]))
+    out_spec = TensorSpec(np.dtype(np.float32), (-1, *out.shape[1:]))
+    signature = ModelSignature(inputs=Schema([in_spec]), outputs=Schema([out_spec]))
+    return module, example.numpy(), signature
+
+
+def upload_model(run_id: str, module: Any, name: str, signature: Any, input_example: Any = None) -> None:
+    """Log a portable module (see `_portable_model`) to the run as a logged model called `name`."""
+    import mlflow
+    import mlflow.pytorch
+
+    with mlflow.start_run(run_id=run_id), _quiet_mlflow():
+        mlflow.pytorch.log_model(
+            module, name=name, signature=signature, input_example=input_example, **_model_options()
+        )
+
+
+def save_model(module: Any, path: Path, signature: Any) -> None:
+    """Save a portable module to a folder of the spool, packaged as `upload_model` would log it."""
+    import mlflow.pytorch
+
+    with _quiet_mlflow():
+        mlflow.pytorch.save_model(module, str(path), signature=signature, **_model_options())
+
+
+def _model_already_logged(client: Any, run_id: str, name: str) -> bool:
+    """Whether the run already has a READY logged model called `name`; unfinished ones are deleted.
+
+    Replay must be exactly-once, and a `sync` killed after the upload but before it acknowledged the
+    operation would otherwise log the model a second time. A PENDING or FAILED model of that name is
+    what an interrupted upload leaves: it is removed so the run ends with exactly one.
+    """
+    from mlflow.entities import LoggedModelStatus
+
+    experiment_id = client.get_run(run_id).info.experiment_id
+    quoted = name.replace("'", "\\'")
+    found = client.search_logged_models(
+        experiment_ids=[experiment_id], filter_string=f"source_run_id = '{run_id}' AND name = '{quoted}'"
+    )
+    if any(m.status == LoggedModelStatus.READY for m in found):
+        return True
+    for m in found:
+        client.delete_logged_model(m.model_id)
+    return False
+
+
+def _log_saved_model(client: Any, run_id: str, path: Path, name: str) -> None:
+    """Log a model that was saved to the spool while the store was away, unless a replay already did."""
+    import mlflow
+    import mlflow.pytorch
+
+    if _model_already_logged(client, run_id, name):
+        return
+    model = mlflow.pytorch.load_model(str(path))
+    info = mlflow.models.Model.load(str(path))
+    upload_model(run_id, model, name, info.signature)

@@ -1,0 +1,159 @@
+"""The spool: one local journal per run, written before anything is sent and removed once all is sent.
+
+Every write to a journal folder goes through `Journal` (operations, the `sent` mark, run.json), so the
+live sender and a later `devicebench sync` acknowledge the same way: atomically, by rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from devicebench.errors import UsageError
+from devicebench.settings import Settings
+from devicebench.tracking.locks import try_lock
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def spool_root(settings: Settings) -> Path:
+    """The spool folder, created if missing; a UsageError naming DEVICEBENCH_SPOOL_DIR when it cannot be."""
+    root = settings.spool_dir
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)  # journals hold URIs and credentials
+        if not root.is_dir():
+            raise NotADirectoryError(f"{root} is not a folder")
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise UsageError(
+            f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r}: cannot create the spool folder there ({reason}); "
+            "point it at a writable folder"
+        ) from None
+    return root
+
+
+class Journal:
+    """The local record of one run's operations: written before sending, deleted once all are sent.
+
+    `ops.jsonl` holds one operation a line with a sequence number; `sent` holds the highest sequence
+    number the store acknowledged. Replaying from `sent + 1` makes `devicebench sync` exactly-once.
+    `lock` is flocked by the process writing the run (its PID inside) for as long as it lives, so a
+    `sync` running meanwhile leaves the journal alone.
+
+    The journal exists before its run: `Journal.create` makes and locks a `.new-*` folder first, and
+    `bind` renames it to the run id the store gave. A run that cannot be journalled is never created.
+    """
+
+    NEW_PREFIX = ".new-"
+
+    def __init__(self, root: Path, run_id: str, tracking_uri: str) -> None:
+        """A journal for a run that already exists (the folder is created and locked here)."""
+        self._open(root / run_id)
+        self.bind(run_id, tracking_uri)
+
+    @classmethod
+    def create(cls, settings: Settings) -> Journal:
+        """A locked, unbound journal in the spool; UsageError naming DEVICEBENCH_SPOOL_DIR if impossible."""
+        root = spool_root(settings)
+        self = cls.__new__(cls)
+        try:
+            self._open(root / f"{cls.NEW_PREFIX}{os.getpid()}-{time.time_ns()}")
+        except OSError as e:
+            raise UsageError(
+                f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r}: cannot write the run's journal there "
+                f"({e.strerror or e}); point it at a writable folder"
+            ) from None
+        return self
+
+    def _open(self, folder: Path) -> None:
+        self.dir = folder
+        self.files = self.dir / "files"
+        self.files.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o700)  # run.json holds the tracking URI, credentials included where it has them
+        lock = try_lock(self.dir / "lock")
+        if lock is None:
+            raise BlockingIOError(f"the journal {self.dir} is in use by another process")
+        self._lock_fd: int | None = lock
+        # Line-buffered: every operation reaches the kernel as it is logged, so a SIGKILL loses none of
+        # them (a write per operation costs microseconds; the sending is what is batched).
+        self._ops = open(self.dir / "ops.jsonl", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._seq = self._count_lines()
+        self._lock = threading.Lock()
+
+    def bind(self, run_id: str, tracking_uri: str) -> None:
+        """Name the journal after its run; from here on `sync` can replay it (once its owner is gone)."""
+        target = self.dir.parent / run_id
+        if self.dir != target:
+            self.dir.rename(target)  # the open ops file and the flock follow the folder
+            self.dir, self.files = target, target / "files"
+        meta = self.dir / "run.json"
+        if not meta.exists():
+            _write_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": tracking_uri}))
+
+    def _count_lines(self) -> int:
+        path = self.dir / "ops.jsonl"
+        return sum(1 for _ in path.open(encoding="utf-8")) if path.exists() else 0
+
+    def append(self, op: dict[str, Any]) -> int:
+        with self._lock:
+            self._seq += 1
+            op = {"seq": self._seq, **op}
+            self._ops.write(json.dumps(op) + "\n")
+            return self._seq
+
+    def flush(self) -> None:
+        with self._lock:
+            self._ops.flush()
+
+    def acknowledge(self, seq: int) -> None:
+        """Record that the store has every operation up to `seq` (this process's own journal)."""
+        self.mark_sent(self.dir, seq)
+
+    @staticmethod
+    def mark_sent(run_dir: Path, seq: int) -> None:
+        """The one writer of `sent`, atomic: a kill leaves the old mark or the new one, never half of it.
+        `sync` calls it on journals whose writer is gone (it holds their lock, not a `Journal`)."""
+        _write_atomic(run_dir / "sent", str(seq))
+
+    def close(self, release: bool = True) -> None:
+        """Close the journal; `release` hands it to `sync` (False while a sender thread may still write)."""
+        with self._lock:
+            self._ops.close()
+        if release and self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def remove(self) -> None:
+        with self._lock:
+            self._ops.close()
+        # still locked while it goes: no `sync` can pick up a half-removed folder
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.close()
+
+    @staticmethod
+    def read(run_dir: Path) -> tuple[int, list[dict[str, Any]], bool]:
+        """(acknowledged sequence number, operations not yet acknowledged, whether an end record exists)."""
+        sent_file = run_dir / "sent"
+        sent = int(sent_file.read_text()) if sent_file.exists() else 0
+        ops = []
+        ended = False
+        path = run_dir / "ops.jsonl"
+        if path.exists():
+            for line in path.open(encoding="utf-8"):
+                if line.strip():
+                    with contextlib.suppress(json.JSONDecodeError):  # a torn last line from a kill
+                        op = json.loads(line)
+                        ended = ended or op["op"] == "end"
+                        if op["seq"] > sent:
+                            ops.append(op)
+        return sent, ops, ended

@@ -1,0 +1,82 @@
+"""What a workload sees of tracking: the `Tracker` protocol, the in-memory tracker and `one_line`.
+
+Workloads import this module and nothing else of the package: it never imports mlflow (a test checks
+`sys.modules`), so a workload, its unit tests and untracked benchmark baselines do not pay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from devicebench.errors import UsageError
+from devicebench.schema import MAX_TAG_VALUE
+from devicebench.schema import TAG_PREFIX as TAG_PREFIX  # workloads and the suite import it from here
+
+
+class Tracker(Protocol):
+    """What a workload may do with the store. Values are plain Python numbers (no tensors)."""
+
+    run_id: str | None
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+    def log_dict(self, obj: Any, artifact_file: str) -> None: ...
+    def log_text(self, text: str, artifact_file: str) -> None: ...
+    def log_figure(self, figure: Any, artifact_file: str) -> None: ...
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
+    def log_model(self, model: Any, name: str, input_example: Any) -> None: ...
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: what a user reads on stderr and in the `devicebench.error` tag."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, UsageError):
+        text = f"{type(exc).__name__}: {text}"
+    return text[:MAX_TAG_VALUE]
+
+
+@dataclass
+class MemoryTracker:
+    """Keeps everything in memory: for unit tests of workloads and for untracked baselines in benchmarks."""
+
+    run_id: str | None = None
+    metrics: list[tuple[str, float, int | None]] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)
+    keep: bool = True
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self.keep:
+            self.metrics.extend((k, float(v), step) for k, v in metrics.items())
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self.tags.update({k: str(v) for k, v in tags.items()})
+
+    def log_dict(self, obj: Any, artifact_file: str) -> None:
+        self.artifacts[artifact_file] = obj
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.artifacts[artifact_file] = text
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        self.artifacts[artifact_file] = figure
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        name = Path(local_path).name
+        self.artifacts[f"{artifact_path}/{name}" if artifact_path else name] = Path(local_path)
+
+    def log_model(self, model: Any, name: str, input_example: Any) -> None:
+        self.models[name] = (model, input_example)
+
+    def values(self, key: str) -> list[float]:
+        """Every value logged under `key`, in order (a test helper)."""
+        return [v for k, v, _ in self.metrics if k == key]
+
+
+def null_tracker() -> MemoryTracker:
+    """A tracker that records nothing: the untracked baseline for overhead measurements."""
+    return MemoryTracker(keep=False)

@@ -1,0 +1,167 @@
+"""Journal operations to the store: `send_ops` for the live sender and for `devicebench sync`, which
+replays the journals of processes that are gone, exactly once.
+
+A journal belongs to its live process (an OS lock, released when the process dies): `sync` replays
+only journals whose process is gone, and ends a run that died without an end record FAILED.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devicebench.schema import MAX_BATCH_METRICS, tag
+from devicebench.settings import Settings
+from devicebench.tracking.artifacts import _log_saved_model, upload_files
+from devicebench.tracking.journal import Journal
+from devicebench.tracking.locks import holder, try_lock
+from devicebench.tracking.protocol import one_line
+from devicebench.tracking.store import configure_mlflow_client
+
+DIED_WITHOUT_END = "process died (no end record)"
+_BATCH_TAGS_OR_PARAMS = 100  # MLflow's log_batch limit for tags and params
+
+
+def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: Path) -> None:
+    """Send journal operations, in order, to the store. Raises on the first failure (the caller retries)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    metrics: list[Metric] = []
+    files: list[dict[str, Any]] = []
+
+    def flush_metrics() -> None:
+        for i in range(0, len(metrics), MAX_BATCH_METRICS):
+            client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH_METRICS])
+        metrics.clear()
+        if files:
+            upload_files(client, run_id, files, journal_dir)
+            files.clear()
+
+    for op in ops:
+        kind = op["op"]
+        if kind == "metrics":
+            metrics.extend(Metric(k, v, op["ts"], op["step"] or 0) for k, v in op["values"].items())
+            continue
+        if kind == "artifact":
+            files.append(op)
+            continue
+        flush_metrics()
+        if kind == "tags":
+            _log_batched(client, run_id, "tags", [RunTag(k, v) for k, v in op["values"].items()])
+        elif kind == "params":
+            existing = client.get_run(run_id).data.params
+            items = [Param(k, v) for k, v in op["values"].items() if k not in existing]
+            _log_batched(client, run_id, "params", items)
+        elif kind == "model":
+            _log_saved_model(client, run_id, journal_dir / op["path"], op["name"])
+        elif kind == "end":  # the time the run ended, not the time a later `devicebench sync` replayed it
+            client.set_terminated(run_id, op["status"], end_time=op.get("ts"))
+    flush_metrics()
+
+
+def _log_batched(client: Any, run_id: str, kind: str, items: list[Any]) -> None:
+    for i in range(0, len(items), _BATCH_TAGS_OR_PARAMS):
+        client.log_batch(run_id, **{kind: items[i : i + _BATCH_TAGS_OR_PARAMS]})
+
+
+@dataclass
+class SyncOutcome:
+    """What `devicebench sync` did with the spool."""
+
+    replayed: int = 0  # journals sent and removed
+    pending: int = 0  # journals that could not be sent now (the store is still away)
+    live: int = 0  # journals still held by a running process: left alone
+    died: int = 0  # of `replayed`, runs whose process died without ending them: now FAILED
+
+
+def _end_dead_run(client: Any, run_id: str, run_dir: Path) -> bool:
+    """End a run whose process died without an end record: FAILED, at the time its journal was last
+    written. A run the store already shows as ended (e.g. by `mlflow run`) keeps its status."""
+    from mlflow.entities import RunTag
+
+    if client.get_run(run_id).info.status != "RUNNING":
+        return False
+    ops = run_dir / "ops.jsonl"
+    end_ms = int((ops.stat().st_mtime if ops.exists() else time.time()) * 1000)
+    client.log_batch(run_id, tags=[RunTag(tag("error"), DIED_WITHOUT_END)])
+    client.set_terminated(run_id, "FAILED", end_time=end_ms)
+    return True
+
+
+def sync_spool(settings: Settings) -> SyncOutcome:
+    """Replay every spooled run whose process is gone to its store, exactly once.
+
+    A journal whose lock is held belongs to a run still going (or to another `sync`): it is skipped and
+    said so, never replayed under its writer. A journal without an end record, whose process is gone,
+    was killed (SIGKILL, power loss): it is replayed and its run ended FAILED, so nothing stays RUNNING.
+    """
+    configure_mlflow_client(settings)
+    out = SyncOutcome()
+    root = settings.spool_dir
+    if not root.is_dir():
+        return out
+    for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        _sync_journal(run_dir, out)
+    return out
+
+
+def _sync_journal(run_dir: Path, out: SyncOutcome) -> None:
+    """Replay one journal folder if its writer is gone; count what happened in `out`."""
+    try:
+        fd = try_lock(run_dir / "lock")
+    except OSError as e:
+        print(f"devicebench: {run_dir} not replayed: cannot lock it ({e.strerror or e})", file=sys.stderr)
+        out.pending += 1
+        return
+    if fd is None:
+        if (run_dir / "run.json").is_file():
+            print(
+                f"devicebench: run {run_dir.name} skipped: its journal is held by live "
+                f"{holder(run_dir / 'lock')} (a run still going, or another sync)",
+                file=sys.stderr,
+            )
+            out.live += 1
+        return
+    try:
+        if (run_dir / "run.json").is_file():
+            _replay(run_dir, out)
+        elif run_dir.name.startswith(Journal.NEW_PREFIX):  # its process died before its run existed
+            shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
+def _replay(run_dir: Path, out: SyncOutcome) -> None:
+    """Send a dead process's journal (we hold its lock), one acknowledged operation at a time."""
+    from mlflow.tracking import MlflowClient
+
+    meta = json.loads((run_dir / "run.json").read_text())
+    run_id = meta["run_id"]
+    client = MlflowClient(meta["tracking_uri"])
+    _, ops, ended = Journal.read(run_dir)
+    try:
+        import mlflow
+
+        mlflow.set_tracking_uri(meta["tracking_uri"])
+        for op in ops:  # one at a time so `sent` advances with each acknowledged operation
+            send_ops(client, run_id, [op], run_dir)
+            Journal.mark_sent(run_dir, op["seq"])
+        died = not ended and _end_dead_run(client, run_id, run_dir)
+    except Exception as e:
+        print(f"devicebench: run {run_id} not replayed yet: {one_line(e)}", file=sys.stderr)
+        out.pending += 1
+        return
+    if died:
+        print(
+            f"devicebench: run {run_id}: its process died without ending it; replayed and ended FAILED",
+            file=sys.stderr,
+        )
+        out.died += 1
+    shutil.rmtree(run_dir, ignore_errors=True)
+    out.replayed += 1

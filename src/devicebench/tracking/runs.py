@@ -1,0 +1,173 @@
+"""Run lifecycle: start (or attach to) a run, end it FINISHED, FAILED or KILLED, and the signals between.
+
+* the store is checked *before* any work, and an unreachable one fails fast with its URI named;
+* the run's journal exists (locked by this process) before the run does;
+* any exception marks the run FAILED with a one-line `devicebench.error` tag; a signal marks it KILLED;
+* a run whose last operations could not be sent ends in the spool, and the caller is told so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
+from devicebench.schema import tag
+from devicebench.settings import Settings, redact_uri
+from devicebench.tracking.journal import Journal
+from devicebench.tracking.protocol import one_line
+from devicebench.tracking.store import (
+    check_store,
+    configure_mlflow_client,
+    ensure_experiment,
+    sqlite_busy_hint,
+)
+from devicebench.tracking.tracker import MlflowTracker
+
+_FINISHING = threading.Event()
+_DEFAULT_EXCEPTHOOK: list[Any] = []
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM (a scheduler stopping us) raises in the main thread so the run can end KILLED.
+
+    A SIGTERM that arrives while the run is already ending is not raised again: the scheduler's grace
+    period is best spent flushing the journal, and raising in the middle of `close()` would leave the
+    run RUNNING with its last operations unsent. Ctrl-C stays Python's KeyboardInterrupt, which
+    `run_context` ends KILLED too.
+    """
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not _FINISHING.is_set():
+            raise Interrupted(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+    if sys.excepthook is not _quiet_peer_gone:
+        _DEFAULT_EXCEPTHOOK[:] = [sys.excepthook]
+        sys.excepthook = _quiet_peer_gone
+
+
+def _quiet_peer_gone(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """Drop the traceback of a multiprocessing fd-sharing thread whose peer went away; report the rest.
+
+    DataLoader workers hand batches to the main process through `multiprocessing.resource_sharer`.
+    A SIGTERM that lands while the main process is fetching one ends that handshake half-way, and the
+    worker's sharing thread printed a 19-line ConnectionResetError (through `sys.excepthook`) after our
+    one line. The workers are forked from here and inherit this hook; the main process handles its own
+    side of the error.
+    """
+    origin = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    if origin.endswith("multiprocessing/resource_sharer.py") and issubclass(
+        exc_type, (ConnectionError, EOFError)
+    ):
+        return
+    (_DEFAULT_EXCEPTHOOK or [sys.__excepthook__])[0](exc_type, exc, tb)
+
+
+@contextmanager
+def run_context(
+    settings: Settings,
+    workload: str,
+    params: Mapping[str, Any],
+    tags: Mapping[str, str] | None = None,
+    run_name: str | None = None,
+    parent_run_id: str | None = None,
+    run_id: str | None = None,
+) -> Iterator[MlflowTracker]:
+    """Start (or attach to) a run; end it FINISHED, FAILED or KILLED.
+
+    `run_id` attaches to a run that already exists; without it, `MLFLOW_RUN_ID` does (that is how
+    `mlflow run` hands its run over), and without either a new run is created. The store is checked
+    before anything else, so an unreachable server costs seconds, not a training run.
+    """
+    _install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
+    check_store(settings)
+    configure_mlflow_client(settings)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(settings.tracking_uri)
+    start_tags = {tag("workload"): workload, **(tags or {})}
+    if parent_run_id:
+        start_tags["mlflow.parentRunId"] = parent_run_id
+    # The journal exists (and is locked by this process) before the run does: a run that could not be
+    # journalled would have no local trace if the store went away or the process were killed.
+    journal = Journal.create(settings)
+    run_id = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
+    tracker = MlflowTracker(settings, run_id, journal)
+    try:
+        tracker.set_tags(start_tags)
+        tracker.log_params(params)
+        yield tracker
+    except Interrupted as e:
+        _finish(tracker, "KILLED", str(e))
+        raise
+    except KeyboardInterrupt:
+        _finish(tracker, "KILLED", "interrupted by Ctrl-C (SIGINT)")
+        raise
+    except BaseException as e:
+        _finish(tracker, "FAILED", one_line(e))
+        raise
+    else:
+        if not _finish(tracker, "FINISHED", None):
+            raise _spooled_error(settings, tracker)
+
+
+def _open_run(
+    client: Any,
+    settings: Settings,
+    journal: Journal,
+    workload: str,
+    start_tags: dict[str, str],
+    run_name: str | None,
+    run_id: str | None,
+) -> str:
+    """The id of the run to write: the explicit `run_id`, else `MLFLOW_RUN_ID` (tagged with its
+    workload), else a new run's. When that fails the journal goes: no run, nothing to replay."""
+    run_id = run_id or os.environ.get("MLFLOW_RUN_ID")
+    try:
+        from mlflow.tracking.context.registry import resolve_tags
+
+        if run_id:
+            client.set_tag(run_id, tag("workload"), workload)
+            return run_id
+        experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or ensure_experiment(settings)
+        with contextlib.redirect_stderr(sys.stderr):
+            all_tags = resolve_tags(start_tags)
+        return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+    except BaseException as e:
+        journal.remove()
+        hint = sqlite_busy_hint(settings.tracking_uri, one_line(e))
+        if hint:
+            raise StoreUnavailable(hint) from None
+        raise
+
+
+def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:
+    """What a run that ended with operations left in its journal tells its caller."""
+    why = sqlite_busy_hint(settings.tracking_uri, tracker.last_error or "")
+    why = why or f"tracking store {redact_uri(settings.tracking_uri)} unreachable"
+    return SpooledError(
+        f"{why} at the end of run {tracker.run_id}: "
+        f"results spooled to {tracker.journal.dir}; replay with `devicebench sync`"
+    )
+
+
+def _finish(tracker: MlflowTracker, status: str, error: str | None) -> bool:
+    _FINISHING.set()
+    try:
+        delivered = tracker.close(status, error)
+    finally:
+        _FINISHING.clear()
+    if not delivered and status != "FINISHED":
+        print(
+            f"devicebench: store unreachable, run {tracker.run_id} spooled to {tracker.journal.dir}",
+            file=sys.stderr,
+        )
+    return delivered

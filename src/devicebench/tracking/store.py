@@ -1,0 +1,226 @@
+"""The tracking store, probed and prepared before any work: reachable, current schema, experiment there.
+
+An unreachable store fails within `store_timeout_s` with its URI named, so it costs seconds, not a
+training run. An HTTP store is probed with urllib before MLflow is imported: on a busy host that import
+alone takes seconds. mlflow is imported inside the functions that need it, never at module level.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from devicebench.errors import StoreUnavailable, UsageError
+from devicebench.settings import Settings, redact_uri
+from devicebench.tracking.locks import file_lock
+from devicebench.tracking.protocol import one_line
+
+SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (measured 2-15 s here)
+
+
+def _auth_header() -> dict[str, str]:
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
+def _check_http_store(uri: str, timeout_s: float) -> None:
+    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
+    body = json.dumps({"max_results": 1}).encode()
+    req = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/json", **_auth_header()}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            raise StoreUnavailable(
+                f"tracking server {redact_uri(uri)} refused the credentials (HTTP {e.code}); "
+                "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (e.g. in .env)"
+            ) from None
+        raise StoreUnavailable(
+            f"tracking server {redact_uri(uri)} answered HTTP {e.code} to a test request"
+        ) from None
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise StoreUnavailable(
+            f"tracking store {redact_uri(uri)} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
+        ) from None
+
+
+def _check_other_store(uri: str, timeout_s: float) -> None:
+    """Database stores: a real query in a worker thread, so an unreachable host cannot hang us."""
+    from mlflow.tracking import MlflowClient
+
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+            outcome.append(None)
+        except BaseException as e:  # reported below, with the URI
+            outcome.append(e)
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if not outcome:
+        raise StoreUnavailable(f"tracking store {redact_uri(uri)} did not answer within {timeout_s:.0f} s")
+    if outcome[0] is not None:
+        raise StoreUnavailable(f"tracking store {redact_uri(uri)} is not usable: {one_line(outcome[0])}")
+
+
+def check_store(settings: Settings) -> None:
+    """Fail within `store_timeout_s` with a line naming the URI when the store does not answer."""
+    _client_env_defaults(settings)
+    uri = settings.tracking_uri
+    if uri.startswith(("http://", "https://")):
+        _check_http_store(uri, max(settings.store_timeout_s, 0.5))
+    elif uri.startswith("sqlite:"):
+        prepare_sqlite_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
+    else:
+        _check_other_store(uri, max(settings.store_timeout_s, 0.5))
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI; None for an in-memory store."""
+    path = uri[len("sqlite://") :].split("?", 1)[0]
+    if not path.startswith("/") or path == "/:memory:":
+        return None
+    return Path(path[1:])  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+
+
+def _half_migrated(path: Path) -> str | None:
+    """What is left of an interrupted schema migration in an SQLite store, or None when there is none.
+
+    Alembic migrates SQLite tables by copying them through `_alembic_tmp_<table>`; a migration that
+    dies half-way leaves such a table behind and the store can never be upgraded again by MLflow.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return None
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        left = sorted(n for n in names if n.startswith("_alembic_tmp_"))
+        if not left:
+            return None
+        revision = runs = "?"
+        with contextlib.suppress(sqlite3.Error):
+            revision = ",".join(r[0] for r in con.execute("SELECT version_num FROM alembic_version"))
+        with contextlib.suppress(sqlite3.Error):
+            runs = str(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+        return f"alembic revision {revision}, leftover table(s) {', '.join(left)}, {runs} run(s) in it"
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
+_MIGRATION_ERRORS = ("duplicate column name", "_alembic_tmp_", "Online migration expected")
+
+
+def _half_migrated_error(uri: str, path: Path, detail: str) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"the embedded SQLite store {redact_uri(uri)} was left half-migrated by an interrupted schema "
+        f"upgrade ({detail}); MLflow cannot open or upgrade it: delete {path} if it holds no runs you need "
+        "(a store broken while being created is empty), otherwise restore it from a backup"
+    )
+
+
+def prepare_sqlite_store(uri: str, timeout_s: float) -> None:
+    """Create or upgrade an embedded SQLite store once, under an inter-process lock, before any run uses it.
+
+    MLflow creates and migrates a fresh store inside the first client that opens it; eight processes
+    doing that at once raced each other's migrations and left the store unusable for good
+    (`duplicate column name: step`, `_alembic_tmp_tags`). Whoever holds `<db>.lock` does the work;
+    the others wait and then find a current schema. A store already broken is named as such.
+    """
+    path = _sqlite_path(uri)
+    if path is None:
+        _check_other_store(uri, timeout_s)
+        return
+    what = f"the embedded SQLite store {redact_uri(uri)}"
+    with file_lock(path.with_name(path.name + ".lock"), timeout_s, what):
+        left = _half_migrated(path)
+        if left:
+            raise _half_migrated_error(uri, path, left)
+        try:
+            _check_other_store(uri, timeout_s)
+        except StoreUnavailable as e:
+            if any(m in str(e) for m in _MIGRATION_ERRORS):
+                raise _half_migrated_error(uri, path, _half_migrated(path) or str(e)[-300:]) from None
+            raise
+
+
+def sqlite_busy_hint(uri: str, error: str) -> str | None:
+    """For a locked embedded SQLite store, a sentence that says what to use instead; None otherwise.
+
+    SQLite takes one writer at a time; a handful of parallel runs usually get through, more do not, and
+    the fix is a tracking server, not a retry.
+    """
+    if not uri.startswith("sqlite:") or "locked" not in error.lower():
+        return None
+    return (
+        f"the embedded SQLite store {redact_uri(uri)} is locked by concurrent writers ({error[:200]}); "
+        "for parallel runs use a tracking server (make server, or docker compose with PostgreSQL)"
+    )
+
+
+def configure_mlflow_client(settings: Settings) -> None:
+    """Point MLflow at our store and make its HTTP client fail fast: our sender does the retrying."""
+    _client_env_defaults(settings)
+    import mlflow
+
+    mlflow.set_tracking_uri(settings.tracking_uri)
+
+
+def _client_env_defaults(settings: Settings) -> None:
+    """MLflow reads these from the environment on each request; set before anything imports it."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(max(settings.store_timeout_s, 1))))
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our CLI prints its own line
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage pings from benchmark hosts
+
+
+def ensure_experiment(settings: Settings, name: str | None = None) -> str:
+    """The experiment's id, created if missing. A deleted experiment is an error, not a silent restore.
+
+    Parallel launchers call this once before fanning out: a fresh SQLite store migrated by eight
+    processes at once loses most of them.
+    """
+    from mlflow.tracking import MlflowClient
+
+    name = name or settings.experiment
+    client = MlflowClient(settings.tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return client.create_experiment(name)
+        except MlflowException:  # created by a concurrent process between the two calls
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        raise UsageError(
+            f"experiment {name!r} is deleted; restore it (mlflow experiments restore --experiment-id "
+            f"{exp.experiment_id}) or choose another name with DEVICEBENCH_EXPERIMENT"
+        )
+    return exp.experiment_id

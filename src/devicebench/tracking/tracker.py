@@ -1,0 +1,139 @@
+"""`MlflowTracker`: the `Tracker` of a run in an MLflow store.
+
+Every operation is first written to the run's journal (the spool) and then sent by the background
+`Sender`. A server that blinks mid-run loses nothing (the sender retries); a server gone for good at the
+end leaves a complete journal that `devicebench sync` replays later, exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from devicebench.schema import MAX_TAG_VALUE, tag
+from devicebench.settings import Settings
+from devicebench.tracking.artifacts import _portable_model, save_model, upload_model
+from devicebench.tracking.journal import Journal, spool_root
+from devicebench.tracking.protocol import one_line
+from devicebench.tracking.sender import Sender
+
+
+class MlflowTracker:
+    """A run in an MLflow store, written through a journal by one background sender thread."""
+
+    def __init__(self, settings: Settings, run_id: str, journal: Journal | None = None) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.settings = settings
+        self.run_id = run_id
+        self.client = MlflowClient(settings.tracking_uri)
+        if journal is None:
+            journal = Journal(spool_root(settings), run_id, settings.tracking_uri)
+        else:
+            journal.bind(run_id, settings.tracking_uri)
+        self.journal = journal
+        self._system_monitor: Any = None
+        self._sender = Sender(self.client, run_id, journal, settings.flush_interval_s)
+
+    @property
+    def last_error(self) -> str | None:
+        """The last failure to reach the store, in one line (None while every send succeeded)."""
+        return self._sender.last_error
+
+    # -- the Tracker protocol -------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        values = {k: float(v) for k, v in metrics.items()}
+        self._sender.enqueue({"op": "metrics", "values": values, "step": step, "ts": int(time.time() * 1000)})
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self._sender.enqueue({"op": "tags", "values": {k: str(v)[:MAX_TAG_VALUE] for k, v in tags.items()}})
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self._sender.enqueue({"op": "params", "values": {k: str(v) for k, v in params.items()}})
+
+    def _stage(self, artifact_file: str) -> Path:
+        path = self.journal.files / artifact_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _log_file(self, artifact_file: str, write: Callable[[Path], object]) -> None:
+        """The one way a file becomes an artifact: staged in the journal by `write`, then queued."""
+        path = self._stage(artifact_file)
+        write(path)
+        rel = path.relative_to(self.journal.files)
+        parent = str(rel.parent) if str(rel.parent) != "." else None
+        self._sender.enqueue({"op": "artifact", "path": str(Path("files") / rel), "artifact_path": parent})
+
+    def log_dict(self, obj: Any, artifact_file: str) -> None:
+        if artifact_file.endswith((".yaml", ".yml")):
+            import yaml
+
+            text = yaml.safe_dump(obj, sort_keys=False)
+        else:
+            text = json.dumps(obj, indent=2, default=str)
+        self._log_file(artifact_file, lambda path: path.write_text(text))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self._log_file(artifact_file, lambda path: path.write_text(text))
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        self._log_file(artifact_file, lambda path: figure.savefig(path, dpi=110, bbox_inches="tight"))
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        src = Path(local_path)
+
+        def copy(dest: Path) -> None:
+            if src.is_dir():
+                shutil.copytree(src, dest, dirs_exist_ok=True)
+            else:
+                shutil.copy2(src, dest)
+
+        self._log_file(f"{artifact_path}/{src.name}" if artifact_path else src.name, copy)
+
+    def log_model(self, model: Any, name: str, input_example: Any) -> None:
+        """Log a torch model that accepts any batch size; spool it when the store is away."""
+        module, example, signature = _portable_model(model, input_example)
+        if self._sender.drain(timeout_s=self.settings.final_flush_s):
+            try:
+                upload_model(self.run_id, module, name, signature, example)
+                return
+            except Exception as e:  # the store went away between drain and upload: spool it
+                self._sender.last_error = one_line(e)
+        path = self._stage(f"models/{name}")
+        shutil.rmtree(path, ignore_errors=True)
+        save_model(module, path, signature)
+        self._sender.enqueue({"op": "model", "path": str(Path("files") / "models" / name), "name": name})
+
+    def start_system_metrics(self, interval_s: float = 5.0) -> None:
+        """MLflow's own CPU/memory/GPU (nvidia-ml-py) sampler, for runs that ask for it."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self._system_monitor = SystemMetricsMonitor(
+            self.run_id, sampling_interval=interval_s, tracking_uri=self.settings.tracking_uri
+        )
+        self._system_monitor.start()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until everything logged so far reached the store; False if it did not in time."""
+        return self._sender.drain(timeout_s)
+
+    def close(self, status: str, error: str | None = None) -> bool:
+        """End the run; True when every operation reached the store, False when it was spooled."""
+        if self._system_monitor is not None:
+            with contextlib.suppress(Exception):  # a sampler failure must not hide the run's own status
+                self._system_monitor.finish()
+        if error:
+            self.set_tags({tag("error"): error})
+        self._sender.enqueue({"op": "end", "status": status, "ts": int(time.time() * 1000)})
+        join_s = max(self.settings.store_timeout_s, 1.0) + 5
+        delivered = self._sender.finish(self.settings.final_flush_s, join_s)
+        if delivered:
+            self.journal.remove()
+        else:  # a sender still inside a request could write after `sync` took over: keep the lock until exit
+            self.journal.close(release=not self._sender.alive())
+        return delivered
