@@ -48,7 +48,7 @@ def holder(lock_path: Path) -> str:
     """Who holds a lock taken with `try_lock`, in words."""
     try:
         return f"process {int(lock_path.read_text().split()[0])}"
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):  # IndexError: taken, its pid not written yet
         return "another process"
 
 
