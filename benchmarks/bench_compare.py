@@ -279,7 +279,7 @@ def build_store(d: Path, n_runs: int = N_RUNS) -> tuple[Any, float]:
 
     from mlflow.tracking import MlflowClient
 
-    from servers import MlflowServer
+    from testbed.mlflow_server import MlflowServer
 
     uri = f"sqlite:///{d}/mlflow.db"
     writer = MlflowClient(uri)
@@ -308,7 +308,6 @@ def main() -> int:
     """Generate the store, then time read + report through the HTTP server; 0 when within the target."""
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    sys.path.insert(0, str(ROOT / "tests"))
     with tempfile.TemporaryDirectory() as tmp:
         server, fill_s = build_store(Path(tmp))
         try:

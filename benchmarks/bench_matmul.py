@@ -23,14 +23,12 @@ from pathlib import Path
 import torch
 from mlflow.tracking import MlflowClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 from devicebench.config import build_config, to_params
 from devicebench.settings import load_settings
 from devicebench.tracking import null_tracker, run_context
 from devicebench.workloads import Context
 from devicebench.workloads.matmul import Config
-from servers import MlflowServer
+from testbed.mlflow_server import MlflowServer
 
 SIZES = (512, 1024, 2048)
 DTYPES = ("float64", "float32")

@@ -411,8 +411,12 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     finished = 0
     params = {"plan": str(plan.path), "name": plan.name, "runs": len(plan.runs), "baseline": plan.baseline}
     if not resume:
-        ensure_experiment(settings)  # once, before any child: a fresh SQLite store migrated in parallel breaks
-    with run_context(settings, "suite", params, run_name=f"suite {plan.name}", run_id=resume or None) as parent:
+        ensure_experiment(
+            settings
+        )  # once, before any child: a fresh SQLite store migrated in parallel breaks
+    with run_context(
+        settings, "suite", params, run_name=f"suite {plan.name}", run_id=resume or None
+    ) as parent:
         from mlflow.tracking import MlflowClient
 
         experiment_id = MlflowClient(settings.tracking_uri).get_run(parent.run_id).info.experiment_id

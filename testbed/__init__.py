@@ -1,0 +1,1 @@
+"""Real local servers that the tests and the benchmarks start (never shipped with the package)."""
