@@ -12,10 +12,11 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from devicebench.config import build_config
+from devicebench.schema import gflops
 from devicebench.timing import MAX_SAMPLES
 from devicebench.tracking import MemoryTracker
 from devicebench.workloads import Context
-from devicebench.workloads.matmul import Config, gflops, rel_error, run
+from devicebench.workloads.matmul import Config, rel_error, run
 from servers import ABSENT_GPU, ABSENT_GPU_SAYS, MlflowServer, devicebench_env, run_mlflow_project, runs_of
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from devicebench.errors import DataUnavailable, Interrupted, OutOfMemory, SpooledError, UsageError
+from devicebench.schema import WORKLOADS
 from devicebench.settings import redact_uri
 
 PROG = "devicebench"
@@ -164,7 +165,7 @@ COMMANDS: dict[str, str] = {
     "suite": "run an experiment plan (experiments/*.yaml), then its report",
     "sync": "replay runs spooled while the tracking store was unreachable",
 }
-WORKLOAD_COMMANDS = ("matmul", "cifar", "unet")
+WORKLOAD_COMMANDS = WORKLOADS
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:

@@ -26,12 +26,13 @@ import yaml
 
 from devicebench.errors import UsageError
 from devicebench.handoff import Handoff, child_env
+from devicebench.schema import WORKLOADS, tag
 from devicebench.settings import redact_uri
 
 PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "runs", "report"}
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
 REPORT_KEYS = {"baseline", "threshold"}
-ENTRIES = ("matmul", "cifar", "unet")
+ENTRIES = WORKLOADS
 # Plans are a page of YAML; these caps turn a hostile or mistyped one into one line instead of minutes of
 # CPU and gigabytes of memory (a billion-laughs alias tree, `repeats: 1000000000`).
 MAX_PLAN_BYTES = 1 << 20
@@ -357,7 +358,7 @@ def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
             max_results=500,
             page_token=token,
         )
-        done |= {r.data.tags.get("devicebench.suite.item", "") for r in page}
+        done |= {r.data.tags.get(tag("suite.item"), "") for r in page}
         token = page.token
         if not token:
             return done

@@ -21,6 +21,7 @@ from devicebench import isolated
 from devicebench.config import param
 from devicebench.device import require_native_bf16
 from devicebench.errors import UsageError
+from devicebench.schema import gflops
 from devicebench.timing import TimingStats
 from devicebench.tracking import TAG_PREFIX, Tracker
 from devicebench.workloads import Context
@@ -113,11 +114,6 @@ class Point:
     @property
     def gflops(self) -> float:
         return gflops(self.size, self.stats.median_s)
-
-
-def gflops(n: int, seconds: float) -> float:
-    """2n³ floating-point operations (n³ multiply-adds) per n×n product."""
-    return 2.0 * n**3 / seconds / 1e9
 
 
 def rel_error(result_rows: np.ndarray, a64: np.ndarray, b64: np.ndarray, rows: np.ndarray) -> float:

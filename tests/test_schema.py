@@ -1,0 +1,102 @@
+"""The run schema is defined once: workload names, the tag prefix, MLflow's limits and gflops live in
+schema.py, and a second spelling anywhere in src/ is a test failure rather than a future drift."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicebench import schema
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "devicebench"
+
+
+def _code(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """ids of the docstring nodes (module, class, function): prose may name tags and workloads."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _is_module_path(text: str) -> bool:
+    """`devicebench.workloads.` (importlib) names code, not a tag."""
+    rel = text.removeprefix("devicebench.").split(":")[0].rstrip(".").replace(".", "/")
+    return (SRC / rel).is_dir() or (SRC / f"{rel}.py").is_file()
+
+
+def _sources() -> list[Path]:
+    return [p for p in sorted(SRC.rglob("*.py")) if p.name != "schema.py"]
+
+
+def test_no_tag_is_spelled_with_a_literal_prefix() -> None:
+    stray = []
+    for path in _sources():
+        tree = _code(path)
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docs
+                and node.value.startswith(schema.TAG_PREFIX)
+                and not _is_module_path(node.value.split()[0].split("`")[0])
+            ):
+                stray.append(f"{path.relative_to(SRC)}:{node.lineno}: {node.value[:60]!r}")
+    assert not stray, "spell tags with schema.tag() / TAG_PREFIX:\n" + "\n".join(stray)
+
+
+def test_the_workload_names_are_listed_once() -> None:
+    names = set(schema.WORKLOADS)
+    stray = []
+    for path in _sources():
+        for node in ast.walk(_code(path)):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set):
+                values = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                if names <= values:
+                    stray.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not stray, "use schema.WORKLOADS:\n" + "\n".join(stray)
+
+
+@pytest.mark.parametrize(
+    "definition",
+    [
+        r"^\s*(MAX_TAG\w*|MAX_BATCH\w*|TAG_PREFIX|TAG|WORKLOADS|KNOWN_WORKLOADS)\s*(:[^=]+)?=",
+        r"^def (gflops|fmt_speedup|_?fmt_x)\(",
+    ],
+)
+def test_schema_names_and_helpers_are_defined_only_in_schema(definition: str) -> None:
+    pattern = re.compile(definition)
+    stray = [
+        f"{p.relative_to(SRC)}:{i}: {line.strip()}"
+        for p in _sources()
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.match(line)
+    ]
+    assert not stray, "\n".join(stray)
+
+
+@pytest.mark.parametrize("module", ["devicebench.schema", "devicebench.report", "devicebench.configs"])
+def test_the_schema_and_the_report_never_import_torch(module: str) -> None:
+    """The report runs where torch is not installed (a laptop reading a GPU host's runs)."""
+    code = f"import sys, importlib; importlib.import_module({module!r}); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_fmt_speedup_keeps_two_decimals_where_they_matter() -> None:
+    assert [schema.fmt_speedup(x) for x in (1.049, 1.5, 12.34, 250.0)] == ["1.05×", "1.50×", "12.3×", "250×"]
+    assert schema.gflops(1000, 2.0) == pytest.approx(1.0)
