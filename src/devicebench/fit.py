@@ -123,7 +123,7 @@ def load_data(opts: Options, load: Callable[[], tuple[Any, Any, Iterable, Iterab
     return Data(train_set, eval_set, train_loader, eval_loader, load_s=timer.now() - start)
 
 
-def _nothing(*args: Any) -> None:
+def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
