@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from devicebench import training
+from devicebench import precision, training
 from devicebench.config import build_config
 from devicebench.errors import UsageError
 from devicebench.tracking import MemoryTracker
@@ -163,8 +163,8 @@ def test_the_cuda_optimizer_options_spare_gradscaler_its_item_sync(
 ) -> None:
     """On the CPU, GradScaler drives a fused optimizer the way it does on CUDA: scale and inf flag passed
     to the kernel, no `.item()`. The default optimizer costs one host sync per step."""
-    options = training.optimizer_options(torch.device("cuda", 0))
-    assert options == {"fused": True} and training.optimizer_options(torch.device("cpu")) == {}
+    options = precision.optimizer_options(torch.device("cuda", 0))
+    assert options == {"fused": True} and precision.optimizer_options(torch.device("cpu")) == {}
     items = [0]
     real_item = torch.Tensor.item
 
@@ -192,24 +192,24 @@ def test_fp32_math_is_set_explicitly_and_tf32_needs_a_cuda_gpu_that_has_it(
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cudnn.allow_tf32 = True  # torch's default for convolutions
-        assert training.fp32_math("fp32", cuda) == {"devicebench.fp32_math": "ieee"}
+        assert precision.fp32_math("fp32", cuda) == {"devicebench.fp32_math": "ieee"}
         assert torch.backends.cudnn.conv.fp32_precision != "tf32"
         assert torch.backends.cuda.matmul.fp32_precision == "ieee"
-        assert training.fp32_math("bf16", cuda) == {"devicebench.fp32_math": "ieee"}
+        assert precision.fp32_math("bf16", cuda) == {"devicebench.fp32_math": "ieee"}
 
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
-        assert training.fp32_math("tf32", cuda) == {"devicebench.fp32_math": "tf32"}
+        assert precision.fp32_math("tf32", cuda) == {"devicebench.fp32_math": "tf32"}
         assert torch.backends.cudnn.conv.fp32_precision == "tf32"
         assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-        assert training.check_precision("tf32", cuda) is None  # no autocast
+        assert precision.check_precision("tf32", cuda) is None  # no autocast
 
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 0))
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla V100-SXM2-16GB")
         with pytest.raises(UsageError, match=r"V100.*compute capability 7\.0.*no TF32") as e:
-            training.fp32_math("tf32", cuda)
+            precision.fp32_math("tf32", cuda)
         assert e.value.param == "precision"
         with pytest.raises(UsageError, match="tf32 needs a CUDA device"):
-            training.fp32_math("tf32", torch.device("cpu"))
+            precision.fp32_math("tf32", torch.device("cpu"))
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
 
@@ -223,7 +223,7 @@ def test_warm_up_on_cuda_with_fp16_and_fused_leaves_the_model_untouched() -> Non
     torch.manual_seed(0)
     model = _Net().to(cuda)
     before = _state(model)
-    make = functools.partial(torch.optim.SGD, lr=0.5, momentum=0.9, **training.optimizer_options(cuda))
+    make = functools.partial(torch.optim.SGD, lr=0.5, momentum=0.9, **precision.optimizer_options(cuda))
     optimizer = make(model.parameters())
     cuda_rng = torch.cuda.get_rng_state(cuda)
     seconds = training.warm_up(
@@ -248,7 +248,9 @@ def test_warm_up_on_cuda_with_fp16_and_fused_leaves_the_model_untouched() -> Non
 def test_a_fused_fp16_step_on_cuda_never_syncs() -> None:
     cuda = torch.device("cuda", 0)
     model = _Net().to(cuda)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **training.optimizer_options(cuda))
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=0.01, momentum=0.9, **precision.optimizer_options(cuda)
+    )
     scaler = torch.amp.GradScaler("cuda")
     x, y = (t.to(cuda) for t in _batches(1)[0])
 
@@ -297,7 +299,7 @@ def test_fp32_convolutions_on_cuda_are_ieee_unless_tf32_is_asked_for(precision: 
     exact = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     try:
-        training.fp32_math(precision, cuda)
+        precision.fp32_math(precision, cuda)
         got = torch.nn.functional.conv2d(x.to(cuda), w.to(cuda), padding=1).double().cpu()
         mm = (
             (x.flatten(1)[:, :512].to(cuda) @ x.flatten(1)[:512, :512].T.contiguous().to(cuda)).double().cpu()

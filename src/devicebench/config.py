@@ -26,6 +26,8 @@ _FALSE = {"false", "0", "no", "off"}
 # The largest integer a parameter may take when its field sets no max: torch and NumPy seeds, tensor
 # sizes and the stores' integer columns are 64-bit, and a bigger value would fail deep inside a run.
 INT_LIMIT = 2**63 - 1
+# Fields no config key includes, whatever their `key`: where a run worked and its random draw.
+NOT_KEYED = ("device", "seed")
 
 
 def param(
@@ -177,13 +179,15 @@ def to_params(cfg: Any) -> dict[str, str]:
     return out
 
 
+def is_keyed(f: dataclasses.Field) -> bool:
+    """Whether a field is part of the work a run did: the config key's one rule, which
+    `devicebench.configs.not_work` reads too."""
+    return bool(f.metadata.get("key", True)) and f.name not in NOT_KEYED
+
+
 def config_key(workload: str, cfg: Any) -> str:
     """A stable hash of the work a run did: every param except device, seed and the `key=False` ones."""
     params = to_params(cfg)
-    keep = {
-        f.name: params[f.name]
-        for f in dataclasses.fields(cfg)
-        if f.metadata.get("key", True) and f.name not in ("device", "seed")
-    }
+    keep = {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)}
     blob = json.dumps({"workload": workload, **keep}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

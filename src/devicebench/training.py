@@ -21,13 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from devicebench.device import require_native_bf16
-from devicebench.errors import Diverged, UsageError
+from devicebench.errors import Diverged
 from devicebench.metrics import confusion_matrix
 from devicebench.timing import Timer
 from devicebench.tracking import Tracker
-
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 def seed_everything(seed: int) -> None:
@@ -45,61 +42,6 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def check_precision(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for `precision` on `device`, or a UsageError where the device can't do it."""
-    if precision in ("fp32", "tf32"):  # no autocast; `fp32_math` sets how fp32 convs and matmuls run
-        return None
-    if precision == "fp16":
-        if device.type != "cuda":
-            raise UsageError(
-                f"fp16 autocast needs a CUDA device, not {device}; use bf16 or fp32", param="precision"
-            )
-        return torch.float16
-    if precision == "bf16":
-        require_native_bf16(device, "precision")
-        if device.type == "mps":
-            raise UsageError("bf16 autocast is not supported on MPS; use fp32", param="precision")
-        return torch.bfloat16
-    raise UsageError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}", param="precision")
-
-
-def fp32_math(precision: str, device: torch.device) -> dict[str, str]:
-    """Set how fp32 convolutions and matmuls run on CUDA, and return it as a tag.
-
-    torch's defaults differ by op (cuDNN convolutions TF32, cuBLAS matmuls IEEE), so an "fp32" GPU run
-    would compare TF32 convolutions against true fp32 on the CPU without saying so. Every run sets both
-    explicitly: IEEE fp32 unless `precision=tf32` asks for TF32 (outside autocast regions for bf16/fp16
-    too). The legacy `allow_tf32` flags are the ones set: inductor reads `torch.backends.cudnn.allow_tf32`,
-    which raises once the per-op `fp32_precision` API has been used.
-    """
-    tf32 = precision == "tf32"
-    if tf32:
-        if device.type != "cuda":
-            raise UsageError(
-                f"tf32 needs a CUDA device (Ampere or newer), not {device}; use fp32", param="precision"
-            )
-        major, minor = torch.cuda.get_device_capability(device)
-        if major < 8:
-            raise UsageError(
-                f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no TF32; "
-                "use fp32 (TF32 needs 8.0 or newer)",
-                param="precision",
-            )
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    return {"devicebench.fp32_math": "tf32" if tf32 else "ieee"}
-
-
-def optimizer_options(device: torch.device) -> dict[str, bool]:
-    """Keyword arguments for SGD/Adam on `device`: the fused kernels on CUDA.
-
-    A fused optimizer takes the GradScaler's scale and inf flag on the device, so fp16 training keeps
-    one sync per epoch; with the default (foreach) kernels `GradScaler.step` calls `.item()` every step.
-    The CPU keeps torch's default, so CPU timings stay comparable with earlier nights.
-    """
-    return {"fused": True} if device.type == "cuda" else {}
 
 
 def batch_sizes(n: int, batch_size: int, drop_last: bool = False) -> list[int]:
@@ -144,16 +86,7 @@ def warm_up(
         shadow.train()
         for size in sorted({s for s in train_sizes if s > 0}, reverse=True):
             x, y = _on_device(*_rows(x_all, y_all, size), device, channels_last)
-            optimizer.zero_grad(set_to_none=True)
-            with autocast(device, amp_dtype):
-                loss = loss_fn(shadow(x), y)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
+            train_step(shadow, x, y, optimizer, loss_fn, device, amp_dtype, scaler)
         shadow.eval()
         with torch.inference_mode():
             for size in sorted({s for s in eval_sizes if s > 0}, reverse=True):
@@ -165,6 +98,30 @@ def warm_up(
         seconds = timer.now() - start
         del shadow, optimizer
     return seconds
+
+
+def train_step(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    amp_dtype: torch.dtype | None,
+    scaler: torch.amp.GradScaler | None,
+) -> torch.Tensor:
+    """One optimizer step (through the GradScaler for fp16); the loss stays on the device."""
+    optimizer.zero_grad(set_to_none=True)
+    with autocast(device, amp_dtype):
+        loss = loss_fn(model(x), y)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    return loss
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -291,16 +248,7 @@ def train_epoch(
     batches = progress(_timed_batches(loader, device, channels_last, wait), show_progress, desc, total)
     try:
         for x, y in batches:
-            optimizer.zero_grad(set_to_none=True)
-            with autocast(device, amp_dtype):
-                loss = loss_fn(model(x), y)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
+            loss = train_step(model, x, y, optimizer, loss_fn, device, amp_dtype, scaler)
             running += loss.detach().float()
             steps += 1
             samples += x.shape[0]

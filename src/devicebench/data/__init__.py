@@ -1,1 +1,12 @@
 """Datasets: CIFAR-10 and Pascal VOC 2012 in their real on-disk formats, and labelled look-alikes for offline runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def resolve_root(data_dir: str, default: Path) -> Path:
+    """Where a run reads its data: the config's `data_dir` when given (`~` expanded), else the settings'
+    data directory (DEVICEBENCH_DATA_DIR). Every workload resolves it here, the same way."""
+    return Path(os.path.expanduser(data_dir)) if data_dir.strip() else Path(default)

@@ -17,7 +17,6 @@ Two loaders give the model the same normalised values for the same image:
 
 from __future__ import annotations
 
-import os
 import pickle
 import urllib.error
 import urllib.parse
@@ -30,6 +29,7 @@ import torch
 from torchvision.datasets import CIFAR10
 from torchvision.datasets.utils import calculate_md5
 
+from devicebench.data.loader import data_loader as data_loader  # the tutorial's DataLoader, shared
 from devicebench.errors import DataUnavailable
 
 CLASSES = (
@@ -296,31 +296,3 @@ class TensorLoader:
         else:
             for i in range(0, n, self.batch_size):
                 yield self.images[i : i + self.batch_size], self.labels[i : i + self.batch_size]
-
-
-def data_loader(
-    dataset: torch.utils.data.Dataset,
-    batch_size: int,
-    device: torch.device,
-    *,
-    shuffle: bool,
-    num_workers: int,
-    seed: int = 0,
-) -> torch.utils.data.DataLoader:
-    """The tutorial's DataLoader, seeded so the shuffle order is the same on every device."""
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    return torch.utils.data.DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        num_workers=num_workers,
-        generator=generator if shuffle else None,
-        pin_memory=device.type == "cuda",
-        persistent_workers=num_workers > 0,
-    )
-
-
-def default_root(data_dir: str, data_root: Path) -> Path:
-    """`data_dir` when given, else the settings' data directory; `~` expanded."""
-    return Path(os.path.expanduser(data_dir)) if data_dir.strip() else Path(data_root)

@@ -12,8 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from devicebench.configs import CIFAR_MODELS
+
 NUM_CLASSES = 10
-MODELS = ("tutorial", "resnet18")
+MODELS = CIFAR_MODELS  # the config offers them (devicebench/configs.py), this module builds them
 
 
 class Net(nn.Module):

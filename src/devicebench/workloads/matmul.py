@@ -18,86 +18,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from devicebench import isolated
-from devicebench.config import param
+from devicebench.configs import ISOLATION
+from devicebench.configs import MatmulConfig as Config
 from devicebench.device import require_native_bf16
-from devicebench.errors import UsageError
 from devicebench.schema import gflops
 from devicebench.timing import TimingStats
 from devicebench.tracking import TAG_PREFIX, Tracker
 from devicebench.workloads import Context
-from devicebench.workloads.matmul_series import NUMPY_DTYPES, SeriesSpec, matrices, measure_series
+from devicebench.workloads.matmul_series import matrices, measure_series
 
 DATA = "random"
 MEMORY_PARAMS = ("sizes",)  # what to lower when a run does not fit in memory (the CLI names them)
-ISOLATION = {
-    "process": "one fresh process per backend: no other thread pool has run in it",
-    "none": "every backend in this process: thread pools may disturb each other",
-}
-
-
-@dataclass(frozen=True)
-class Config:
-    device: str = param(
-        "cpu", "where torch runs: cpu, cuda, cuda:N, mps or auto (NumPy always runs on the CPU)"
-    )
-    sizes: tuple[int, ...] = param((8000,), "square matrix sizes n (n×n @ n×n)", min=1, max=65536)
-    dtypes: tuple[str, ...] = param(
-        ("float64", "float32"),
-        "element types; NumPy does float64/float32, torch also bfloat16/float16",
-        choices=("float64", "float32", "bfloat16", "float16"),
-    )
-    backends: tuple[str, ...] = param(
-        ("numpy", "torch"), "implementations to time", choices=("numpy", "torch")
-    )
-    repeats: int = param(
-        5, "least number of timed samples per point (median and spread are logged)", min=1, max=1000
-    )
-    min_time_s: float = param(
-        0.2,
-        "keep sampling a point until this much time was measured (small sizes get hundreds of samples)",
-        min=0,
-        max=60,
-        key=False,
-    )
-    warmup: int = param(
-        1, "untimed runs before timing (allocator, BLAS heuristics, lazy init)", min=0, max=100
-    )
-    isolation: str = param(
-        "process",
-        "process: each backend measured in a fresh process of its own; none: all in this one",
-        choices=tuple(ISOLATION),
-        key=False,
-    )
-    seed: int = param(0, "seed for the random matrices", min=0)
-
-    def validate(self) -> None:
-        if not self.points():
-            raise UsageError(
-                f"no backend supports dtypes {','.join(self.dtypes)} (NumPy: {', '.join(NUMPY_DTYPES)})",
-                param="dtypes",
-            )
-
-    def points(self) -> list[tuple[str, str]]:
-        """The (backend, dtype) pairs to measure: NumPy has no bfloat16 and no fast float16."""
-        return [(b, d) for b in self.backends for d in self.dtypes if b == "torch" or d in NUMPY_DTYPES]
-
-    def series(self, device: str) -> list[SeriesSpec]:
-        """One spec per backend, each measured as a whole (in its own process under isolation=process)."""
-        dtypes = {b: tuple(d for bb, d in self.points() if bb == b) for b in self.backends}
-        return [
-            SeriesSpec(
-                backend=b,
-                dtypes=dtypes[b],
-                sizes=self.sizes,
-                device="cpu" if b == "numpy" else device,
-                seed=self.seed,
-                warmup=self.warmup,
-                repeats=self.repeats,
-                min_time_s=self.min_time_s,
-            )
-            for b in self.backends
-            if dtypes[b]
-        ]
 
 
 @dataclass(frozen=True)

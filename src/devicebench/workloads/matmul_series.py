@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from devicebench.configs import NUMPY_DTYPES as NUMPY_DTYPES  # defined with the config that offers them
 from devicebench.timing import Timer, TimingStats
 
-NUMPY_DTYPES = ("float64", "float32")
 ERROR_ROWS = 32
 
 

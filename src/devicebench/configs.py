@@ -1,0 +1,264 @@
+"""The workloads' configs in one torch-free place: what each workload's parameters are, and which of
+them are not the work.
+
+A frozen dataclass per workload is the single source of its parameters (devicebench/config.py says
+how one feeds the CLI, the MLflow params and the config key). They live here rather than beside each
+workload's code so that the suite can validate a plan, and the report can tell work from setting,
+without importing torch, NumPy or mlflow; each workload module re-exports its own as `Config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from devicebench.config import NOT_KEYED, is_keyed, param
+from devicebench.errors import DataUnavailable, UsageError
+
+if TYPE_CHECKING:
+    from devicebench.workloads.matmul_series import SeriesSpec
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # cifar and unet: autocast dtypes and TF32
+CIFAR_MODELS = ("tutorial", "resnet18")  # devicebench/models/cifar_net.py builds them
+NUMPY_DTYPES = ("float64", "float32")  # what NumPy's matmul does (no bfloat16, no fast float16)
+ISOLATION = {
+    "process": "one fresh process per backend: no other thread pool has run in it",
+    "none": "every backend in this process: thread pools may disturb each other",
+}
+
+
+# Fields the training workloads (cifar, unet) share, defined once.
+def _train_device() -> str:
+    return param("cpu", "where the model trains: cpu, cuda, cuda:N, mps or auto")
+
+
+def _train_seed() -> int:
+    return param(0, "seed for initial weights and shuffle order (same on every device)", min=0, key=False)
+
+
+def _precision() -> str:
+    return param("fp32", "autocast precision where the device supports it", choices=PRECISIONS)
+
+
+def _channels_last() -> bool:
+    return param(False, "NHWC memory format for model and inputs (tensor cores like it)")
+
+
+def _system_metrics() -> bool:
+    return param(False, "sample CPU, memory and GPU use with MLflow's system metrics", key=False)
+
+
+def _check_lr(lr: float) -> None:
+    """`min=0` admits 0, which no optimizer can train with."""
+    if lr <= 0:
+        raise UsageError(f"{lr!r} is out of range; expected a number > 0", param="lr")
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    """`devicebench matmul`'s parameters, in the order of the MLproject entry point's."""
+
+    device: str = param(
+        "cpu", "where torch runs: cpu, cuda, cuda:N, mps or auto (NumPy always runs on the CPU)"
+    )
+    sizes: tuple[int, ...] = param((8000,), "square matrix sizes n (n×n @ n×n)", min=1, max=65536)
+    dtypes: tuple[str, ...] = param(
+        ("float64", "float32"),
+        "element types; NumPy does float64/float32, torch also bfloat16/float16",
+        choices=("float64", "float32", "bfloat16", "float16"),
+    )
+    backends: tuple[str, ...] = param(
+        ("numpy", "torch"), "implementations to time", choices=("numpy", "torch")
+    )
+    repeats: int = param(
+        5, "least number of timed samples per point (median and spread are logged)", min=1, max=1000
+    )
+    min_time_s: float = param(
+        0.2,
+        "keep sampling a point until this much time was measured (small sizes get hundreds of samples)",
+        min=0,
+        max=60,
+        key=False,
+    )
+    warmup: int = param(
+        1, "untimed runs before timing (allocator, BLAS heuristics, lazy init)", min=0, max=100
+    )
+    isolation: str = param(
+        "process",
+        "process: each backend measured in a fresh process of its own; none: all in this one",
+        choices=tuple(ISOLATION),
+        key=False,
+    )
+    seed: int = param(0, "seed for the random matrices", min=0)
+
+    def validate(self) -> None:
+        if not self.points():
+            raise UsageError(
+                f"no backend supports dtypes {','.join(self.dtypes)} (NumPy: {', '.join(NUMPY_DTYPES)})",
+                param="dtypes",
+            )
+
+    def points(self) -> list[tuple[str, str]]:
+        """The (backend, dtype) pairs to measure: NumPy has no bfloat16 and no fast float16."""
+        return [(b, d) for b in self.backends for d in self.dtypes if b == "torch" or d in NUMPY_DTYPES]
+
+    def series(self, device: str) -> list[SeriesSpec]:
+        """One spec per backend, each measured as a whole (in its own process under isolation=process)."""
+        from devicebench.workloads.matmul_series import SeriesSpec  # imports NumPy: only when run
+
+        dtypes = {b: tuple(d for bb, d in self.points() if bb == b) for b in self.backends}
+        return [
+            SeriesSpec(
+                backend=b,
+                dtypes=dtypes[b],
+                sizes=self.sizes,
+                device="cpu" if b == "numpy" else device,
+                seed=self.seed,
+                warmup=self.warmup,
+                repeats=self.repeats,
+                min_time_s=self.min_time_s,
+            )
+            for b in self.backends
+            if dtypes[b]
+        ]
+
+
+@dataclass(frozen=True)
+class CifarConfig:
+    """`devicebench cifar`'s parameters, in the order of the MLproject entry point's; the defaults are
+    the PyTorch tutorial's."""
+
+    device: str = _train_device()
+    epochs: int = param(2, "passes over the training set (the tutorial: 2)", min=1)
+    batch_size: int = param(4, "images per optimizer step, train and test (the tutorial: 4)", min=1)
+    lr: float = param(0.001, "SGD learning rate (> 0)", min=0)
+    momentum: float = param(0.9, "SGD momentum", min=0, max=1)
+    seed: int = _train_seed()
+    model: str = param(
+        "tutorial",
+        "tutorial: the tutorial's Net scaled by width; resnet18: torchvision's, for 32×32",
+        choices=CIFAR_MODELS,
+    )
+    width: int = param(
+        1, "multiplies the tutorial Net's channels 6/16 and fc 120/84 (1 = the tutorial)", min=1
+    )
+    precision: str = _precision()
+    channels_last: bool = _channels_last()
+    compile: bool = param(
+        False, "wrap the model in torch.compile (compiled before timing, logged as time/compile_s)"
+    )
+    loader: str = param(
+        "dataloader",
+        "dataloader: the tutorial's transforms in worker processes; tensor: the dataset on the device",
+        choices=("dataloader", "tensor"),
+    )
+    num_workers: int = param(2, "DataLoader worker processes (loader=dataloader only)", min=0)
+    data: str = param(
+        "cifar10",
+        "cifar10: the real dataset; synthetic: a learnable offline look-alike",
+        choices=("cifar10", "synthetic"),
+    )
+    data_dir: str = param(
+        "", "directory holding cifar-10-batches-py (empty: DEVICEBENCH_DATA_DIR)", key=False
+    )
+    download: bool = param(False, "download CIFAR-10 (~163 MB) when files are missing", key=False)
+    verify: bool = param(True, "check the files' md5 sums (torchvision's) before reading them", key=False)
+    train_limit: int = param(0, "train on the first N images only (0 = all 50,000)", min=0)
+    test_limit: int = param(0, "test on the first N images only (0 = all 10,000)", min=0)
+    log_every: int = param(2000, "log and print the mean loss every N mini-batches", min=1, key=False)
+    target_accuracy: float = param(
+        0.0,
+        "evaluate after every epoch and log time/to_target_s when test accuracy reaches this (0 = off)",
+        min=0,
+        max=1,
+    )
+    system_metrics: bool = _system_metrics()
+
+    def validate(self) -> None:
+        _check_lr(self.lr)
+        if self.model != "tutorial" and self.width != 1:
+            raise UsageError(
+                f"width scales the tutorial Net only; use width=1 with model={self.model}", param="width"
+            )
+
+
+@dataclass(frozen=True)
+class UNetConfig:
+    """`devicebench unet`'s parameters, in the order of the MLproject entry point's."""
+
+    device: str = _train_device()
+    epochs: int = param(1, "passes over the training sample (the notebook: 1)", min=1)
+    batch_size: int = param(16, "images per optimizer step, train and validation (the notebook: 16)", min=1)
+    lr: float = param(0.001, "Adam learning rate", min=0)
+    seed: int = _train_seed()
+    image_size: int = param(
+        256, "images resized to S×S (bilinear), masks too (nearest); even, multiples of 16 best", min=16
+    )
+    base_channels: int = param(
+        64, "width of the first UNet level, doubled per level (64: the classic 64-…-1024 UNet)", min=1
+    )
+    bilinear: bool = param(False, "bilinear upsampling instead of transposed convolutions (≈17 M params)")
+    precision: str = _precision()
+    channels_last: bool = _channels_last()
+    num_workers: int = param(2, "DataLoader worker processes decoding and resizing images", min=0)
+    data: str = param(
+        "voc2012",
+        "voc2012: Pascal VOC 2012 in its standard layout; synthetic: learnable offline scenes",
+        choices=("voc2012", "synthetic"),
+    )
+    data_dir: str = param("", "directory holding VOCdevkit/VOC2012 (empty: DEVICEBENCH_DATA_DIR)", key=False)
+    download: bool = param(False, "download VOC 2012 (~2 GB) when it is missing", key=False)
+    train_list: str = param(
+        "", "file of training image ids, one a line (empty: the first 300 of VOC's train.txt)"
+    )
+    val_list: str = param(
+        "", "file of validation image ids, one a line (empty: the first 100 of VOC's val.txt)"
+    )
+    train_limit: int = param(0, "train on the first N listed images only (0 = all)", min=0)
+    val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
+    log_every: int = param(10, "log the mean training loss every N steps", min=1, key=False)
+    system_metrics: bool = _system_metrics()
+
+    def validate(self) -> None:
+        """Checks that need more than one field, or the file system, before any run is created."""
+        _check_lr(self.lr)
+        if self.image_size % 2:
+            raise UsageError(
+                f"{self.image_size} is odd; expected an even integer >= 16 (multiples of 16 work best)",
+                param="image_size",
+            )
+        if self.image_size < 32 and self.batch_size == 1:
+            # the UNet's bottom is 1×1 there: BatchNorm cannot take statistics over a single value
+            raise UsageError(
+                f"batch_size 1 at image_size {self.image_size} leaves BatchNorm one value per channel; "
+                "use batch_size >= 2 or image_size >= 32",
+                param="batch_size",
+            )
+        for name in ("train_list", "val_list"):
+            self._check_list(name)
+
+    def _check_list(self, name: str) -> None:
+        given = getattr(self, name).strip()
+        if not given:
+            return
+        if self.data != "voc2012":
+            raise UsageError(f"list files apply to data=voc2012 only, not data={self.data}", param=name)
+        if not Path(os.path.expanduser(given)).is_file():
+            raise DataUnavailable(
+                f"list file {given} not found; give a file of VOC image ids, one a line, "
+                "or leave it empty for the default sample",
+                param=name,
+            )
+
+
+CONFIGS: dict[str, type] = {"matmul": MatmulConfig, "cifar": CifarConfig, "unet": UNetConfig}
+
+
+def not_work() -> frozenset[str]:
+    """Every param that says where or how verbosely a run worked, not what it measured: exactly the
+    fields `config_key` leaves out (the same rule, `config.is_keyed`), over all workloads."""
+    names = {f.name for cls in CONFIGS.values() for f in dataclasses.fields(cls) if not is_keyed(f)}
+    return frozenset(names | set(NOT_KEYED))

@@ -1,0 +1,54 @@
+"""The one way a workload builds a `DataLoader`, and the hook that a distributed run uses to shard it.
+
+A run's shuffle order comes from a generator seeded with the config's `seed`, made on the CPU, so every
+device sees the same batches. `sampler_for` is where torchrun/DDP plugs in a `DistributedSampler`: it
+gets each dataset and whether it is shuffled, and returns a sampler, or None for today's single-process
+order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+SamplerFor = Callable[[Dataset, bool], "Sampler[Any] | None"]
+
+
+def no_sampler(dataset: Dataset, shuffle: bool) -> Sampler[Any] | None:
+    """One process reads the whole dataset: the DataLoader shuffles it itself, with the seeded generator."""
+    return None
+
+
+def data_loader(
+    dataset: Dataset,
+    batch_size: int,
+    device: torch.device,
+    *,
+    shuffle: bool,
+    num_workers: int,
+    seed: int = 0,
+    drop_last: bool = False,
+    persistent: bool = True,
+    sampler_for: SamplerFor = no_sampler,
+) -> DataLoader:
+    """Batches of `dataset`, shuffled by a generator seeded with `seed` (same order on every device),
+    pinned for CUDA; `persistent` keeps worker processes between epochs where there are workers."""
+    sampler = sampler_for(dataset, shuffle)
+    generator = None
+    if shuffle and sampler is None:
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle and sampler is None,
+        sampler=sampler,
+        num_workers=num_workers,
+        generator=generator,
+        pin_memory=device.type == "cuda",
+        drop_last=drop_last,
+        persistent_workers=persistent and num_workers > 0,
+    )

@@ -1,0 +1,334 @@
+"""The one training driver: a workload supplies data, a model, its loss and its metrics; `fit` trains
+and evaluates them the same way for every workload, and `log_summary` logs what every report reads.
+
+What the driver owns is what must not differ between workloads for their timings to compare: the
+seeding before the model is built, the device placement, the untimed warm-up, the per-epoch metrics,
+the evaluation, the summary metrics and `timings.json`. It is shaped for a distributed run (torchrun,
+DDP): only the main process logs (`Options.is_main_process`; the others get a tracker that keeps
+nothing), and the loaders take their sampler from `Options.sampler_for`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping, Sized
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+import torch
+
+from devicebench import precision, training
+from devicebench.data.loader import SamplerFor, no_sampler
+from devicebench.schema import tag
+from devicebench.timing import Timer
+from devicebench.tracking import Tracker
+from devicebench.workloads import Context
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class TrainingConfig(Protocol):
+    """The fields every training workload's config has (devicebench/configs.py)."""
+
+    epochs: int
+    batch_size: int
+    seed: int
+    precision: str
+    channels_last: bool
+
+
+class NullTracker:
+    """A tracker that keeps nothing: what a process other than the main one logs to."""
+
+    run_id: str | None = None
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return _nothing  # every Tracker method, doing nothing
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a run trains, whatever the workload: resolved once from its config and context."""
+
+    device: torch.device
+    epochs: int
+    batch_size: int
+    seed: int
+    amp_dtype: torch.dtype | None
+    fp16: bool  # autocast fp16 needs a GradScaler
+    channels_last: bool
+    compile: bool = False
+    progress: bool = False
+    is_main_process: bool = True  # torchrun: rank 0 logs, the others train quietly
+    sampler_for: SamplerFor = no_sampler
+
+    @property
+    def amp(self) -> dict[str, Any]:
+        """The keyword arguments every loop and the warm-up take."""
+        return {"amp_dtype": self.amp_dtype, "channels_last": self.channels_last}
+
+
+def setup(
+    cfg: TrainingConfig,
+    ctx: Context,
+    tracker: Tracker,
+    *,
+    compile: bool = False,
+    is_main_process: bool = True,
+    sampler_for: SamplerFor = no_sampler,
+) -> tuple[Options, Tracker]:
+    """The run's options and the tracker to log to (a NullTracker off the main process); a precision the
+    device cannot do is a UsageError here, before any data is read, and fp32 math is set and tagged."""
+    amp_dtype = precision.check_precision(cfg.precision, ctx.device)
+    log = tracker if is_main_process else cast(Tracker, NullTracker())
+    log.set_tags(precision.fp32_math(cfg.precision, ctx.device))
+    opts = Options(
+        device=ctx.device,
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        amp_dtype=amp_dtype,
+        fp16=cfg.precision == "fp16",
+        channels_last=cfg.channels_last,
+        compile=compile,
+        progress=ctx.progress,
+        is_main_process=is_main_process,
+        sampler_for=sampler_for,
+    )
+    return opts, log
+
+
+@dataclass
+class Data:
+    """The two splits and their loaders; `load_s` is what reading and preparing them took."""
+
+    train_set: Any
+    eval_set: Any
+    train_loader: Iterable
+    eval_loader: Iterable
+    load_s: float = 0.0
+
+    @property
+    def classes(self) -> list[str]:
+        return [str(c) for c in self.train_set.classes]
+
+
+def load_data(opts: Options, load: Callable[[], tuple[Any, Any, Iterable, Iterable]]) -> Data:
+    """`load()`'s (train set, eval set, train loader, eval loader), timed as the data load."""
+    timer = Timer(opts.device)
+    start = timer.now()
+    train_set, eval_set, train_loader, eval_loader = load()
+    return Data(train_set, eval_set, train_loader, eval_loader, load_s=timer.now() - start)
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@dataclass
+class Task:
+    """What a workload supplies: how to build its model (the driver seeds first), its optimizer, loss
+    and eval metrics, and hooks for what it prints. Every field after `eval_metrics` has a default."""
+
+    build: Callable[[], torch.nn.Module]
+    optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+    loss_fn: LossFn
+    num_classes: int
+    eval_metrics: Callable[[training.EvalResult], Mapping[str, float]]  # logged at step=epoch
+    log_every: int = 1
+    eval_every_epoch: bool = False  # else once, after the last epoch
+    model_tags: Callable[[torch.nn.Module], Mapping[str, str]] = lambda model: {}
+    # The LossLog for an epoch, given the tracker, the epoch and its first step; None: one for the run.
+    loss_log: Callable[[Tracker, int, int], training.LossLog] | None = None
+    # Called after each epoch's metrics and each evaluation's, with the training seconds so far.
+    on_epoch: Callable[[int, training.EpochResult, float], None] = _nothing
+    on_eval: Callable[[Tracker, int, training.EvalResult, float], None] = _nothing
+    guard: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # around data reads
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over a run's epochs and evaluations: what the summary metrics and the results report."""
+
+    train_s: float
+    data_wait_s: float
+    train_samples: int
+    eval_s: float
+    train_samples_per_s: float
+    eval_samples_per_s: float
+
+    @classmethod
+    def of(cls, epochs: list[training.EpochResult], evals: list[training.EvalResult]) -> Totals:
+        train_s, eval_s = sum(e.seconds for e in epochs), sum(e.seconds for e in evals)
+        train_samples = sum(e.samples for e in epochs)
+        return cls(
+            train_s=train_s,
+            data_wait_s=sum(e.data_wait_s for e in epochs),
+            train_samples=train_samples,
+            eval_s=eval_s,
+            train_samples_per_s=train_samples / train_s if train_s > 0 else math.nan,
+            eval_samples_per_s=sum(e.samples for e in evals) / eval_s if eval_s > 0 else math.nan,
+        )
+
+    def timings(self) -> dict[str, float]:
+        """The fields every workload's result reports, by name."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "train_samples"}
+
+
+@dataclass
+class Fitted:
+    """What `fit` did: the model as trained (compiled where asked) and its records."""
+
+    model: torch.nn.Module
+    module: torch.nn.Module  # the model itself, not its compiled wrapper: its state_dict is the weights
+    init_weights: str
+    warmup: dict[str, float]
+    epochs: list[training.EpochResult] = field(default_factory=list)
+    evals: list[training.EvalResult] = field(default_factory=list)
+
+    def totals(self) -> Totals:
+        return Totals.of(self.epochs, self.evals)
+
+
+def _place(model: torch.nn.Module, opts: Options) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(what runs, the module itself): on the device, NHWC where asked, then compiled where asked."""
+    module = model.to(opts.device)
+    if opts.channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    if opts.compile:
+        return cast(torch.nn.Module, torch.compile(module)), module
+    return module, module
+
+
+def _warm_up(
+    model: torch.nn.Module, data: Data, task: Task, opts: Options, tracker: Tracker
+) -> dict[str, float]:
+    """The untimed warm-up (training.warm_up says what it absorbs); every batch size when compiling."""
+    train_sizes = training.batch_sizes(len(cast(Sized, data.train_set)), opts.batch_size)
+    eval_sizes = training.batch_sizes(len(cast(Sized, data.eval_set)), opts.batch_size)
+    options = {
+        "fp16_scaler": opts.fp16,
+        "train_sizes": train_sizes if opts.compile else train_sizes[:1],
+        "eval_sizes": eval_sizes if opts.compile else eval_sizes[:1],
+        **opts.amp,
+    }
+    with task.guard():
+        seconds = training.warm_up(
+            model, task.optimizer, task.loss_fn, data.eval_loader, opts.device, **options
+        )
+    warmup = {"time/warmup_s": seconds, **({"time/compile_s": seconds} if opts.compile else {})}
+    tracker.log_metrics(warmup)
+    return warmup
+
+
+def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
+    """Seed, build, place and warm up the model, then train `opts.epochs` epochs and evaluate."""
+    training.seed_everything(opts.seed)
+    built = task.build()
+    init_weights = training.weights_fingerprint(built)
+    tracker.set_tags({tag("init_weights"): init_weights, **task.model_tags(built)})
+    model, module = _place(built, opts)
+    optimizer = task.optimizer(model.parameters())
+    scaler = torch.amp.GradScaler(opts.device.type) if opts.fp16 else None
+    done = Fitted(model, module, init_weights, _warm_up(model, data, task, opts, tracker))
+    training.reset_peak_memory(opts.device)
+    shared = training.LossLog(tracker, task.log_every)
+    step = 0
+    for epoch in range(1, opts.epochs + 1):
+        loss_log = shared if task.loss_log is None else task.loss_log(tracker, epoch, step)
+        _new_epoch(data.train_loader, epoch)
+        with task.guard():
+            res = training.train_epoch(
+                model,
+                data.train_loader,
+                optimizer,
+                task.loss_fn,
+                opts.device,
+                loss_log=loss_log,
+                first_step=step,
+                show_progress=opts.progress,
+                desc=f"epoch {epoch}/{opts.epochs}",
+                total=len(cast(Sized, data.train_loader)),
+                scaler=scaler,
+                **opts.amp,
+            )
+        done.epochs.append(res)
+        step += res.steps
+        tracker.log_metrics({"train/epoch_loss": res.mean_loss, "time/epoch_s": res.seconds}, step=epoch)
+        task.on_epoch(epoch, res, done.totals().train_s)
+        if task.eval_every_epoch or epoch == opts.epochs:
+            done.evals.append(_evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s))
+    return done
+
+
+def _new_epoch(loader: Iterable, epoch: int) -> None:
+    """A sampler from `Options.sampler_for` that reshuffles per epoch (DistributedSampler) is told which
+    epoch this is; the DataLoader's own shuffle needs nothing."""
+    set_epoch = getattr(getattr(loader, "sampler", None), "set_epoch", None)
+    if set_epoch is not None:
+        set_epoch(epoch)
+
+
+def _evaluate(
+    model: torch.nn.Module,
+    data: Data,
+    task: Task,
+    opts: Options,
+    tracker: Tracker,
+    epoch: int,
+    train_s: float,
+) -> training.EvalResult:
+    with task.guard():
+        ev = training.evaluate(
+            model,
+            data.eval_loader,
+            task.loss_fn,
+            opts.device,
+            task.num_classes,
+            show_progress=opts.progress,
+            total=len(cast(Sized, data.eval_loader)),
+            **opts.amp,
+        )
+    tracker.log_metrics(task.eval_metrics(ev), step=epoch)
+    task.on_eval(tracker, epoch, ev, train_s)
+    return ev
+
+
+def _eval_timings(ev: training.EvalResult) -> dict[str, float | int]:
+    return {"seconds": ev.seconds, "data_wait_s": ev.data_wait_s, "samples": ev.samples}
+
+
+def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, one_eval: bool = False) -> None:
+    """The summary metrics every report reads, and `timings.json` with each epoch and evaluation.
+
+    `one_eval` writes the final evaluation as `"eval": {...}` (the UNet's schema, which evaluates once)
+    instead of the list `"evals": [...]`.
+    """
+    totals = done.totals()
+    tracker.log_metrics(
+        {
+            "time/train_s": totals.train_s,
+            "time/data_wait_s": totals.data_wait_s,
+            "time/eval_s": totals.eval_s,
+            "throughput/train_samples_per_s": totals.train_samples_per_s,
+            "throughput/eval_samples_per_s": totals.eval_samples_per_s,
+            **training.peak_memory(opts.device),
+        }
+    )
+    evals: dict[str, Any] = (
+        {"eval": _eval_timings(done.evals[-1])}
+        if one_eval
+        else {"evals": [_eval_timings(e) for e in done.evals]}
+    )
+    timings = {
+        "data_load_s": data.load_s,
+        **{k.removeprefix("time/"): v for k, v in done.warmup.items()},
+        "epochs": [dataclasses.asdict(e) for e in done.epochs],
+        "train_s": totals.train_s,
+        "data_wait_s": totals.data_wait_s,
+        **evals,
+        "eval_s": totals.eval_s,
+    }
+    tracker.log_dict(timings, "timings.json")

@@ -1,0 +1,79 @@
+"""The shared training driver: what a distributed run will plug into (rank-0 logging, a sampler)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DistributedSampler, TensorDataset
+
+from devicebench import fit
+from devicebench.configs import CifarConfig
+from devicebench.data.loader import data_loader
+from devicebench.tracking import MemoryTracker
+from devicebench.workloads import Context
+
+CPU = torch.device("cpu")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _fit(tmp_path: Path, rank: int, tracker: MemoryTracker) -> fit.Fitted:
+    """Two epochs of a linear classifier on 64 points, as rank `rank` of 2 (no process group needed)."""
+    cfg = CifarConfig(epochs=2, batch_size=8)
+    opts, log = fit.setup(
+        cfg,
+        Context(CPU, tmp_path, False),
+        tracker,
+        is_main_process=rank == 0,
+        sampler_for=lambda ds, shuffle: DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=shuffle),
+    )
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g)
+    train, val = TensorDataset(x, y), TensorDataset(x[:16], y[:16])
+
+    def load() -> tuple:
+        kw = {"batch_size": opts.batch_size, "device": CPU, "num_workers": 0, "sampler_for": opts.sampler_for}
+        return train, val, data_loader(train, shuffle=True, **kw), data_loader(val, shuffle=False, **kw)
+
+    task = fit.Task(
+        build=lambda: torch.nn.Linear(4, 3),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        num_classes=3,
+        eval_metrics=lambda ev: {"eval/loss": ev.mean_loss},
+    )
+    data = fit.load_data(opts, load)
+    done = fit.fit(opts, data, task, log)
+    fit.log_summary(log, done, data, opts)
+    return done
+
+
+def test_each_rank_trains_its_shard_and_only_the_main_process_logs(tmp_path: Path) -> None:
+    main, other = MemoryTracker(), MemoryTracker()
+    first = _fit(tmp_path, 0, main)
+    second = _fit(tmp_path, 1, other)
+    assert [e.samples for e in first.epochs] == [32, 32] == [e.samples for e in second.epochs]
+    assert [e.samples for e in first.evals] == [8]
+    assert first.init_weights == second.init_weights  # seeded by the driver: same weights on every rank
+    assert not other.metrics and not other.tags and not other.artifacts
+    names = {k for k, _, _ in main.metrics}
+    assert {"time/warmup_s", "train/epoch_loss", "eval/loss", "time/train_s", "memory/peak_bytes"} <= names
+    assert main.tags["devicebench.fp32_math"] == "ieee" and "devicebench.init_weights" in main.tags
+    assert [len(e) for e in main.artifacts["timings.json"]["evals"]] == [3]
+
+
+def test_a_distributed_sampler_is_told_each_epoch(tmp_path: Path) -> None:
+    """DistributedSampler reshuffles only when told the epoch; the driver tells it, so the two epochs
+    see the shard in different orders (with the same seed, every rank agrees on both)."""
+    seen: list[int] = []
+    real = DistributedSampler.set_epoch
+
+    def record(self: DistributedSampler, epoch: int) -> None:
+        seen.append(epoch)
+        real(self, epoch)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DistributedSampler, "set_epoch", record)
+        _fit(tmp_path, 0, MemoryTracker())
+    assert seen == [1, 2]
