@@ -30,6 +30,23 @@ BASELINES = ("none", "previous")
 TAG_RUNS = tag("report.runs")
 
 
+# the text options after --experiment, in --help order: flag, default, metavar, help
+TEXT_OPTIONS = (
+    ("--workload", "", "NAME", "matmul, cifar, unet (comma-separated)"),
+    ("--since", "", "WINDOW", "only runs started since: 7d, 12h, 30m, 2w or an ISO date"),
+    ("--filter", "", "MLFLOW_FILTER", "an MLflow search filter, ANDed with the rest"),
+    ("--host", "", "HOST", "a hostname, or part of a GPU model, CPU model or OCI shape"),
+    (
+        "--baseline",
+        "none",
+        "MODE",
+        "none (default) or previous: the newest run of each config/device/host against earlier ones",
+    ),
+    ("--threshold", "0.1", "FRACTION", "regression threshold: 0.1 or 10%% [default 0.1]"),
+    ("--out", "", "DIR", "output folder [default reports/<timestamp>]"),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `compare` flags; empty strings (what MLproject passes for an unset parameter) mean "not set"."""
     parser.add_argument(
@@ -39,39 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="experiment name(s); repeat or comma-separate [default: DEVICEBENCH_EXPERIMENT or devicebench]",
     )
-    parser.add_argument(
-        "--workload", default="", metavar="NAME", help="matmul, cifar, unet (comma-separated)"
-    )
-    parser.add_argument(
-        "--since",
-        default="",
-        metavar="WINDOW",
-        help="only runs started since: 7d, 12h, 30m, 2w or an ISO date",
-    )
-    parser.add_argument(
-        "--filter", default="", metavar="MLFLOW_FILTER", help="an MLflow search filter, ANDed with the rest"
-    )
-    parser.add_argument(
-        "--host",
-        default="",
-        metavar="HOST",
-        help="a hostname, or part of a GPU model, CPU model or OCI shape",
-    )
-    parser.add_argument(
-        "--baseline",
-        default="none",
-        metavar="MODE",
-        help="none (default) or previous: the newest run of each config/device/host against earlier ones",
-    )
-    parser.add_argument(
-        "--threshold",
-        default="0.1",
-        metavar="FRACTION",
-        help="regression threshold: 0.1 or 10%% [default 0.1]",
-    )
-    parser.add_argument(
-        "--out", default="", metavar="DIR", help="output folder [default reports/<timestamp>]"
-    )
+    for flag, default, metavar, help in TEXT_OPTIONS:
+        parser.add_argument(flag, default=default, metavar=metavar, help=help)
     parser.add_argument(
         "--no-log",
         "--no_log",
