@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,14 +18,33 @@ from typing import TYPE_CHECKING
 
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
-from devicebench.schema import WORKLOADS
+from devicebench.schema import WORKLOADS, tag
 
 if TYPE_CHECKING:
+    from devicebench.report.compare import Comparison
+    from devicebench.report.query import Query, RunRecord, Selection
     from devicebench.settings import Settings
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
 BASELINES = ("none", "previous")
-TAG_RUNS = "devicebench.report.runs"
+TAG_RUNS = tag("report.runs")
+
+
+# the text options after --experiment, in --help order: flag, default, metavar, help
+TEXT_OPTIONS = (
+    ("--workload", "", "NAME", "matmul, cifar, unet (comma-separated)"),
+    ("--since", "", "WINDOW", "only runs started since: 7d, 12h, 30m, 2w or an ISO date"),
+    ("--filter", "", "MLFLOW_FILTER", "an MLflow search filter, ANDed with the rest"),
+    ("--host", "", "HOST", "a hostname, or part of a GPU model, CPU model or OCI shape"),
+    (
+        "--baseline",
+        "none",
+        "MODE",
+        "none (default) or previous: the newest run of each config/device/host against earlier ones",
+    ),
+    ("--threshold", "0.1", "FRACTION", "regression threshold: 0.1 or 10%% [default 0.1]"),
+    ("--out", "", "DIR", "output folder [default reports/<timestamp>]"),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,39 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="experiment name(s); repeat or comma-separate [default: DEVICEBENCH_EXPERIMENT or devicebench]",
     )
-    parser.add_argument(
-        "--workload", default="", metavar="NAME", help="matmul, cifar, unet (comma-separated)"
-    )
-    parser.add_argument(
-        "--since",
-        default="",
-        metavar="WINDOW",
-        help="only runs started since: 7d, 12h, 30m, 2w or an ISO date",
-    )
-    parser.add_argument(
-        "--filter", default="", metavar="MLFLOW_FILTER", help="an MLflow search filter, ANDed with the rest"
-    )
-    parser.add_argument(
-        "--host",
-        default="",
-        metavar="HOST",
-        help="a hostname, or part of a GPU model, CPU model or OCI shape",
-    )
-    parser.add_argument(
-        "--baseline",
-        default="none",
-        metavar="MODE",
-        help="none (default) or previous: the newest run of each config/device/host against earlier ones",
-    )
-    parser.add_argument(
-        "--threshold",
-        default="0.1",
-        metavar="FRACTION",
-        help="regression threshold: 0.1 or 10%% [default 0.1]",
-    )
-    parser.add_argument(
-        "--out", default="", metavar="DIR", help="output folder [default reports/<timestamp>]"
-    )
+    for flag, default, metavar, help in TEXT_OPTIONS:
+        parser.add_argument(flag, default=default, metavar=metavar, help=help)
     parser.add_argument(
         "--no-log",
         "--no_log",
@@ -148,12 +135,12 @@ def log_report(
     """The report as a run of its own: its files as artifacts, the compared run ids as a tag."""
     from devicebench.tracking import run_context
 
-    tag, truncated = compared_ids_tag(run_ids)
+    ids, truncated = compared_ids_tag(run_ids)
     with run_context(
         settings,
         "report",
         params,
-        tags={TAG_RUNS: tag, "devicebench.report.run_count": str(len(run_ids))},
+        tags={TAG_RUNS: ids, tag("report.run_count"): str(len(run_ids))},
         run_name="compare",
     ) as tracker:
         for f in files:
@@ -163,13 +150,63 @@ def log_report(
         return tracker.run_id
 
 
-def run(args: argparse.Namespace) -> int:
-    """Read, compare, write, print, log; 1 when regression mode found a regression, else 0."""
+def _read(settings: Settings, query: Query, baseline: str) -> tuple[Selection, list[RunRecord]]:
+    """The selected runs, and the earlier runs a narrowed selection is judged against."""
     from mlflow.tracking import MlflowClient
 
+    from devicebench.report.query import read_runs
+
+    selection = read_runs(MlflowClient(settings.tracking_uri), query)
+    earlier: list[RunRecord] = []
+    if baseline == "previous" and query.filter:
+        # --filter narrows what is judged (e.g. one suite launch); the baseline is every earlier run of
+        # the same configs in the same experiments, which the filter would otherwise hide.
+        earlier = read_runs(MlflowClient(settings.tracking_uri), replace(query, filter=None)).runs
+    return selection, earlier
+
+
+def _meta(settings: Settings, selection: Selection, query: Query, baseline: str) -> dict[str, str]:
+    """The report's "selection" table: how the compared runs were chosen."""
+    return {
+        "tracking store": settings.tracking_uri,
+        "experiments": ", ".join(selection.experiments.values()),
+        "workload": ",".join(query.workloads),
+        "since": query.since or "",
+        "filter (sent to MLflow)": selection.filter_string,
+        "host": query.host or "",
+        "baseline": baseline if baseline != "none" else "",
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def _report_params(query: Query, baseline: str, threshold: float) -> dict[str, str]:
+    return {
+        "experiment": ",".join(query.experiments),
+        "workload": ",".join(query.workloads),
+        "since": query.since or "",
+        "filter": query.filter or "",
+        "host": query.host or "",
+        "baseline": baseline,
+        "threshold": str(threshold),
+    }
+
+
+def _regression_exit(comp: Comparison, threshold: float) -> int:
+    """1 with one line per regression; 0 (saying so in regression mode) when there is none."""
+    if comp.regressions:
+        for g in comp.regressions:
+            print(g.line())
+        return 1
+    if comp.regressions is not None:
+        print(f"no regression beyond {threshold:.0%} in {comp.regression_groups} group(s) with earlier runs")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read, compare, write, print, log; 1 when regression mode found a regression, else 0."""
     from devicebench.report import render
     from devicebench.report.compare import compare
-    from devicebench.report.query import Query, RunRecord, parse_since, read_runs, split_list
+    from devicebench.report.query import Query, parse_since, split_list
     from devicebench.settings import load_settings
 
     threshold = parse_threshold(args.threshold)
@@ -180,9 +217,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out.strip() or f"reports/{time.strftime('%Y%m%d-%H%M%S')}")
     check_out_dir(out)
     settings = load_settings()
-    experiments = split_list(args.experiment or []) or (settings.experiment,)
     query = Query(
-        experiments=experiments,
+        experiments=split_list(args.experiment or []) or (settings.experiment,),
         workloads=workloads,
         since=args.since.strip() or None,
         filter=args.filter.strip() or None,
@@ -195,25 +231,10 @@ def run(args: argparse.Namespace) -> int:
     configure_mlflow_client(settings)
     check_store(settings)
     t0 = time.perf_counter()
-    selection = read_runs(MlflowClient(settings.tracking_uri), query)
-    earlier: list[RunRecord] = []
-    if baseline == "previous" and query.filter:
-        # --filter narrows what is judged (e.g. one suite launch); the baseline is every earlier run of
-        # the same configs in the same experiments, which the filter would otherwise hide.
-        earlier = read_runs(MlflowClient(settings.tracking_uri), replace(query, filter=None)).runs
+    selection, earlier = _read(settings, query, baseline)
     comp = compare(selection.runs, baseline=baseline, threshold=threshold, earlier_runs=earlier)
-    meta = {
-        "tracking store": settings.tracking_uri,
-        "experiments": ", ".join(selection.experiments.values()),
-        "workload": ",".join(workloads),
-        "since": query.since or "",
-        "filter (sent to MLflow)": selection.filter_string,
-        "host": query.host or "",
-        "baseline": baseline if baseline != "none" else "",
-        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }
     try:
-        files = render.write_report(comp, out, meta)
+        files = render.write_report(comp, out, _meta(settings, selection, query, baseline))
     except OSError as e:  # the folder became unwritable while the runs were read
         raise UsageError(f"cannot write the report into {out} ({e.strerror or e})", param="out") from None
     print(render.terminal_table(comp))
@@ -221,38 +242,10 @@ def run(args: argparse.Namespace) -> int:
         f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {time.perf_counter() - t0:.1f} s)"
     )
     if not args.no_log:
-        params = {
-            "experiment": ",".join(experiments),
-            "workload": ",".join(workloads),
-            "since": query.since or "",
-            "filter": query.filter or "",
-            "host": query.host or "",
-            "baseline": baseline,
-            "threshold": str(threshold),
-        }
         # the report lands beside what it compared (the first experiment), so the UI shows them together
         home = replace(settings, experiment=next(iter(selection.experiments.values())))
-        report_id = log_report(home, files, [r.run_id for r in selection.runs], params)
+        report_id = log_report(
+            home, files, [r.run_id for r in selection.runs], _report_params(query, baseline, threshold)
+        )
         print(f"report run: {report_id} -> {settings.tracking_uri}")
-    if comp.regressions:
-        for g in comp.regressions:
-            print(g.line())
-        return 1
-    if comp.regressions is not None:
-        print(f"no regression beyond {threshold:.0%} in {comp.regression_groups} group(s) with earlier runs")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry for development; the project's CLI registers `add_arguments` and `run` itself."""
-    parser = argparse.ArgumentParser(prog="devicebench compare", description=__doc__)
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except UsageError as e:
-        print(f"devicebench: error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return _regression_exit(comp, threshold)

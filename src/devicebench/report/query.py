@@ -282,11 +282,6 @@ def search_pages(
             return
 
 
-def search(client: Any, experiment_ids: Sequence[str], query: Query) -> list[RunRecord]:
-    """Every matching run, all pages, one stream (the simple reader; `read_runs` is the fast one)."""
-    return [r for page in search_pages(client, experiment_ids, query) for r in page]
-
-
 def needs_history(run: RunRecord) -> list[str]:
     """The matmul time keys whose per-size history must be fetched (none when one size was run).
 
@@ -306,19 +301,6 @@ def needs_history(run: RunRecord) -> list[str]:
 def _fetch(client: Any, run: RunRecord, key: str) -> None:
     points = client.get_metric_history(run.run_id, key)
     run.history[key] = {int(m.step): float(m.value) for m in points}
-
-
-def fetch_histories(client: Any, runs: Sequence[RunRecord], workers: int = HISTORY_WORKERS) -> int:
-    """Fill `history` for matmul runs (one `get_metric_history` per run and key, in a thread pool).
-
-    Returns the number of calls made, so the benchmark can say what they cost.
-    """
-    jobs = [(r, k) for r in runs for k in needs_history(r)]
-    if jobs:
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
-            for f in [pool.submit(_fetch, client, r, k) for r, k in jobs]:
-                f.result()
-    return len(jobs)
 
 
 @dataclass

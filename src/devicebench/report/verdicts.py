@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from devicebench.schema import fmt_speedup
+
 if TYPE_CHECKING:
-    from devicebench.report.compare import Pair, Side, Stat
+    from devicebench.report.pairs import Pair
     from devicebench.report.query import RunRecord
+    from devicebench.report.sides import Side, Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
 SMALL_BATCH = 32  # batches this small leave a GPU idle between kernel launches
@@ -22,10 +25,6 @@ QUALITY_ABS = 0.05  # accuracy / mIoU differ by more than 5 points...
 UNSYNCED_FACTOR = 2.0  # synchronised time more than 2x the unsynchronised one: the naive timer lies
 NOISY_SPREAD = 0.5  # repeats spread over more than 50 % of their median
 COMPUTE_BOUND_SPEEDUP = 5.0
-
-
-def _fmt_x(x: float) -> str:
-    return f"{x:.2g}×" if x < 10 else f"{x:.0f}×"
 
 
 def synthetic_data(pair: Pair) -> str | None:
@@ -74,7 +73,7 @@ def gpu_slower(pair: Pair) -> str | None:
     if loader_bound(pair) or launch_bound(pair):
         return None
     return (
-        f"{pair.other.device} slower than CPU ({_fmt_x(speedup)}): too little work per step to pay for "
+        f"{pair.other.device} slower than CPU ({fmt_speedup(speedup)}): too little work per step to pay for "
         "transfers and launches"
     )
 
@@ -86,7 +85,7 @@ def compute_bound(pair: Pair) -> str | None:
         return None
     if loader_bound(pair):
         return None
-    return f"compute-bound: {pair.other.device} {_fmt_x(speedup)} faster"
+    return f"compute-bound: {pair.other.device} {fmt_speedup(speedup)} faster"
 
 
 def unsynced_underreport(pair: Pair) -> str | None:
@@ -105,7 +104,7 @@ def unsynced_underreport(pair: Pair) -> str | None:
         return None
     factor, dtype, size = worst
     return (
-        f"unsynchronised timing under-reports {pair.other.device} matmul {_fmt_x(factor)} at n={size} "
+        f"unsynchronised timing under-reports {pair.other.device} matmul {fmt_speedup(factor)} at n={size} "
         f"({dtype}): it measures the kernel launch, not the product"
     )
 

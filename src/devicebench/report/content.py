@@ -1,0 +1,317 @@
+"""What the report says, independent of how it is written: a `Doc` of typed blocks, in order.
+
+`build_doc` decides the sections, their tables and their notes; the writers (markdown.py, htmlpage.py)
+only serialise the blocks, so report.md and report.html cannot disagree. Pair rows are `PairRow`s, read
+by field name (the terminal table shows a few of the same cells).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from devicebench.report.compare import NOT_WORK, Comparison
+from devicebench.report.fmt import NONE, fmt_memory, fmt_q, fmt_s, fmt_share, fmt_stat_s, fmt_x
+from devicebench.report.pairs import Pair
+from devicebench.report.sides import Side
+from devicebench.schema import gflops
+
+MAX_ROWS = 500  # per table in md/html; the CSV always has every run
+
+
+# --------------------------------------------------------------------------------------------- blocks
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""  # said under the table: what was cut
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str  # a file beside the report
+    alt: str
+
+
+Block = Heading | Paragraph | Table | Image
+
+
+@dataclass
+class Doc:
+    """Headings, paragraphs, tables and images, in order."""
+
+    blocks: list[Block] = field(default_factory=list)
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(Heading(level, text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(Paragraph(text))
+
+    def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        note = ""
+        if len(rows) > MAX_ROWS:
+            note = f"{len(rows) - MAX_ROWS} more rows in runs.csv"
+            rows = rows[:MAX_ROWS]
+        self.blocks.append(Table(headers, rows, note))
+
+    def img(self, name: str, alt: str) -> None:
+        self.blocks.append(Image(name, alt))
+
+
+# --------------------------------------------------------------------------------------------- pair rows
+
+
+def varying_params(sides: Sequence[Side]) -> dict[str, list[str]]:
+    """workload → the params whose values differ between its configs: what tells two rows apart."""
+    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for s in sides:
+        for k, v in s.params.items():
+            values[s.workload][k].add(v)
+    return {
+        w: sorted(k for k, vs in params.items() if len(vs) > 1 and k not in NOT_WORK)
+        for w, params in values.items()
+    }
+
+
+def describe(side: Side, varying: dict[str, list[str]]) -> str:
+    keys = varying.get(side.workload) or []
+    text = " ".join(f"{k}={side.params.get(k, '')}" for k in keys)
+    return text or side.config_key
+
+
+class PairRow(NamedTuple):
+    """One pair as the speedup tables show it; PAIR_HEADERS (+ "verdict") names the cells in this order."""
+
+    workload: str
+    config: str
+    base: str
+    other: str
+    timed: str
+    base_time: str
+    other_time: str
+    speedup: str
+    data_wait: str
+    memory: str
+    verdict: str
+
+    def cells(self, with_verdict: bool = True) -> list[str]:
+        return list(self) if with_verdict else list(self)[:-1]
+
+
+PAIR_HEADERS = [
+    "workload",
+    "config",
+    "base",
+    "other",
+    "timed",
+    "base time",
+    "other time",
+    "speedup",
+    "data wait",
+    "peak memory (GPU allocated / process RSS)",
+]
+
+
+def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
+    key = p.base.time_metric() or "time/total_s"
+    if p.workload == "matmul" and "matmul" in p.speedups:
+        timed = f"matmul n={int(p.speedups['matmul_point'])}"
+        base_time = other_time = NONE
+    else:
+        timed = key.removeprefix("time/").removesuffix("_s")
+        base_time, other_time = fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
+    rng = f" ({fmt_x(p.speedup_range[0])}–{fmt_x(p.speedup_range[1])})" if p.speedup_range else ""
+    return PairRow(
+        workload=p.workload,
+        config=describe(p.base, varying),
+        base=p.base.label,
+        other=p.other.label,
+        timed=timed,
+        base_time=base_time,
+        other_time=other_time,
+        speedup=fmt_x(p.headline) + rng,
+        data_wait=f"{fmt_share(p.base.wait_share)} / {fmt_share(p.other.wait_share)}",
+        memory=f"{fmt_memory(p.base)} / {fmt_memory(p.other)}",
+        verdict="; ".join(p.verdicts) or NONE,
+    )
+
+
+def pair_rows(
+    pairs: Sequence[Pair], varying: dict[str, list[str]], with_verdict: bool = True
+) -> list[list[str]]:
+    """The speedup table's cells, one list per pair."""
+    return [pair_row(p, varying).cells(with_verdict) for p in pairs]
+
+
+# --------------------------------------------------------------------------------------------- sections
+
+
+def _summary(doc: Doc, comp: Comparison, meta: dict[str, str]) -> None:
+    doc.h(1, "devicebench compare")
+    doc.p(
+        f"{len(comp.runs)} runs read ({len(comp.finished)} finished, {len(comp.unfinished)} failed/killed/running); "
+        f"{len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a partner device."
+    )
+    doc.table(["selection", "value"], [[k, v] for k, v in meta.items() if v])
+    if any(s.data == "synthetic" for s in comp.all_sides):
+        doc.p("Note: some runs used synthetic data (timings are real; accuracy/mIoU are not comparable).")
+
+
+def _speedups(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
+    doc.h(2, "Speedups")
+    doc.p(
+        "speedup = base time / other time (median of repeats; range from the repeats' spread). "
+        "data wait = share of training time spent waiting for the next batch."
+    )
+    if comp.pairs:
+        doc.table([*PAIR_HEADERS, "verdict"], pair_rows(comp.pairs, varying))
+    else:
+        doc.p("No config ran on two devices yet: run the same config with another --device to get a speedup.")
+
+
+def _matmul(doc: Doc, comp: Comparison) -> None:
+    rows = []
+    for s in comp.matmul_sides:
+        for (backend, dtype, size), v in s.matmul.items():
+            t, u = v.get("time"), v.get("unsynced")
+            rows.append(
+                [
+                    s.label,
+                    backend,
+                    dtype,
+                    str(size),
+                    f"{gflops(size, t.median):.1f}" if t else NONE,
+                    fmt_stat_s(t),
+                    fmt_s(u.median) if u else NONE,
+                ]
+            )
+    if not rows:
+        return
+    doc.h(2, "Matrix multiply")
+    doc.table(["side", "backend", "dtype", "n", "GFLOP/s", "time (synchronised)", "unsynchronised"], rows)
+    points = [
+        [p.base.label, backend, p.other.label, dtype, str(size), fmt_x(x)]
+        for p in comp.pairs
+        for (backend, dtype, size), x in sorted(p.matmul.items())
+    ]
+    if points:
+        doc.p("torch on the other side against each backend on the base side, per size:")
+        doc.table(["base", "base backend", "other (torch)", "dtype", "n", "speedup"], points)
+
+
+def _quality(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
+    rows = [
+        [s.workload, describe(s, varying), s.label, s.data, fmt_q(s.metrics.get(k)), k.removeprefix("eval/")]
+        for s in comp.all_sides
+        for k in ("eval/accuracy", "eval/miou")
+        if k in s.metrics
+    ]
+    if rows:
+        doc.h(2, "Quality")
+        doc.table(["workload", "config", "device", "data", "value (range)", "metric"], rows)
+
+
+def _run_ids(side: Side, most: int = 5) -> str:
+    return ", ".join(r.run_id for r in side.runs[:most]) + (" …" if len(side.runs) > most else "")
+
+
+def _unpaired(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
+    if not comp.unpaired:
+        return
+    doc.h(2, "Runs without a partner device")
+    doc.table(
+        ["workload", "config", "config key", "device", "runs", "time", "run ids"],
+        [
+            [
+                s.workload,
+                describe(s, varying),
+                s.config_key,
+                s.label,
+                str(len(s.runs)),
+                fmt_stat_s(s.metrics.get(s.time_metric() or "")),
+                _run_ids(s),
+            ]
+            for s in comp.unpaired
+        ],
+    )
+
+
+def _unfinished(doc: Doc, comp: Comparison) -> None:
+    if comp.unfinished:
+        doc.h(2, "Failed, killed or unfinished runs (not counted)")
+        doc.table(
+            ["run id", "workload", "device", "status", "error"],
+            [[r.run_id, r.workload, r.device, r.status, r.tag("error") or NONE] for r in comp.unfinished],
+        )
+
+
+def _per_host(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
+    if not comp.hosts:
+        return
+    doc.h(2, "Per host")
+    for host, pairs in comp.hosts.items():
+        doc.h(3, host)
+        if pairs:
+            doc.table(PAIR_HEADERS, pair_rows(pairs, varying, with_verdict=False))
+        else:
+            doc.p("no config ran on two devices on this host")
+
+
+def _regressions(doc: Doc, comp: Comparison) -> None:
+    if comp.regressions is None:
+        return
+    doc.h(2, f"Regressions (threshold {comp.threshold:.0%}, beyond the baseline's spread)")
+    if not comp.regressions:
+        doc.p(f"none across {comp.regression_groups} config/device/host groups with earlier runs")
+        return
+    doc.table(
+        ["workload", "config", "device", "host", "measure", "newest", "baseline", "change"],
+        [
+            [
+                g.workload,
+                g.config_key,
+                g.device,
+                g.host,
+                g.measure,
+                fmt_s(g.newest),
+                fmt_stat_s(g.baseline),
+                f"{g.change:+.0%}",
+            ]
+            for g in comp.regressions
+        ],
+    )
+
+
+def build_doc(comp: Comparison, meta: dict[str, str], charts: dict[str, str]) -> Doc:
+    """The report's content, independent of its format. `charts`: file name → title."""
+    doc = Doc()
+    varying = varying_params(comp.all_sides)
+    _summary(doc, comp, meta)
+    _speedups(doc, comp, varying)
+    _matmul(doc, comp)
+    _quality(doc, comp, varying)
+    _unpaired(doc, comp, varying)
+    _unfinished(doc, comp)
+    _per_host(doc, comp, varying)
+    _regressions(doc, comp)
+    if charts:
+        doc.h(2, "Charts")
+        for name, title in charts.items():
+            doc.img(name, title)
+    return doc

@@ -1,0 +1,113 @@
+"""Sides → pairs → speedups: two sides of one config key (CPU vs GPU, or two GPU models).
+
+Nothing is dropped: keys with one side are returned as unpaired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from devicebench.report.sides import THROUGHPUT_METRICS, Side
+
+
+@dataclass
+class Pair:
+    """Two sides of one config: `speedup` = base time / other time (> 1: `other` is faster)."""
+
+    base: Side
+    other: Side
+    speedups: dict[str, float] = field(default_factory=dict)
+    speedup_range: tuple[float, float] | None = None
+    # (backend on base, dtype, size) -> torch-on-other speedup at that point
+    matmul: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    in_crossover: bool = False
+    verdicts: list[str] = field(default_factory=list)
+
+    @property
+    def workload(self) -> str:
+        return self.base.workload
+
+    @property
+    def config_key(self) -> str:
+        return self.base.config_key
+
+    @property
+    def is_cpu_gpu(self) -> bool:
+        return self.base.is_cpu and not self.other.is_cpu
+
+    @property
+    def headline(self) -> float | None:
+        """The one number for the pair: training-time speedup, or matmul at its largest common size."""
+        if "matmul" in self.speedups:
+            return self.speedups["matmul"]
+        for key in ("train", "total"):
+            if key in self.speedups:
+                return self.speedups[key]
+        return None
+
+
+def _time_speedups(pair: Pair) -> None:
+    for name in ("train", "eval", "total"):
+        a, b = pair.base.metrics.get(f"time/{name}_s"), pair.other.metrics.get(f"time/{name}_s")
+        if a and b and b.median > 0:
+            pair.speedups[name] = a.median / b.median
+    a, b = pair.base.metrics.get(THROUGHPUT_METRICS[0]), pair.other.metrics.get(THROUGHPUT_METRICS[0])
+    if a and b and a.median > 0:
+        pair.speedups["throughput"] = b.median / a.median
+    key = pair.base.time_metric()
+    if key and key in pair.other.metrics:
+        a, b = pair.base.metrics[key], pair.other.metrics[key]
+        if b.hi > 0 and b.lo > 0:
+            pair.speedup_range = (a.lo / b.hi, a.hi / b.lo)
+
+
+def _matmul_speedups(pair: Pair) -> None:
+    """torch on `other` against each backend on `base` at every common (dtype, size)."""
+    theirs = {(d, n): v["time"] for (b, d, n), v in pair.other.matmul.items() if b == "torch" and "time" in v}
+    for (backend, dtype, size), v in pair.base.matmul.items():
+        o = theirs.get((dtype, size))
+        if o is not None and "time" in v and o.median > 0:
+            pair.matmul[(backend, dtype, size)] = v["time"].median / o.median
+    torch_points = [k for k in pair.matmul if k[0] == "torch"] or list(pair.matmul)
+    if torch_points:
+        biggest = max(k[2] for k in torch_points)
+        at = [k for k in torch_points if k[2] == biggest]
+        pick = next((k for k in at if k[1] == "float32"), at[0])
+        pair.speedups["matmul"] = pair.matmul[pick]
+        pair.speedups["matmul_point"] = float(biggest)
+        a, b = pair.base.matmul[pick]["time"], theirs[(pick[1], pick[2])]
+        pair.speedup_range = (a.lo / b.hi, a.hi / b.lo) if b.lo > 0 else None
+
+
+def _order(params: dict[str, str]) -> tuple:
+    """Params as a sort key with numbers compared as numbers (batch 4 before batch 32)."""
+    out = []
+    for k, v in sorted(params.items()):
+        try:
+            out.append((k, 0, float(v), ""))
+        except ValueError:
+            out.append((k, 1, 0.0, v))
+    return tuple(out)
+
+
+def make_pair(base: Side, other: Side) -> Pair:
+    pair = Pair(base, other)
+    _time_speedups(pair)
+    _matmul_speedups(pair)
+    return pair
+
+
+def build_pairs(sides_by_key: dict[str, list[Side]]) -> tuple[list[Pair], list[Side]]:
+    """Every pair of sides within a key (CPU as the base where present); keys with one side are unpaired."""
+    pairs: list[Pair] = []
+    unpaired: list[Side] = []
+    for sides in sides_by_key.values():
+        if len(sides) < 2:
+            unpaired.extend(sides)
+            continue
+        pairs.extend(make_pair(a, b) for a, b in combinations(sides, 2))
+    pairs.sort(
+        key=lambda p: (p.workload, not p.is_cpu_gpu, p.base.label, p.other.label, _order(p.base.params))
+    )
+    return pairs, unpaired

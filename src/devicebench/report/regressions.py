@@ -1,0 +1,110 @@
+"""Regressions: the newest run(s) of a config on a device and host, judged against the earlier ones."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from devicebench.report import verdicts
+from devicebench.report.query import RunRecord
+from devicebench.report.sides import Stat
+
+
+@dataclass(frozen=True)
+class Regression:
+    """The newest run(s) of a config on a device and host, slower than the earlier ones beyond noise."""
+
+    workload: str
+    config_key: str
+    device: str
+    host: str
+    measure: str
+    newest: float
+    baseline: Stat
+    run_ids: tuple[str, ...]
+
+    @property
+    def change(self) -> float:
+        return self.newest / self.baseline.median - 1.0
+
+    def line(self) -> str:
+        return (
+            f"regression: {self.workload} {self.config_key} on {self.device} @ {self.host}: {self.measure} "
+            f"{self.newest:.4g} s vs baseline median {self.baseline.median:.4g} s ({self.change:+.0%}; "
+            f"baseline {self.baseline.spread_kind} {self.baseline.lo:.4g}–{self.baseline.hi:.4g} s over "
+            f"{self.baseline.n} run(s)); newest run {self.run_ids[-1]}"
+        )
+
+
+def measures(run: RunRecord) -> dict[str, float]:
+    """The lower-is-better times a regression is judged on: training time, or each matmul point."""
+    out = {}
+    for key in ("time/train_s", "time/total_s"):
+        if key in run.metrics and run.workload != "matmul":
+            out[key] = run.metrics[key]
+            break
+    for key, hist in run.history.items():
+        if key.endswith("/time_s"):
+            for size, value in hist.items():
+                out[f"{key}@{size}"] = value
+    return out
+
+
+def newest_group(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
+    """(newest, earlier): the newest run, with its suite siblings when a plan ran repeats together."""
+    ordered = sorted(runs, key=lambda r: r.start_time)
+    last = ordered[-1]
+    suite = last.tag("suite")
+    if suite:
+        newest = [r for r in ordered if r.tag("suite") == suite]
+        earlier = [r for r in ordered if r.tag("suite") != suite and r.start_time < newest[0].start_time]
+    else:
+        newest, earlier = [last], ordered[:-1]
+    return newest, earlier
+
+
+def find_regressions(
+    runs: Sequence[RunRecord], threshold: float, earlier_runs: Sequence[RunRecord] = ()
+) -> tuple[list[Regression], int]:
+    """Regressions per (config key, device, host); returns them and how many groups had a baseline.
+
+    Without `earlier_runs` the newest run(s) of each group in `runs` are judged against the rest of
+    `runs`. With them (a selection narrowed by --filter, e.g. one suite launch), every run in `runs` is
+    "newest" and the baseline is the runs of `earlier_runs` that started before them.
+    """
+    groups: dict[tuple[str, str, str, str], list[RunRecord]] = defaultdict(list)
+    for r in runs:
+        groups[(r.workload, r.config_key, r.device, r.host)].append(r)
+    history: dict[tuple[str, str, str, str], list[RunRecord]] = defaultdict(list)
+    chosen = {r.run_id for r in runs}
+    for r in earlier_runs:
+        if r.run_id not in chosen:
+            history[(r.workload, r.config_key, r.device, r.host)].append(r)
+    found: list[Regression] = []
+    checked = 0
+    for group, rs in sorted(groups.items()):
+        workload, key, device, host = group
+        if earlier_runs:
+            newest = rs
+            first = min(r.start_time for r in rs)
+            earlier = [r for r in history[group] if r.start_time < first]
+        else:
+            newest, earlier = newest_group(rs)
+        if not earlier:
+            continue
+        checked += 1
+        new_m = [measures(r) for r in newest]
+        old_m = [measures(r) for r in earlier]
+        for name in sorted(set().union(*new_m)):
+            new = Stat.of(m[name] for m in new_m if name in m)
+            base = Stat.of(m[name] for m in old_m if name in m)
+            if new is None or base is None:
+                continue
+            if verdicts.is_regression(new.median, base, threshold):
+                found.append(
+                    Regression(
+                        workload, key, device, host, name, new.median, base, tuple(r.run_id for r in newest)
+                    )
+                )
+    return found, checked

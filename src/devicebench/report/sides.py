@@ -1,0 +1,155 @@
+"""Runs → sides: the repeats of one config on one device model, summarised as medians with their spread.
+
+Runs with the same `devicebench.config_key` did the same work. Within one key, runs on the same device and
+hardware model are repeats of one *side*. Every figure is a median of repeats with its spread, because a
+single timing of a GPU is a coin toss.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from devicebench.report.query import RunRecord
+from devicebench.stats import quantile
+
+TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s")
+THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")
+QUALITY_METRICS = ("eval/accuracy", "eval/miou")
+MEMORY_METRICS = ("memory/peak_bytes", "memory/peak_rss_bytes")
+SUMMARY_METRICS = TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS
+
+
+# --------------------------------------------------------------------------------------------- stats
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Median of repeats with its spread: p10–p90 from 5 repeats on, min–max below (p10 of 3 is noise)."""
+
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Stat | None:
+        xs = sorted(v for v in values if v is not None and math.isfinite(v))
+        if not xs:
+            return None
+        if len(xs) >= 5:
+            return cls(statistics.median(xs), quantile(xs, 0.10), quantile(xs, 0.90), len(xs))
+        return cls(statistics.median(xs), xs[0], xs[-1], len(xs))
+
+    @property
+    def spread_kind(self) -> str:
+        return "p10–p90" if self.n >= 5 else "min–max"
+
+    @property
+    def rel_spread(self) -> float:
+        """(hi − lo) / median: 0.1 means the repeats spread over ±5 % of the median."""
+        return (self.hi - self.lo) / self.median if self.median else 0.0
+
+
+# --------------------------------------------------------------------------------------------- sides
+
+
+@dataclass
+class Side:
+    """The repeats of one config on one device model (possibly from several hosts with that model)."""
+
+    workload: str
+    config_key: str
+    device: str
+    device_name: str
+    runs: list[RunRecord]
+    metrics: dict[str, Stat] = field(default_factory=dict)
+    wait_share: Stat | None = None
+    # (backend, dtype, size) -> {"time": Stat, "unsynced": Stat}
+    matmul: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} ({self.device_name})" if self.device_name else self.device
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.startswith("cpu")
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.runs[0].params
+
+    @property
+    def data(self) -> str:
+        return self.runs[0].tag("data")
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({r.host for r in self.runs})
+
+    def time_metric(self) -> str | None:
+        """The headline time: training where there is one, else the whole run."""
+        for key in ("time/train_s", "time/total_s"):
+            if key in self.metrics:
+                return key
+        return None
+
+
+def wait_share(run: RunRecord) -> float | None:
+    """The fraction of training time spent waiting for the next batch (`data_wait / train`)."""
+    wait = run.metrics.get("time/data_wait_s")
+    total = run.metrics.get("time/train_s") or run.metrics.get("time/total_s")
+    if wait is None or not total:
+        return None
+    return min(max(wait / total, 0.0), 1.0)
+
+
+def summarise(workload: str, key: str, device: str, name: str, runs: list[RunRecord]) -> Side:
+    """Medians and spreads of everything the report shows, over one side's repeats."""
+    side = Side(workload, key, device, name, sorted(runs, key=lambda r: r.start_time))
+    for m in SUMMARY_METRICS:
+        s = Stat.of(r.metrics[m] for r in runs if m in r.metrics)
+        if s is not None:
+            side.metrics[m] = s
+    side.wait_share = Stat.of(w for r in runs if (w := wait_share(r)) is not None)
+    points: dict[tuple[str, str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        for k, hist in r.history.items():
+            parts = k.split("/")
+            kind = "unsynced" if parts[-1] == "unsynced_time_s" else "time"
+            for size, value in hist.items():
+                points[(parts[1], parts[2], size)][kind].append(value)
+    for pt in sorted(points):
+        side.matmul[pt] = {kind: s for kind, vs in points[pt].items() if (s := Stat.of(vs)) is not None}
+    return side
+
+
+def side_of(run: RunRecord) -> tuple[str, str]:
+    """(device kind, hardware model): `cuda:0` and `cuda:1` of one model are repeats of one side, not two
+    sides to pair (a "speedup" of one A10 over an identical one is noise). A MIG slice is its own model."""
+    name = run.device_name
+    mig = run.tag("host.gpu_mig_profile")
+    if mig and mig.lower() not in name.lower():
+        name = f"{name} MIG {mig}"
+    return run.device.split(":")[0], name
+
+
+def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
+    """config_key → its sides (one per device and hardware model), CPU first."""
+    groups: dict[tuple[str, str], dict[tuple[str, str], list[RunRecord]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in runs:
+        groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][side_of(r)].append(r)
+    out: dict[str, list[Side]] = {}
+    for (workload, key), by_side in groups.items():
+        sides = [
+            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs)
+            for (_, n), rs in by_side.items()
+        ]
+        out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.device, s.device_name))
+    return out
