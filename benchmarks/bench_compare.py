@@ -8,8 +8,6 @@ printed with the time per 1,000 runs and the part spent fetching matmul historie
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import random
@@ -22,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicebench.config import key_of
+from devicebench.configs import not_work
 from devicebench.data import voc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,10 +59,8 @@ class Spec:
     extra_tags: dict[str, str] = field(default_factory=dict)
 
     def config_key(self) -> str:
-        """Like the CLI's: a hash of every param except device and seed."""
-        keep = {k: v for k, v in self.params.items() if k not in ("device", "seed")}
-        blob = json.dumps({"workload": self.workload, **keep}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        """The CLI's key, computed from the params as they are logged."""
+        return key_of(self.workload, {k: v for k, v in self.params.items() if k not in not_work()})
 
     def tags(self) -> dict[str, str]:
         name = self.device_name or (

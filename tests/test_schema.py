@@ -74,7 +74,7 @@ def test_the_workload_names_are_listed_once() -> None:
     "definition",
     [
         r"^\s*(MAX_TAG\w*|MAX_BATCH\w*|TAG_PREFIX|TAG|WORKLOADS|KNOWN_WORKLOADS)\s*(:[^=]+)?=",
-        r"^def (gflops|fmt_speedup|_?fmt_x)\(",
+        r"^def (gflops|fmt_speedup|_fmt_x)\(",
     ],
 )
 def test_schema_names_and_helpers_are_defined_only_in_schema(definition: str) -> None:

@@ -188,6 +188,11 @@ def is_keyed(f: dataclasses.Field) -> bool:
 def config_key(workload: str, cfg: Any) -> str:
     """A stable hash of the work a run did: every param except device, seed and the `key=False` ones."""
     params = to_params(cfg)
-    keep = {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)}
-    blob = json.dumps({"workload": workload, **keep}, sort_keys=True)
+    return key_of(workload, {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)})
+
+
+def key_of(workload: str, work: Mapping[str, Any]) -> str:
+    """The hash behind `config_key`, for callers that hold logged params rather than a config (the
+    compare benchmark's generated runs): pass only the params that are work (`configs.not_work()`)."""
+    blob = json.dumps({"workload": workload, **work}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -181,7 +181,7 @@ def _scalar(value: Any) -> str:
 def load_plan(path: str | Path, data: str | None = None) -> Plan:
     """Read, validate and expand a plan; every problem is one line naming the file, the key and what is allowed."""
     from devicebench.config import build_config
-    from devicebench.workloads import load
+    from devicebench.configs import CONFIGS
 
     path = Path(path)
     if not path.is_file():
@@ -246,7 +246,7 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
         base = {k: _scalar(v) for k, v in params.items()}
         if data == "real" and entry in REAL_DATA:
             base.update(REAL_DATA[entry])
-        config_cls = load(entry).Config
+        config_cls = CONFIGS[entry]
         known = [f.name for f in dataclasses.fields(config_cls)]
         for combo in itertools.product(*matrix.values()) if matrix else [()]:
             values = {**base, **{k: _scalar(v) for k, v in zip(matrix, combo, strict=True)}}

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from devicebench.configs import not_work
 from devicebench.report import verdicts
 from devicebench.report.pairs import Pair, build_pairs, make_pair
 from devicebench.report.query import RunRecord
@@ -58,8 +59,8 @@ __all__ = [  # the names the report and its tests import from here, wherever the
     "wait_share",
 ]
 
-# params that say where or how verbosely a run worked, not what it measured (and the grid's own axes)
-NOT_WORK = {"device", "seed", "data_dir", "download", "verify", "log_every", "system_metrics"}
+# params that say where or how a run worked, not what work it measured: the config key's own rule
+NOT_WORK = not_work()
 GRID_AXES = ("width", "batch_size")
 
 
