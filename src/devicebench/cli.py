@@ -13,10 +13,10 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from devicebench.errors import DataUnavailable, Interrupted, OutOfMemory, SpooledError, UsageError
-from devicebench.schema import WORKLOADS
+from devicebench.schema import WORKLOADS, tag
 from devicebench.settings import redact_uri
 
 PROG = "devicebench"
@@ -51,17 +51,10 @@ def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None
 def run_workload(name: str, args: argparse.Namespace) -> int:
     """Parse → check the store → start the run → resolve the device → work → log → end the run."""
     from devicebench.config import config_from_args, config_key, to_params
-    from devicebench.device import (
-        activate,
-        check_device_spelling,
-        cpu_budget,
-        device_name,
-        host_fingerprint,
-        resolve_device,
-    )
+    from devicebench.device import activate, check_device_spelling, resolve_device
     from devicebench.handoff import Handoff
     from devicebench.settings import load_settings, preflight_store
-    from devicebench.tracking import TAG_PREFIX, one_line, run_context
+    from devicebench.tracking import run_context
     from devicebench.workloads import Context, load, progress_enabled
 
     module = load(name)
@@ -69,12 +62,8 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     check_device_spelling(cfg.device)
     settings = load_settings()
     preflight_store(settings)
-    data = getattr(cfg, "data", module.DATA)
-    tags = {
-        f"{TAG_PREFIX}device": cfg.device,
-        f"{TAG_PREFIX}config_key": config_key(name, cfg),
-        f"{TAG_PREFIX}data": data,
-    }
+    tags = {tag("device"): cfg.device, tag("config_key"): config_key(name, cfg)}
+    tags[tag("data")] = getattr(cfg, "data", module.DATA)
     handoff = Handoff.from_env(os.environ)  # set when a plan started this run
     if handoff:
         tags.update(handoff.tags())
@@ -91,39 +80,54 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
             tracker.start_system_metrics()
         device = resolve_device(cfg.device)
         activate(device)
-        host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
-        if settings.host_label:
-            host["label"] = settings.host_label  # what the report groups by, not the container's hostname
-        tracker.set_tags(
-            {
-                f"{TAG_PREFIX}device.resolved": str(device),
-                f"{TAG_PREFIX}device.name": device_name(device),
-                **{f"{TAG_PREFIX}host.{k}": v for k, v in host.items()},
-            }
-        )
-        if hasattr(cfg, "num_workers"):  # training: threads + loader processes against the usable cores
-            workers = cfg.num_workers if getattr(cfg, "loader", "dataloader") == "dataloader" else 0
-            budget = cpu_budget(int(host["torch_threads"]), workers)
-            tracker.set_tags({f"{TAG_PREFIX}{k}": v for k, v in budget.items()})
-        tracker.log_dict(host, "host.json")
+        _log_host(tracker, device, settings, cfg)
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
-        try:
-            module.run(cfg, ctx, tracker)
-        except PermissionError as e:  # a data dir, list or file the user pointed at that we may not read
-            raise DataUnavailable(
-                f"permission denied: {e.filename or one_line(e)}; give this user access or choose another path"
-            ) from None
-        except Exception as e:  # out of memory: one line naming the parameters to lower, exit 2, run FAILED
-            oom = OutOfMemory.from_exception(e, getattr(module, "MEMORY_PARAMS", ()))
-            if oom is None:
-                raise
-            raise oom from None
+        _work(module, cfg, ctx, tracker)
         tracker.log_metrics({"time/total_s": time.perf_counter() - started})
         print(
             f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {redact_uri(settings.tracking_uri)}",
             file=sys.stderr,
         )
     return 0
+
+
+def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any) -> None:
+    """The resolved device and the host fingerprint, as tags and host.json; for training, the cores the
+    run could use against its threads and loader processes (an oversubscribed CPU baseline is named)."""
+    from devicebench.device import cpu_budget, device_name, host_fingerprint
+
+    host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
+    if settings.host_label:
+        host["label"] = settings.host_label  # what the report groups by, not the container's hostname
+    tracker.set_tags(
+        {
+            tag("device.resolved"): str(device),
+            tag("device.name"): device_name(device),
+            **{tag(f"host.{k}"): v for k, v in host.items()},
+        }
+    )
+    if hasattr(cfg, "num_workers"):
+        workers = cfg.num_workers if getattr(cfg, "loader", "dataloader") == "dataloader" else 0
+        budget = cpu_budget(int(host["torch_threads"]), workers)
+        tracker.set_tags({tag(k): v for k, v in budget.items()})
+    tracker.log_dict(host, "host.json")
+
+
+def _work(module: Any, cfg: Any, ctx: Any, tracker: Any) -> None:
+    """The workload itself; a permission problem or an out-of-memory becomes one line naming the fix."""
+    from devicebench.tracking import one_line
+
+    try:
+        module.run(cfg, ctx, tracker)
+    except PermissionError as e:  # a data dir, list or file the user pointed at that we may not read
+        raise DataUnavailable(
+            f"permission denied: {e.filename or one_line(e)}; give this user access or choose another path"
+        ) from None
+    except Exception as e:  # out of memory: one line naming the parameters to lower, exit 2, run FAILED
+        oom = OutOfMemory.from_exception(e, getattr(module, "MEMORY_PARAMS", ()))
+        if oom is None:
+            raise
+        raise oom from None
 
 
 # --------------------------------------------------------------------------------------------- others

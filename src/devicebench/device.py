@@ -21,17 +21,7 @@ import torch
 
 from devicebench.errors import DeviceUnavailable, UsageError
 from devicebench.gpu_info import gpu_identity
-
-DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
-_DEVICE_RE = re.compile(r"^(cpu|cuda|mps|auto|cuda:\d+)$")
-
-
-def check_device_spelling(requested: str) -> str:
-    """Validate the *form* of a device string (before any run exists); availability is checked later."""
-    value = requested.strip().lower()
-    if not _DEVICE_RE.match(value):
-        raise UsageError(f"unknown device {requested!r}; allowed: {DEVICE_CHOICES}", param="device")
-    return value
+from devicebench.schema import check_device_spelling
 
 
 def driver_cuda_version() -> tuple[int, int] | None:

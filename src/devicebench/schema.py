@@ -7,6 +7,10 @@ report and the suite's plan validation read it without paying for either.
 
 from __future__ import annotations
 
+import re
+
+from devicebench.errors import UsageError
+
 WORKLOADS = ("matmul", "cifar", "unet")
 TAG_PREFIX = "devicebench."
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
@@ -30,3 +34,15 @@ def fmt_speedup(x: float) -> str:
     if x < 10:
         return f"{x:.2f}×"
     return f"{x:.1f}×" if x < 100 else f"{x:.0f}×"
+
+
+DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
+_DEVICE_RE = re.compile(r"^(cpu|cuda|mps|auto|cuda:\d+)$")
+
+
+def check_device_spelling(requested: str) -> str:
+    """Validate the *form* of a device string (before any run exists); availability is checked later."""
+    value = requested.strip().lower()
+    if not _DEVICE_RE.match(value):
+        raise UsageError(f"unknown device {requested!r}; allowed: {DEVICE_CHOICES}", param="device")
+    return value
