@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from benchmarks.bench_compare import Spec, log_runs, specs_for
 from devicebench.errors import UsageError
 from devicebench.report import cli as report_cli
 from devicebench.report.compare import compare
 from devicebench.report.query import Query, read_runs, search_pages
 from servers import QUICK_MATMUL, devicebench_env, run_cli
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_compare import Spec, log_runs, specs_for
 
 DAY_MS = 86_400_000
 

@@ -100,3 +100,15 @@ def test_the_schema_and_the_report_never_import_torch(module: str) -> None:
 def test_fmt_speedup_keeps_two_decimals_where_they_matter() -> None:
     assert [schema.fmt_speedup(x) for x in (1.049, 1.5, 12.34, 250.0)] == ["1.05×", "1.50×", "12.3×", "250×"]
     assert schema.gflops(1000, 2.0) == pytest.approx(1.0)
+
+
+def test_reading_a_plan_never_imports_torch() -> None:
+    """`suite --dry-run` and the plan checks run before any run: on a laptop without torch too."""
+    code = (
+        "import sys; from devicebench.plan import load_plan; "
+        "load_plan('experiments/demo.yaml'); print('torch' in sys.modules)"
+    )
+    root = SRC.parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
