@@ -233,7 +233,7 @@ def test_bf16_on_a_gpu_older_than_ampere_is_refused_even_where_torch_emulates_it
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A V100 (OCI VM.GPU3) says is_bf16_supported() (emulation counts); its figure would not be bf16."""
-    from devicebench.training import check_precision
+    from devicebench.precision import check_precision
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 0))
