@@ -8,11 +8,14 @@ Exit codes: 0 ok, 1 a run failed (or a regression was found), 2 bad input / devi
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from devicebench.errors import DataUnavailable, Interrupted, OutOfMemory, SpooledError, UsageError
@@ -38,30 +41,37 @@ def _fail(message: str, code: int) -> int:
 
 
 def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None:
+    """The workload's arguments from its torch-free config: a typo is refused in well under a second,
+    before torch (seconds of import) is loaded; the docstring is read from the source for the same reason."""
     from devicebench.config import add_config_arguments
-    from devicebench.workloads import load
+    from devicebench.configs import CONFIGS
 
-    module = load(name)
-    doc = (module.__doc__ or "").strip()
+    spec = importlib.util.find_spec(f"devicebench.workloads.{name}")
+    source = Path(spec.origin).read_text() if spec and spec.origin else ""
+    doc = (ast.get_docstring(ast.parse(source)) or "") if source else ""
     p = sub.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(p, module.Config)
+    add_config_arguments(p, CONFIGS[name])
     p.set_defaults(handler=lambda args: run_workload(name, args))
 
 
 def run_workload(name: str, args: argparse.Namespace) -> int:
     """Parse → check the store → start the run → resolve the device → work → log → end the run."""
     from devicebench.config import config_from_args, config_key, to_params
-    from devicebench.device import activate, check_device_spelling, resolve_device
+    from devicebench.configs import CONFIGS
     from devicebench.handoff import Handoff
+    from devicebench.schema import check_device_spelling
     from devicebench.settings import load_settings, preflight_store
+
+    cfg = config_from_args(CONFIGS[name], args)  # bad input is refused here, before torch is imported
+    check_device_spelling(cfg.device)
+    settings = load_settings()
+    preflight_store(settings)
+
+    from devicebench.device import activate, resolve_device
     from devicebench.tracking import run_context
     from devicebench.workloads import Context, load, progress_enabled
 
     module = load(name)
-    cfg = config_from_args(module.Config, args)
-    check_device_spelling(cfg.device)
-    settings = load_settings()
-    preflight_store(settings)
     tags = {tag("device"): cfg.device, tag("config_key"): config_key(name, cfg)}
     tags[tag("data")] = getattr(cfg, "data", module.DATA)
     handoff = Handoff.from_env(os.environ)  # set when a plan started this run
