@@ -23,7 +23,8 @@ from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 
 NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workload
 PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 1000 is MLflow's REST cap
-HISTORY_WORKERS = 16  # measured: 664 requests took 33 s with 1, 4.9 s with 8, 3.5 s with 16
+# 664 history requests to a local server on a 2-core VM took 33 s with 1 worker, 4.9 s with 8, 3.5 s with 16
+HISTORY_WORKERS = 16
 _MATMUL_TIME = re.compile(r"^matmul/([^/]+)/([^/]+)/(time_s|unsynced_time_s)$")
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -318,8 +319,8 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
     """Resolve experiments, page through runs, fetch matmul histories. No runs is a usage error.
 
     The search runs as one stream per workload, concurrently, and history requests start as soon as
-    their page arrives, so they overlap the remaining search (on 2,000 runs, one stream of search pages
-    took 8.7 s and the 664 history requests 5 s when run one after the other).
+    their page arrives, so they overlap the remaining search (2,000 runs, local server, 2-core VM: one
+    stream of search pages took 8.7 s and the 664 history requests 5 s when run one after the other).
     """
     t0 = time.perf_counter()
     if not query.experiments:

@@ -59,7 +59,8 @@ def _model_options() -> dict[str, Any]:
 
     Pickle (not MLflow's graph export) keeps the batch dimension free. `code_paths` ships the
     devicebench package inside the model, so it loads where devicebench is not installed. Explicit
-    requirements spare MLflow's inference of them, which starts a subprocess and took ~10 s a run.
+    requirements spare MLflow's inference of them, which starts a subprocess
+    and took ~10 s a run on a 2-core VM.
     """
     import importlib.metadata
 

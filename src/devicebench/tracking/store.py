@@ -22,7 +22,7 @@ from devicebench.settings import Settings, redact_uri
 from devicebench.tracking.locks import file_lock
 from devicebench.tracking.protocol import one_line
 
-SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (measured 2-15 s here)
+SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (2-15 s on a 2-core VM)
 
 
 def _auth_header() -> dict[str, str]:
