@@ -73,7 +73,7 @@ def test_the_workload_names_are_listed_once() -> None:
 @pytest.mark.parametrize(
     "definition",
     [
-        r"^\s*(MAX_TAG\w*|MAX_BATCH\w*|TAG_PREFIX|TAG|WORKLOADS|KNOWN_WORKLOADS)\s*(:[^=]+)?=",
+        r"^\s*(MAX_TAG\w*|MAX_BATCH\w*|MAX_RUN_NAME|MAX_EXPERIMENT|TAG_PREFIX|TAG|WORKLOADS|KNOWN_WORKLOADS)\s*(:[^=]+)?=",
         r"^def (gflops|fmt_speedup|_fmt_x)\(",
     ],
 )

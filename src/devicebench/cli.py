@@ -179,7 +179,6 @@ COMMANDS: dict[str, str] = {
     "suite": "run an experiment plan (experiments/*.yaml), then its report",
     "sync": "replay runs spooled while the tracking store was unreachable",
 }
-WORKLOAD_COMMANDS = WORKLOADS
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
@@ -195,7 +194,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     for name, help in COMMANDS.items():
         if name != selected:
             sub.add_parser(name, help=help, add_help=False)
-        elif name in WORKLOAD_COMMANDS:
+        elif name in WORKLOADS:
             _add_workload(sub, name, help)
         elif name == "compare":
             _add_module_command(sub, name, "devicebench.report.cli", help)

@@ -14,14 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicebench.schema import tag
+from devicebench.schema import MAX_RUN_NAME, tag
 
 PARENT = "DEVICEBENCH_PARENT_RUN_ID"
 SUITE = "DEVICEBENCH_SUITE"
 ITEM = "DEVICEBENCH_SUITE_ITEM"
 RUN_NAME = "DEVICEBENCH_RUN_NAME"
 EXPERIMENT = "MLFLOW_EXPERIMENT_ID"
-MAX_RUN_NAME = 250  # MLflow's run name limit
 
 
 @dataclass(frozen=True)

@@ -23,19 +23,17 @@ import yaml
 from devicebench.config import build_config
 from devicebench.configs import CONFIGS
 from devicebench.errors import UsageError
-from devicebench.schema import WORKLOADS, check_device_spelling
+from devicebench.schema import MAX_EXPERIMENT, WORKLOADS, check_device_spelling
 
 PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "runs", "report"}
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
 REPORT_KEYS = {"baseline", "threshold"}
-ENTRIES = WORKLOADS
 # Plans are a page of YAML; these caps turn a hostile or mistyped one into one line instead of minutes of
 # CPU and gigabytes of memory (a billion-laughs alias tree, `repeats: 1000000000`).
 MAX_PLAN_BYTES = 1 << 20
 MAX_EXPANDED = 4_000_000  # nodes plus scalar characters, counted as if every alias were copied out
 MAX_RUNS = 10_000
 MAX_NAME = 100
-MAX_EXPERIMENT = 500  # MLflow's limit on an experiment name
 # A plan name becomes a report folder, part of a tag and a quoted filter: a name, never a path or a quote.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 REAL_DATA = {
@@ -243,8 +241,8 @@ def _expand(
     if bad:
         raise _err(path, f"{where}.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(RUN_KEYS))}")
     entry = spec.get("entry")
-    if entry not in ENTRIES:
-        raise _err(path, f"{where}.entry", f"unknown entry point {entry!r}; allowed: {', '.join(ENTRIES)}")
+    if entry not in WORKLOADS:
+        raise _err(path, f"{where}.entry", f"unknown entry point {entry!r}; allowed: {', '.join(WORKLOADS)}")
     params = spec.get("params") or {}
     matrix = spec.get("matrix") or {}
     if not isinstance(params, dict) or not isinstance(matrix, dict):

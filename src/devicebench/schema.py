@@ -15,6 +15,8 @@ WORKLOADS = ("matmul", "cifar", "unet")
 TAG_PREFIX = "devicebench."
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
 MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
+MAX_RUN_NAME = 250  # MLflow's run name limit
+MAX_EXPERIMENT = 500  # MLflow's experiment name limit
 
 
 def tag(name: str) -> str:

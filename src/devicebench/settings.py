@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicebench.errors import StoreUnavailable, UsageError
+from devicebench.schema import MAX_EXPERIMENT
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: the embedded SQLite store
 OCI_METADATA_URL = "http://169.254.169.254/opc/v2/instance/"
 MAX_SECONDS = 86_400.0  # no wait, timeout or interval is longer than a day; beyond, it is a typo
-MAX_EXPERIMENT = 500  # MLflow's limit on an experiment name
 DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
