@@ -49,8 +49,10 @@ def child(request: dict) -> None:
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the parent ignores it; commands may wait on children
+        os.setpgid(0, 0)  # a group of its own: a timed-out command is killed with its children
         out = Path(request["out"])
         out.mkdir(parents=True, exist_ok=True)
+        (out / "pid").write_text(str(os.getpid()))
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

@@ -75,9 +75,19 @@ def devicebench_env(tracking_uri: str, **extra: str) -> dict[str, str]:
 
 
 def run_cli(
-    args: Sequence[str], env: dict[str, str], timeout_s: float = 300, cwd: Path | None = None
+    args: Sequence[str],
+    env: dict[str, str],
+    timeout_s: float = 300,
+    cwd: Path | None = None,
+    real: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run `devicebench ...` from the venv and capture its output."""
+    """Run `devicebench ...` and capture its output: by default a fork of this worker's warm zygote
+    (tests/zygote.py, a process of its own without paying the imports again); `real=True` starts the
+    venv's console script, for what only a fresh interpreter shows."""
+    if not real:
+        from zygote import shared
+
+        return shared().run(list(args), env, cwd, timeout_s)
     return subprocess.run(
         [str(VENV_BIN / "devicebench"), *args],
         env=env,

@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from servers import VENV_BIN, devicebench_env, free_port
+from zygote import Zygote
 
 HERE = Path(__file__).resolve().parent
 AUTH_PASSWORD = "bad-input-admin-password-1"
@@ -383,50 +383,6 @@ CASES = [
 ]
 
 
-class Zygote:
-    """tests/cli_zygote.py: forks one `devicebench` process per request from a warm interpreter."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.lock = threading.Lock()
-        # as `devicebench.cli.main` sets it before MLflow is imported (here MLflow is imported first)
-        env = devicebench_env("sqlite:///unused.db", OMP_NUM_THREADS="1", MLFLOW_LOGGING_LEVEL="WARNING")
-        self.proc = subprocess.Popen(
-            [str(VENV_BIN / "python"), str(HERE / "cli_zygote.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            cwd=root,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "ready", "the zygote did not start"
-
-    def run(
-        self, args: list[str], env: dict[str, str], cwd: Path, timeout_s: float
-    ) -> subprocess.CompletedProcess:
-        out = cwd / ".out"
-        with self.lock:
-            assert self.proc.stdin is not None
-            request = {"args": args, "env": env, "cwd": str(cwd), "out": str(out)}
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        deadline = time.monotonic() + timeout_s
-        while not (out / "rc").exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"devicebench {' '.join(args)} did not finish in {timeout_s:.0f} s")
-            time.sleep(0.05)
-        rc = int((out / "rc").read_text())
-        return subprocess.CompletedProcess(
-            args, rc, (out / "stdout").read_text(), (out / "stderr").read_text()
-        )
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(10)
-
-
 @dataclass
 class Outcome:
     proc: subprocess.CompletedProcess
@@ -534,7 +490,7 @@ def outcomes(
     ]
     auth = AuthServer(tmp_path_factory.mktemp("auth")) if any(c.server == "auth" for c in selected) else None
     root = tmp_path_factory.mktemp("bad-input")
-    zygote = Zygote(root)
+    zygote = Zygote()
     pool = ThreadPoolExecutor(max_workers=WORKERS)
     # the auth case last: its server is still starting while the others run
     ordered = sorted(selected, key=lambda c: c.server == "auth")

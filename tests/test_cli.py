@@ -30,7 +30,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path
 
 
 def test_help_explains_each_parameter(tmp_path: Path) -> None:
-    proc = run_cli(["matmul", "--help"], devicebench_env("sqlite:///x.db"), cwd=tmp_path)
+    proc = run_cli(["matmul", "--help"], devicebench_env("sqlite:///x.db"), cwd=tmp_path, real=True)
     assert proc.returncode == 0
     for flag in ("--sizes", "--dtypes", "--backends", "--repeats", "--warmup", "--device"):
         assert flag in proc.stdout

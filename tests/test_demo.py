@@ -17,7 +17,9 @@ def test_the_demo_plan_runs_offline_on_the_embedded_store(tmp_path: Path) -> Non
         uri, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"), DEVICEBENCH_DATA_DIR=str(tmp_path / "data")
     )
     t0 = time.monotonic()
-    proc = run_cli(["suite", str(ROOT / "experiments" / "demo.yaml")], env, cwd=tmp_path, timeout_s=300)
+    proc = run_cli(
+        ["suite", str(ROOT / "experiments" / "demo.yaml")], env, cwd=tmp_path, timeout_s=300, real=True
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert took < 180, f"the demo must finish within 3 minutes here; took {took:.0f} s"
