@@ -68,6 +68,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     preflight_store(settings)
 
     from devicebench.device import activate, resolve_device
+    from devicebench.naming import run_name
     from devicebench.tracking import run_context
     from devicebench.workloads import Context, load, progress_enabled
 
@@ -83,7 +84,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         name,
         to_params(cfg),
         tags=tags,
-        run_name=(handoff and handoff.run_name) or f"{name}-{cfg.device}",
+        run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
         parent_run_id=(handoff and handoff.parent_run_id) or None,
     ) as tracker:
         if getattr(cfg, "system_metrics", False):
@@ -99,6 +100,17 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _planned_device(requested: str) -> str:
+    """The device the run will resolve to, for its name (`auto` -> `cuda:0`); when it cannot resolve, the
+    request as typed: the error itself is raised inside the run, which then ends FAILED."""
+    from devicebench.device import resolve_device
+
+    try:
+        return str(resolve_device(requested))
+    except UsageError:  # DeviceUnavailable: raised again inside the run, which reports it
+        return requested
 
 
 def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any) -> None:

@@ -31,7 +31,7 @@ class Handoff:
     experiment_id: str
     suite: str  # "<plan name>:<parent run id>": the tag the report filters a plan's runs by
     item: str  # the item's stable id: what `suite --resume` matches finished runs by
-    run_name: str
+    run_name: str  # what the child adds to the name it gives its run (`repeat 2/3`), or ""
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
         """The child's environment: `base` without the parent's run, plus this handoff."""

@@ -8,6 +8,7 @@ crosses in one documented contract (`handoff.py`). Reading and checking the plan
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -60,8 +61,9 @@ def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
 
 
 def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun) -> dict[str, str]:
-    run_name = f"{item.index:03d} {item.label}"
-    return Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, run_name).env(os.environ)
+    # the child names its run (devicebench/naming.py); a repeated item says which repeat it is
+    suffix = f"repeat {item.repeat}/{item.repeats}" if item.repeats > 1 else ""
+    return Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, suffix).env(os.environ)
 
 
 def _run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -195,10 +197,31 @@ def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: s
         print(f"  failed: {item.label}: {reason}")
     for item in outcome.skipped:
         print(f"  skipped: {item.label}")
-    if tracking_uri.startswith("sqlite:"):
-        print(f"open the MLflow UI on these runs: mlflow ui --backend-store-uri {redact_uri(tracking_uri)}")
-    else:
-        print(f"open the MLflow UI: {redact_uri(tracking_uri)}")
+    for line in next_commands(tracking_uri):
+        print(line)
+
+
+def _venv_command(name: str) -> str:
+    """`name` as a fresh shell finds it: the path of this interpreter's own script (relative when it is
+    under the working directory, e.g. `.venv/bin/mlflow`), since a new shell has no venv activated."""
+    exe = Path(sys.executable).parent / name
+    if not exe.exists():
+        return name
+    with contextlib.suppress(ValueError):
+        return str(exe.absolute().relative_to(Path.cwd()))
+    return str(exe)
+
+
+def next_commands(tracking_uri: str) -> list[str]:
+    """What to type next, in a form that works in a fresh shell (no venv activated)."""
+    uri = redact_uri(tracking_uri)
+    compare = f"compare all runs again: {_venv_command('devicebench')} compare"
+    if not tracking_uri.startswith("sqlite:"):
+        return [f"open the MLflow UI: {uri}", compare]
+    ui = f"{_venv_command('mlflow')} ui --backend-store-uri {uri}"
+    if tracking_uri == "sqlite:///mlflow.db" and Path("Makefile").is_file():
+        ui = f"make ui   (or: {ui})"
+    return [f"open the MLflow UI on these runs: {ui}", compare]
 
 
 def _report(plan: Plan, settings: Any, suite_tag: str) -> int:

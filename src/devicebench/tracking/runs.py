@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
+from devicebench.naming import is_generated
 from devicebench.schema import tag
 from devicebench.settings import Settings, redact_uri
 from devicebench.tracking.journal import Journal
@@ -136,6 +137,7 @@ def _open_run(
 
         if run_id:
             client.set_tag(run_id, tag("workload"), workload)
+            _name_attached_run(client, run_id, run_name)
             return run_id
         experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or ensure_experiment(settings)
         with contextlib.redirect_stderr(sys.stderr):
@@ -147,6 +149,13 @@ def _open_run(
         if hint:
             raise StoreUnavailable(hint) from None
         raise
+
+
+def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> None:
+    """`mlflow run` creates its run under a random name (`capable-squid-859`); give it the scheme every
+    other launch path uses, unless a person chose the name (`mlflow run --run-name`)."""
+    if run_name and is_generated(client.get_run(run_id).info.run_name):
+        client.set_tag(run_id, "mlflow.runName", run_name)
 
 
 def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:

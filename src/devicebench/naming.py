@@ -1,0 +1,72 @@
+"""One run-naming scheme for every launch path: workload, then the device, then what differs from the
+defaults, e.g. `cifar · cuda:0 · bs 64 · w 8`.
+
+MLflow's runs list cuts long names at the end, and the device is the one thing a user compares, so it
+comes right after the workload. The CLI, `mlflow run` (whose own names are random: `capable-squid-859`)
+and the suite all name runs here; a suite only adds `repeat k/N` when a plan repeats an item.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from devicebench.config import is_keyed
+from devicebench.schema import MAX_RUN_NAME
+
+SEP = " · "
+# Short spellings for the runs list; a field not named here shows as `name value`.
+SHORT = {
+    "batch_size": "bs",
+    "width": "w",
+    "epochs": "ep",
+    "image_size": "px",
+    "base_channels": "ch",
+    "channels_last": "nhwc",
+    "train_limit": "train",
+    "test_limit": "test",
+    "val_limit": "val",
+    "sizes": "n",
+    "num_workers": "workers",
+}
+# MLflow's generated names: adjective-animal-number, cut at 20 characters (mlflow/utils/name_utils.py).
+_GENERATED = re.compile(r"^[a-z]+-[a-z]*(-\d{0,3})?$")
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, tuple):
+        return ",".join(_value(x) for x in v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def _differences(cfg: Any) -> list[str]:
+    """The work-defining fields that differ from the workload's defaults, in the config's own order."""
+    shown = []
+    for f in dataclasses.fields(cfg):
+        if not is_keyed(f):
+            continue
+        value = getattr(cfg, f.name)
+        if value == f.default:
+            continue
+        short = SHORT.get(f.name, f.name)
+        if isinstance(value, bool):
+            shown.append(short if value else f"no {short}")
+        elif f.metadata.get("choices") and not isinstance(value, tuple):
+            shown.append(str(value))  # a choice names itself: bf16, resnet18, tensor
+        else:
+            shown.append(f"{short} {_value(value)}")
+    return shown
+
+
+def run_name(workload: str, device: str, cfg: Any = None, suffix: str = "") -> str:
+    """`<workload> · <device>[ · <differences>][ · <suffix>]`, within MLflow's length limit."""
+    parts = [workload, str(device), *(_differences(cfg) if cfg is not None else []), suffix]
+    return SEP.join(p for p in parts if p)[:MAX_RUN_NAME]
+
+
+def is_generated(name: str | None) -> bool:
+    """True for a name MLflow made up (or none): such a run may be renamed; a name a person chose may not."""
+    return not name or (len(name) <= 20 and bool(_GENERATED.match(name)))
