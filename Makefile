@@ -14,7 +14,7 @@ PY := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 export GIT_PYTHON_REFRESH := quiet
 
-.PHONY: setup demo test lint format bench gpu-check compare clean help
+.PHONY: setup demo test lint format bench gpu-check compare screenshots clean help
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -55,6 +55,9 @@ gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo and a sh
 
 compare: $(VENV)/.installed ## compare CPU and GPU runs in the configured store (ARGS="--since 7d ...")
 	$(BIN)/devicebench compare $(ARGS)
+
+screenshots: $(VENV)/.installed ## README pictures: a fresh demo in a real `mlflow ui`, checked and shot by headless Chromium
+	$(PY) -m testbed.screenshots $(ARGS)
 
 clean: ## remove the embedded store, artifacts and reports made by runs (keeps .venv and data)
 	rm -rf mlflow.db mlruns mlartifacts reports
