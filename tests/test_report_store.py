@@ -238,6 +238,34 @@ def test_no_experiment_reads_devicebench_runs_in_every_experiment(
     assert report.data.params["experiment"] == "all"
 
 
+def test_report_run_shows_its_answer_as_metrics_and_description(
+    store, env: Path, experiment_name: str
+) -> None:
+    """What the MLflow UI shows on the report run's page: speedups as metrics, a Markdown summary."""
+    client, exp_id = store
+    times = {(4, "cpu"): 6.0, (4, "cuda:0"): 3.0, (128, "cpu"): 10.0, (128, "cuda:0"): 0.5}
+    specs = []
+    for (batch, device), t in times.items():
+        spec = specs_for("cifar", [device], batch=batch)[0]
+        spec.metrics["time/train_s"] = t
+        specs.append(spec)
+    log_runs(client, exp_id, specs)
+    argv = ("--experiment", experiment_name, "--baseline", "previous", "--out", str(env / "ui"))
+    assert compare_cli(*argv) == 0
+    (report,) = client.search_runs([exp_id], "tags.`devicebench.workload` = 'report'")
+    m = report.data.metrics
+    assert m["speedup/cifar batch_size_4 cpu vs cuda_0"] == pytest.approx(2.0)
+    assert m["speedup/cifar batch_size_128 cpu vs cuda_0"] == pytest.approx(20.0)
+    assert (m["speedup/best"], m["speedup/worst"], m["pairs"], m["regressions"]) == pytest.approx(
+        (20.0, 2.0, 2, 0)
+    )
+    note = report.data.tags["mlflow.note.content"]
+    assert "GPU over CPU: best 20.0×" in note and "worst 2.00×" in note
+    assert "| cifar | batch_size=128 |" in note and "| 20.0× (" in note and "| 2.00× (" in note
+    assert "No regression beyond 10%" in note and "report.html" in note
+    assert report.info.run_name == "compare"
+
+
 # --------------------------------------------------------------------------------------------- end to end
 
 

@@ -3,7 +3,7 @@
 Reads runs from the configured tracking store (MLFLOW_TRACKING_URI: embedded SQLite or a server), from
 every experiment unless --experiment names some, pairs runs with the same config key across devices,
 writes report.md, report.html, runs.csv and charts to --out, prints a table, and logs the report as an
-MLflow run (devicebench.workload=report).
+MLflow run (devicebench.workload=report) whose metrics and description carry the headline numbers.
 With --baseline previous it exits 1 when the newest run of a config is slower than earlier ones beyond
 --threshold and beyond their spread (one line per regression).
 """
@@ -131,19 +131,18 @@ def compared_ids_tag(run_ids: list[str]) -> tuple[str, bool]:
 
 
 def log_report(
-    settings: Settings, files: list[Path], run_ids: list[str], params: dict[str, str]
+    settings: Settings, files: list[Path], comp: Comparison, read: str, params: dict[str, str]
 ) -> str | None:
-    """The report as a run of its own: its files as artifacts, the compared run ids as a tag."""
+    """The report as a run of its own: its files as artifacts, the compared run ids as a tag, and the
+    answer where the MLflow UI shows it at once: headline metrics and a Markdown description."""
+    from devicebench.report.headline import NOTE_TAG, headline_metrics, summary_note
     from devicebench.tracking import run_context
 
+    run_ids = [r.run_id for r in comp.runs]
     ids, truncated = compared_ids_tag(run_ids)
-    with run_context(
-        settings,
-        "report",
-        params,
-        tags={TAG_RUNS: ids, tag("report.run_count"): str(len(run_ids))},
-        run_name="compare",
-    ) as tracker:
+    tags = {TAG_RUNS: ids, tag("report.run_count"): str(len(run_ids)), NOTE_TAG: summary_note(comp, read)}
+    with run_context(settings, "report", params, tags=tags, run_name="compare") as tracker:
+        tracker.log_metrics(headline_metrics(comp))
         for f in files:
             tracker.log_artifact(f)
         if truncated:
@@ -251,6 +250,6 @@ def run(args: argparse.Namespace) -> int:
         if not selection.every_experiment:
             home = replace(settings, experiment=next(iter(selection.experiments.values())))
         params = _report_params(query, baseline, threshold)
-        report_id = log_report(home, files, [r.run_id for r in selection.runs], params)
+        report_id = log_report(home, files, comp, selection.read_line(), params)
         print(f"report run: {report_id} -> {settings.tracking_uri}")
     return _regression_exit(comp, threshold)
