@@ -39,6 +39,9 @@ def test_mlflow_run_compare_logs_a_report_run(
     assert len(reports) == 1
     report = reports[0]
     assert report.info.status == "FINISHED"
+    # the run `mlflow run` made carries the answer too: numpy on the CPU only, so no pair yet
+    assert report.data.metrics["pairs"] == 0
+    assert "No config ran on both a CPU and a GPU" in report.data.tags["mlflow.note.content"]
     matmul_ids = {
         r.info.run_id
         for r in runs_of(mlflow_server.url, experiment_name)

@@ -26,6 +26,7 @@ from devicebench.report.query import (
     split_list,
 )
 from devicebench.report.render import terminal_table, write_report
+from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
 
 _ids = itertools.count()
 HOST = {
@@ -485,6 +486,55 @@ def test_compared_ids_tag_fits_mlflow_limit() -> None:
     many = [f"{i:032x}" for i in range(1000)]
     tag, truncated = compared_ids_tag(many)
     assert truncated and len(tag) <= 8000 and tag.endswith("see compared_runs.json)")
+
+
+# --------------------------------------------------------------------------------------------- the UI
+
+
+def test_pair_metric_names_are_legal_unique_and_capped() -> None:
+    from mlflow.utils.validation import _validate_metric_name
+
+    from devicebench.report.headline import metric_part, unique_names
+
+    assert metric_part("cifar batch_size=4  cpu vs cuda:0/x") == "cifar batch_size_4 cpu vs cuda_0_x"
+    names = unique_names(["a b", "a b", "a b", "x" * 150, "x" * 120], cap=100)
+    assert names[:3] == ["a b", "a b 2", "a b 3"]
+    assert names[3] == "x" * 100 and names[4] == "x" * 98 + " 2"
+    for name in names:
+        _validate_metric_name(f"speedup/{name}")  # raises on a name MLflow refuses
+
+
+def test_headline_metrics_count_cpu_gpu_pairs_only() -> None:
+    from devicebench.report.headline import headline_metrics
+
+    cpu, a10 = rec("cpu", metrics=train(10.0)), rec("cuda:0", metrics=train(2.0))
+    h100 = rec("cuda:0", metrics=train(1.0), tags={"devicebench.device.name": "H100"})
+    m = headline_metrics(compare([cpu, a10, h100]))
+    speedups = {k: v for k, v in m.items() if k.startswith("speedup/")}
+    assert m["pairs"] == 3 and "regressions" not in m  # A10 vs H100 is a pair, not a GPU-over-CPU answer
+    assert sorted(speedups.values()) == pytest.approx([5.0, 5.0, 10.0, 10.0])  # two pairs, best, worst
+    assert (m["speedup/best"], m["speedup/worst"]) == pytest.approx((10.0, 5.0))
+    assert m["speedup/cifar cpu vs cuda_0 2"] == pytest.approx(10.0)  # same devices: a second name
+    only_cpu = headline_metrics(compare([cpu], baseline="previous"))
+    assert only_cpu == {"pairs": 0.0, "regressions": 0.0}
+
+
+def test_summary_note_fits_the_tag_limit_at_whole_rows() -> None:
+    from devicebench.report.headline import summary_note
+
+    runs = []
+    for batch in range(1, 301):
+        p = {"batch_size": str(batch)}
+        runs += [rec("cpu", key=f"k{batch}", metrics=train(10.0), params=p)]
+        runs += [rec("cuda:0", key=f"k{batch}", metrics=train(10.0 / batch), params=p)]
+    note = summary_note(compare(runs), "read 600 runs from 1 experiment: devicebench (600)")
+    assert len(note) <= MAX_TAG and note.startswith("**GPU over CPU: best 300×**")
+    rows = [ln for ln in note.splitlines() if ln.startswith("| cifar |")]
+    assert 10 < len(rows) < 300 and all(ln.endswith("|") for ln in rows)
+    assert f"_{300 - len(rows)} more pairs in report.html_" in note
+    assert note.endswith("Full report: report.html in this run's artifacts.")
+    small = summary_note(compare(runs[:4]), "read 4 runs")
+    assert "more pairs" not in small and small.count("| cifar |") == 2
 
 
 # --------------------------------------------------------------------------------------------- files

@@ -50,6 +50,10 @@ def compare_cli(*argv: str) -> int:
     return report_cli.run(parser.parse_args(list(argv)))
 
 
+def compare_here(experiment: str, *argv: str) -> int:
+    return compare_cli("--experiment", experiment, *argv)
+
+
 def timed(t: float, start: int, device: str = "cuda:0", **kw: object) -> Spec:
     spec = specs_for("cifar", [device], batch=128, start=start)[0]
     spec.metrics["time/train_s"] = t
@@ -129,7 +133,8 @@ def test_compare_writes_files_and_logs_the_report_run(store, env: Path, experime
     client, exp_id = store
     ids = log_runs(client, exp_id, specs_for("cifar", ["cpu", "cuda:0", "cpu", "cuda:0"], batch=4))
     out = env / "report"
-    assert compare_cli("--out", str(out), "--workload", "", "--since", "", "--filter", "", "--host", "") == 0
+    empty = ("--workload", "", "--since", "", "--filter", "", "--host", "")
+    assert compare_cli("--experiment", experiment_name, "--out", str(out), *empty) == 0
     stdout = capsys.readouterr().out
     assert "batch 4: GPU launch-bound" in stdout and "report run:" in stdout
     for name in ("report.md", "report.html", "runs.csv", "speedup_by_workload.png"):
@@ -142,12 +147,16 @@ def test_compare_writes_files_and_logs_the_report_run(store, env: Path, experime
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"report.md", "report.html", "runs.csv", "speedup_by_workload.png"} <= artifacts
     # the report run itself is never compared by the next report
-    assert compare_cli("--out", str(env / "again"), "--no-log") == 0
+    assert compare_cli("--experiment", experiment_name, "--out", str(env / "again"), "--no-log") == 0
     assert "4 runs" in capsys.readouterr().out
 
 
-def test_regression_mode_exit_codes(store, env: Path, capsys) -> None:
+def test_regression_mode_exit_codes(store, env: Path, experiment_name: str, capsys) -> None:
     client, exp_id = store
+
+    def compare_cli(*argv: str) -> int:  # this test's experiment only: the server is shared
+        return compare_here(experiment_name, *argv)
+
     now = int(time.time() * 1000)
     nights = [timed(t, now - (10 - i) * DAY_MS) for i, t in enumerate([10.0, 10.2, 9.9, 10.1])]
     log_runs(client, exp_id, nights)
@@ -175,15 +184,86 @@ def test_regression_mode_exit_codes(store, env: Path, capsys) -> None:
     assert "regression: cifar" in capsys.readouterr().out
 
 
-def test_usage_errors_from_the_command(store, env: Path) -> None:
+def test_usage_errors_from_the_command(store, env: Path, experiment_name: str) -> None:
     with pytest.raises(UsageError, match=r"^--experiment: no runs match"):
-        compare_cli("--no-log", "--out", str(env / "x"))
+        compare_cli("--experiment", experiment_name, "--no-log", "--out", str(env / "x"))
     with pytest.raises(UsageError, match=r"^--since: 'last tuesday' is not a time window"):
         compare_cli("--since", "last tuesday", "--no-log")
     with pytest.raises(UsageError, match=r"^--threshold: "):
         compare_cli("--threshold", "ten", "--no-log")
     with pytest.raises(UsageError, match=r"^--experiment: unknown experiment 'a'"):
         compare_cli("--experiment", "a,b", "--no-log")
+
+
+# --------------------------------------------------------------------------------------------- every experiment
+
+
+def test_no_experiment_reads_devicebench_runs_in_every_experiment(
+    mlflow_server, env: Path, experiment_name: str, capsys
+) -> None:
+    """The demo's experiment, the configured one and `Default` (where `mlflow run` puts runs) are all
+    read; reports, suite parents, runs without the workload tag and deleted experiments are not."""
+    client = MlflowClient(mlflow_server.url)
+    token = f"every-{experiment_name}"  # this test's runs, apart from the rest of the shared server
+    flt = f"tags.`devicebench.suite` = '{token}'"
+
+    def mine(specs: list[Spec], **kw: str) -> list[Spec]:
+        for spec in specs:
+            spec.suite = token
+            for k, v in kw.items():
+                setattr(spec, k, v)
+        return specs
+
+    a, b, gone = (client.create_experiment(f"{experiment_name}-{x}") for x in ("a", "b", "gone"))
+    ids = log_runs(client, a, mine(specs_for("cifar", ["cpu", "cuda:0", "cpu"])))
+    ids += log_runs(client, b, mine(specs_for("cifar", ["cuda:0", "cpu"])))
+    ids += log_runs(client, "0", mine(specs_for("cifar", ["cuda:0"])))  # Default
+    log_runs(client, a, mine(specs_for("cifar", ["cpu"]), workload="report"))
+    log_runs(client, b, mine(specs_for("cifar", ["cpu"]), workload="suite"))
+    foreign = client.create_run("0", tags={"devicebench.suite": token})  # not devicebench's: no workload
+    client.set_terminated(foreign.info.run_id)
+    log_runs(client, gone, mine(specs_for("cifar", ["cpu"])))
+    client.delete_experiment(gone)
+    sel = read_runs(client, Query(experiments=("all",), filter=flt, page_size=2))  # pages of experiments too
+    assert sorted(r.run_id for r in sel.runs) == sorted(ids)
+    line = f"read 6 runs from 3 experiments: {experiment_name}-a (3), {experiment_name}-b (2), Default (1)"
+    assert sel.read_line() == line
+    assert compare_cli("--filter", flt, "--out", str(env / "all")) == 0  # no --experiment
+    stdout = capsys.readouterr().out
+    assert stdout.count(f"compare: {line}") == 1
+    assert line.removeprefix("read ") in (env / "all" / "report.md").read_text()
+    home = client.get_experiment_by_name(experiment_name)  # the configured experiment holds the report
+    (report,) = client.search_runs([home.experiment_id], "tags.`devicebench.workload` = 'report'")
+    assert sorted(report.data.tags["devicebench.report.runs"].split(",")) == sorted(ids)
+    assert report.data.params["experiment"] == "all"
+
+
+def test_report_run_shows_its_answer_as_metrics_and_description(
+    store, env: Path, experiment_name: str
+) -> None:
+    """What the MLflow UI shows on the report run's page: speedups as metrics, a Markdown summary."""
+    client, exp_id = store
+    times = {(4, "cpu"): 6.0, (4, "cuda:0"): 3.0, (128, "cpu"): 10.0, (128, "cuda:0"): 0.5}
+    specs = []
+    for (batch, device), t in times.items():
+        spec = specs_for("cifar", [device], batch=batch)[0]
+        spec.metrics["time/train_s"] = t
+        specs.append(spec)
+    log_runs(client, exp_id, specs)
+    argv = ("--experiment", experiment_name, "--baseline", "previous", "--out", str(env / "ui"))
+    assert compare_cli(*argv) == 0
+    (report,) = client.search_runs([exp_id], "tags.`devicebench.workload` = 'report'")
+    m = report.data.metrics
+    assert m["speedup/cifar batch_size_4 cpu vs cuda_0"] == pytest.approx(2.0)
+    assert m["speedup/cifar batch_size_128 cpu vs cuda_0"] == pytest.approx(20.0)
+    assert (m["speedup/best"], m["speedup/worst"], m["pairs"], m["regressions"]) == pytest.approx(
+        (20.0, 2.0, 2, 0)
+    )
+    note = report.data.tags["mlflow.note.content"]
+    assert "GPU over CPU: best 20.0×" in note and "worst 2.00×" in note
+    assert "| cifar | batch_size=128 |" in note and "| 20.0× (" in note and "| 2.00× (" in note
+    assert "No regression beyond 10%" in note and "report.html" in note
+    assert report.info.run_name == "compare"
 
 
 # --------------------------------------------------------------------------------------------- end to end
@@ -207,8 +287,9 @@ def test_cpu_matmul_read_into_a_report(mlflow_server, experiment_name: str, tmp_
         assert r.returncode == 0, r.stderr
     out = tmp_path / "rep"
     # the flags exactly as MLproject's compare entry point passes them: empty strings mean "not set"
+    # (the experiment is named: the server is shared, and without one compare reads every experiment)
     mlproject = ["--workload", "", "--since", "", "--filter", "", "--host", "", "--baseline", "none"]
-    args = ["compare", "--experiment", "", *mlproject, "--threshold", "0.1", "--out", str(out)]
+    args = ["compare", "--experiment", experiment_name, *mlproject, "--threshold", "0.1", "--out", str(out)]
     r = run_cli(args, env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "configs without a partner device" in r.stdout and "no partner: matmul" in r.stdout

@@ -1,8 +1,9 @@
 """Compare CPU and GPU runs side by side, and say why each speedup is what it is.
 
-Reads runs from the configured tracking store (MLFLOW_TRACKING_URI: embedded SQLite or a server), pairs
-runs with the same config key across devices, writes report.md, report.html, runs.csv and charts to
---out, prints a table, and logs the report as an MLflow run (devicebench.workload=report).
+Reads runs from the configured tracking store (MLFLOW_TRACKING_URI: embedded SQLite or a server), from
+every experiment unless --experiment names some, pairs runs with the same config key across devices,
+writes report.md, report.html, runs.csv and charts to --out, prints a table, and logs the report as an
+MLflow run (devicebench.workload=report) whose metrics and description carry the headline numbers.
 With --baseline previous it exits 1 when the newest run of a config is slower than earlier ones beyond
 --threshold and beyond their spread (one line per regression).
 """
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="NAME",
-        help="experiment name(s); repeat or comma-separate [default: DEVICEBENCH_EXPERIMENT or devicebench]",
+        help="experiment name(s); repeat or comma-separate [default: all, devicebench's runs in every experiment]",
     )
     for flag, default, metavar, help in TEXT_OPTIONS:
         parser.add_argument(flag, default=default, metavar=metavar, help=help)
@@ -130,19 +131,18 @@ def compared_ids_tag(run_ids: list[str]) -> tuple[str, bool]:
 
 
 def log_report(
-    settings: Settings, files: list[Path], run_ids: list[str], params: dict[str, str]
+    settings: Settings, files: list[Path], comp: Comparison, read: str, params: dict[str, str]
 ) -> str | None:
-    """The report as a run of its own: its files as artifacts, the compared run ids as a tag."""
+    """The report as a run of its own: its files as artifacts, the compared run ids as a tag, and the
+    answer where the MLflow UI shows it at once: headline metrics and a Markdown description."""
+    from devicebench.report.headline import NOTE_TAG, headline_metrics, summary_note
     from devicebench.tracking import run_context
 
+    run_ids = [r.run_id for r in comp.runs]
     ids, truncated = compared_ids_tag(run_ids)
-    with run_context(
-        settings,
-        "report",
-        params,
-        tags={TAG_RUNS: ids, tag("report.run_count"): str(len(run_ids))},
-        run_name="compare",
-    ) as tracker:
+    tags = {TAG_RUNS: ids, tag("report.run_count"): str(len(run_ids)), NOTE_TAG: summary_note(comp, read)}
+    with run_context(settings, "report", params, tags=tags, run_name="compare") as tracker:
+        tracker.log_metrics(headline_metrics(comp))
         for f in files:
             tracker.log_artifact(f)
         if truncated:
@@ -169,7 +169,8 @@ def _meta(settings: Settings, selection: Selection, query: Query, baseline: str)
     """The report's "selection" table: how the compared runs were chosen."""
     return {
         "tracking store": settings.tracking_uri,
-        "experiments": ", ".join(selection.experiments.values()),
+        "experiments": ("every active one; " if selection.every_experiment else "")
+        + selection.read_line().removeprefix("read "),
         "workload": ",".join(query.workloads),
         "since": query.since or "",
         "filter (sent to MLflow)": selection.filter_string,
@@ -181,7 +182,7 @@ def _meta(settings: Settings, selection: Selection, query: Query, baseline: str)
 
 def _report_params(query: Query, baseline: str, threshold: float) -> dict[str, str]:
     return {
-        "experiment": ",".join(query.experiments),
+        "experiment": ",".join(query.experiments) or "all",
         "workload": ",".join(query.workloads),
         "since": query.since or "",
         "filter": query.filter or "",
@@ -218,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(out)
     settings = load_settings()
     query = Query(
-        experiments=split_list(args.experiment or []) or (settings.experiment,),
+        experiments=split_list(args.experiment or []),  # none or `all`: every experiment
         workloads=workloads,
         since=args.since.strip() or None,
         filter=args.filter.strip() or None,
@@ -232,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
     check_store(settings)
     t0 = time.perf_counter()
     selection, earlier = _read(settings, query, baseline)
+    print(f"compare: {selection.read_line()}")
     comp = compare(selection.runs, baseline=baseline, threshold=threshold, earlier_runs=earlier)
     try:
         files = render.write_report(comp, out, _meta(settings, selection, query, baseline))
@@ -242,10 +244,12 @@ def run(args: argparse.Namespace) -> int:
         f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {time.perf_counter() - t0:.1f} s)"
     )
     if not args.no_log:
-        # the report lands beside what it compared (the first experiment), so the UI shows them together
-        home = replace(settings, experiment=next(iter(selection.experiments.values())))
-        report_id = log_report(
-            home, files, [r.run_id for r in selection.runs], _report_params(query, baseline, threshold)
-        )
+        # named experiments: the report lands beside what it compared (the first one), so the UI shows
+        # them together; read from everywhere, it lands in the configured experiment
+        home = settings
+        if not selection.every_experiment:
+            home = replace(settings, experiment=next(iter(selection.experiments.values())))
+        params = _report_params(query, baseline, threshold)
+        report_id = log_report(home, files, comp, selection.read_line(), params)
         print(f"report run: {report_id} -> {settings.tracking_uri}")
     return _regression_exit(comp, threshold)

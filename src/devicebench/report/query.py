@@ -18,6 +18,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devicebench.errors import UsageError
+from devicebench.report.experiments import (
+    active_experiments,
+    means_every,
+    read_line,
+    resolve_experiments,
+)
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 
@@ -99,7 +105,7 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class Query:
-    """What to read. Empty or None means "not set"."""
+    """What to read. Empty or None means "not set"; no experiments (or `all`) means every active one."""
 
     experiments: tuple[str, ...]
     workloads: tuple[str, ...] = ()
@@ -107,6 +113,10 @@ class Query:
     filter: str | None = None
     host: str | None = None
     page_size: int = PAGE_SIZE
+
+    @property
+    def every_experiment(self) -> bool:
+        return means_every(self.experiments)
 
 
 # --------------------------------------------------------------------------------------------- since
@@ -156,26 +166,6 @@ def split_list(values: Iterable[str] | str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def resolve_experiments(client: Any, names: Sequence[str]) -> dict[str, str]:
-    """Experiment names (or ids) → {id: name}; an unknown one is a usage error that lists the known ones."""
-    out: dict[str, str] = {}
-    for name in names:
-        exp = client.get_experiment_by_name(name)
-        if exp is None and name.isdigit():
-            from mlflow.exceptions import MlflowException
-
-            try:
-                exp = client.get_experiment(name)
-            except MlflowException:
-                exp = None
-        if exp is None or exp.lifecycle_stage == "deleted":
-            known = sorted(e.name for e in client.search_experiments(max_results=50))
-            hint = f"; known: {', '.join(known)}" if known else "; the store has no experiments yet"
-            raise UsageError(f"unknown experiment {name!r}{hint}", param="experiment")
-        out[exp.experiment_id] = exp.name
-    return out
-
-
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "\\'") + "'"
 
@@ -202,7 +192,9 @@ def partitions(query: Query) -> list[str | None]:
 
     A server answers one search page at a time per request; splitting the search by workload lets its
     workers serve several streams at once. Without a workload option the last stream takes every
-    workload that is not a known one, so nothing new is missed.
+    workload that is not a known one, so nothing new is missed. Every clause names the workload tag, and
+    a tag comparison (`!=` too) matches only runs that carry the tag: runs that are not devicebench's
+    (someone's own in `Default`) stay on the server when every experiment is read.
     """
     if len(query.workloads) == 1:
         return [None]
@@ -313,6 +305,11 @@ class Selection:
     filter_string: str
     history_calls: int = 0
     read_s: float = 0.0
+    every_experiment: bool = False  # read every active experiment, not named ones
+
+    def read_line(self) -> str:
+        """Which experiments the runs came from, with counts: printed once, and in the selection table."""
+        return read_line(self.experiments, [r.experiment_id for r in self.runs], self.every_experiment)
 
 
 def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Selection:
@@ -323,11 +320,13 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
     stream of search pages took 8.7 s and the 664 history requests 5 s when run one after the other).
     """
     t0 = time.perf_counter()
-    if not query.experiments:
-        raise UsageError("needs at least one experiment name", param="experiment")
     if query.since:
         parse_since(query.since)  # a bad window is named before any request
-    experiments = resolve_experiments(client, query.experiments)
+    every = query.every_experiment
+    if every:  # only runs tagged with a workload come back: every search clause names the tag
+        experiments = active_experiments(client, query.page_size)
+    else:
+        experiments = resolve_experiments(client, query.experiments)
     futures: list[Future[None]] = []
     with ThreadPoolExecutor(max_workers=workers) as history_pool:
 
@@ -340,14 +339,14 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
                 )
             return got
 
-        clauses = partitions(query)
-        with ThreadPoolExecutor(max_workers=len(clauses)) as search_pool:
+        clauses = partitions(query) if experiments else []
+        with ThreadPoolExecutor(max_workers=max(len(clauses), 1)) as search_pool:
             streams = list(search_pool.map(stream, clauses))
         for f in list(futures):
             f.result()
     runs = sorted((r for rs in streams for r in rs), key=lambda r: r.start_time, reverse=True)
     if not runs:
-        what = [f"experiment {', '.join(experiments.values())}"]
+        what = ["any experiment" if every else f"experiment {', '.join(experiments.values())}"]
         if query.workloads:
             what.append(f"workload {','.join(query.workloads)}")
         if query.since:
@@ -360,4 +359,6 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
             f"no runs match ({'; '.join(what)}); run a workload first (devicebench matmul) or widen the selection",
             param="experiment",
         )
-    return Selection(runs, experiments, build_filter(query), len(futures), time.perf_counter() - t0)
+    return Selection(
+        runs, experiments, build_filter(query), len(futures), time.perf_counter() - t0, every_experiment=every
+    )

@@ -1,0 +1,144 @@
+"""The report's answer where the MLflow UI shows it without opening an artifact.
+
+A report run's overview page shows its metrics and its description (the `mlflow.note.content` tag,
+rendered as Markdown). So the headline numbers become metrics (`speedup/<pair>` per CPU/GPU pair,
+`speedup/best`, `speedup/worst`, `pairs`, `regressions`) and a short summary becomes the description.
+Both read the speedups the comparison already holds (`Pair.headline`, the pair rows of content.py);
+nothing is computed twice, so the UI, the terminal and report.html cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from devicebench.report.compare import Comparison
+from devicebench.report.content import Doc, Table, pair_row, varying_params
+from devicebench.report.fmt import NONE, fmt_x
+from devicebench.report.markdown import to_markdown
+from devicebench.report.pairs import Pair
+from devicebench.schema import MAX_TAG_VALUE
+
+NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
+MAX_PAIR_NAME = 100  # of MLflow's 250 characters per metric name: enough to tell pairs apart in a chart list
+NOTE_HEADERS = ["workload", "config", "base", "other", "speedup", "why"]
+MAX_REGRESSION_LINES = 5
+# MLflow allows alphanumerics, _ - . / and space in metric names (a colon nowhere on Windows);
+# `/` would nest the pair a level deeper in the UI's metric groups, so it goes too
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.\- ]+")
+
+
+def _speedup(p: Pair) -> float:
+    return p.headline if p.headline is not None else math.nan
+
+
+def cpu_gpu_pairs(comp: Comparison) -> list[Pair]:
+    """The pairs that answer "how much faster on the GPU than on the CPU": CPU base, a speedup known."""
+    return [p for p in comp.pairs if p.is_cpu_gpu and p.headline is not None and math.isfinite(p.headline)]
+
+
+def metric_part(text: str) -> str:
+    """`cifar batch_size=4 cpu vs cuda:0` → `cifar batch_size_4 cpu vs cuda_0`: legal in a metric name."""
+    return " ".join(_NOT_IN_NAME.sub("_", text).split())
+
+
+def pair_name(p: Pair, varying: dict[str, list[str]]) -> str:
+    """Workload, the params that tell its configs apart, and the two devices."""
+    params = " ".join(f"{k}={p.base.params.get(k, '')}" for k in varying.get(p.workload) or [])
+    return metric_part(" ".join(x for x in (p.workload, params, p.base.device, "vs", p.other.device) if x))
+
+
+def unique_names(names: list[str], cap: int = MAX_PAIR_NAME) -> list[str]:
+    """Each name cut to `cap` characters; a name already taken gets ` 2`, ` 3`... (still within `cap`):
+    two pairs whose names differ only past the cut, or only in the device model, must not overwrite
+    each other's metric."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for name in names:
+        base = name[:cap].rstrip()
+        candidate, n = base, 2
+        while candidate in seen:
+            candidate = f"{base[: cap - len(str(n)) - 1].rstrip()} {n}"
+            n += 1
+        seen.add(candidate)
+        out.append(candidate)
+    return out
+
+
+def headline_metrics(comp: Comparison) -> dict[str, float]:
+    """`speedup/<pair>` per CPU/GPU pair, `speedup/best` and `/worst` over them, `pairs`, and
+    `regressions` when a baseline was asked for (None means "not judged", not zero)."""
+    metrics: dict[str, float] = {"pairs": float(len(comp.pairs))}
+    pairs = cpu_gpu_pairs(comp)
+    varying = varying_params(comp.all_sides)
+    names = unique_names([pair_name(p, varying) for p in pairs])
+    for name, p in zip(names, pairs, strict=True):
+        metrics[f"speedup/{name}"] = _speedup(p)
+    if pairs:
+        metrics["speedup/best"] = max(map(_speedup, pairs))
+        metrics["speedup/worst"] = min(map(_speedup, pairs))
+    if comp.regressions is not None:
+        metrics["regressions"] = float(len(comp.regressions))
+    return metrics
+
+
+def _where(p: Pair, varying: dict[str, list[str]]) -> str:
+    row = pair_row(p, varying)
+    return f"{row.workload} {row.config}: {row.other} vs {row.base}"
+
+
+def verdict_lines(comp: Comparison) -> list[str]:
+    """The answer in a few lines: best and worst GPU speedup, and regressions when judged."""
+    varying = varying_params(comp.all_sides)
+    pairs = cpu_gpu_pairs(comp)
+    lines = []
+    if pairs:
+        best, worst = max(pairs, key=_speedup), min(pairs, key=_speedup)
+        lines.append(f"**GPU over CPU: best {fmt_x(best.headline)}** ({_where(best, varying)})")
+        if worst is not best:
+            lines.append(f"**worst {fmt_x(worst.headline)}** ({_where(worst, varying)})")
+    else:
+        lines.append("No config ran on both a CPU and a GPU: run the same config with another --device.")
+    if comp.regressions:
+        lines.append(f"**{len(comp.regressions)} regression(s)** beyond {comp.threshold:.0%}:")
+        lines.extend(f"`{g.line()}`" for g in comp.regressions[:MAX_REGRESSION_LINES])
+    elif comp.regressions is not None:
+        lines.append(f"No regression beyond {comp.threshold:.0%} in {comp.regression_groups} group(s).")
+    return lines
+
+
+def _note_doc(comp: Comparison, read: str, lines: list[str], rows: list[list[str]], cut: int) -> Doc:
+    doc = Doc()
+    doc.p("  \n".join(lines))  # two trailing spaces: a Markdown line break
+    if rows:
+        doc.blocks.append(Table(NOTE_HEADERS, rows, f"{cut} more pairs in report.html" if cut else ""))
+    elif cut:
+        doc.p(f"_{cut} pairs in report.html_")
+    doc.p(
+        f"{read[:1].upper()}{read[1:]}; {len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a "
+        "partner device. Full report: report.html in this run's artifacts."
+    )
+    return doc
+
+
+def summary_note(comp: Comparison, read: str, limit: int = MAX_TAG_VALUE) -> str:
+    """The run description: verdict lines and a table of the pairs, cut (at whole rows) to fit the
+    tag limit with a pointer to report.html, which has everything."""
+    varying = varying_params(comp.all_sides)
+    rows = []
+    for p in comp.pairs:
+        r = pair_row(p, varying)
+        rows.append([r.workload, r.config, r.base, r.other, r.speedup, p.verdicts[0] if p.verdicts else NONE])
+    lines = verdict_lines(comp)
+    lo, hi = 0, len(rows)  # the most rows that fit: the text only grows with rows
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(to_markdown(_note_doc(comp, read, lines, rows[:mid], len(rows) - mid))) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = to_markdown(_note_doc(comp, read, lines, rows[:lo], len(rows) - lo)).strip()
+    if len(text) > limit:  # even without the table (a very long read line): cut the text itself
+        pointer = "\n\n… cut; see report.html in this run's artifacts."
+        text = text[: limit - len(pointer)] + pointer
+    return text
