@@ -7,6 +7,19 @@ reads the very same images even if `train.txt` is replaced. Masks are VOC's pale
 are class indices (0 background, 1–20 objects, 255 the void border), so they are resized with nearest
 neighbour and never converted to RGB. Anything missing is one line naming the path and the fix; nothing
 falls back to synthetic data.
+
+torchvision's `VOCSegmentation` does the download (`download`). It does not do the reading, because
+(shown on the tests' VOC layout, torchvision 0.29.1) it reads the same pixels as `load` (all 6 images and
+masks equal after the same resize) but:
+- `image_set` must be train, trainval or val (`ValueError` for `devicebench_train300`), so neither the
+  frozen sample nor a `train_list`/`val_list` file can be read through it, and it needs `train.txt`
+  even when both lists are given;
+- it builds paths without looking: a missing listed JPEG is a `FileNotFoundError` at its first
+  `__getitem__` (mid-epoch, in a DataLoader worker), and a blank line in a list becomes `JPEGImages/.jpg`;
+- it leaves each mask file open (6 ResourceWarnings for 6 items read) and reports a missing directory
+  as "Dataset not found or corrupted", without the path or the fix.
+What remains here is the path convention (`JPEGImages/<id>.jpg`, `SegmentationClass/<id>.png`), which
+is what it would have given, and the checks above.
 """
 
 from __future__ import annotations
