@@ -139,22 +139,37 @@ def build_config(cls: type[C], values: Mapping[str, Any]) -> C:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One `--name` flag per field (`--batch_size` and `--batch-size` both work), help from the field."""
+    """One `--name` flag per field (`--batch_size` and `--batch-size` both work), help from the field.
+
+    A boolean also takes `--name` alone (true) and `--no-name` (false); MLproject and plans pass the
+    explicit `--name true|false`, which still works.
+    """
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         elem, seq = _base_type(hints[f.name])
         default = ",".join(map(str, f.default)) if seq else f.default
         if isinstance(default, bool):
             default = str(default).lower()
-        flags = [f"--{f.name}"]
-        if "_" in f.name:
-            flags.append(f"--{f.name.replace('_', '-')}")
+        spellings = [f.name, *([f.name.replace("_", "-")] if "_" in f.name else [])]
+        what = f"{_describe(f, elem, seq)}; default {default}"
+        extra: dict[str, Any] = {"metavar": "VALUE"}
+        if elem is bool and not seq:
+            what = f"--{f.name} alone: true, --no-{spellings[-1]}: false; default {default}"
+            extra = {"metavar": "true|false", "nargs": "?", "const": "true"}
+            parser.add_argument(
+                *(f"--no-{s}" for s in spellings),
+                dest=f.name,
+                action="store_const",
+                const="false",
+                default=None,
+                help=argparse.SUPPRESS,  # named in the flag's own help
+            )
         parser.add_argument(
-            *flags,
+            *(f"--{s}" for s in spellings),
             dest=f.name,
             default=None,
-            metavar="VALUE",
-            help=f"{f.metadata['help']} [{_describe(f, elem, seq)}; default {default}]",
+            help=f"{f.metadata['help']} [{what}]",
+            **extra,
         )
 
 
