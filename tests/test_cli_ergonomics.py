@@ -1,5 +1,5 @@
-"""A newcomer's CLI: no silent abbreviations, the closest match named, booleans as plain flags.
-Parse only: nothing here trains or imports torch."""
+"""A newcomer's CLI: no silent abbreviations, the closest match named, booleans as plain flags, and a
+word (not an empty string) for every "not set". Parse only: nothing here trains or imports torch."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from devicebench.cli import build_parser, main
-from devicebench.config import config_from_args
-from devicebench.configs import CONFIGS, CifarConfig
+from devicebench.config import build_config, config_from_args, config_key, to_params
+from devicebench.configs import CONFIGS, CifarConfig, UNetConfig
 from devicebench.errors import UsageError
 from servers import one_error_line
 
@@ -99,3 +99,37 @@ def test_help_shows_the_negated_flag(capsys: pytest.CaptureFixture[str]) -> None
     assert done.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "--compile [true|false]" in out and "--compile alone: true, --no-compile: false" in out
+
+
+def test_unset_words_mean_the_empty_value_and_are_what_is_logged() -> None:
+    """`mlflow run` logged the empty default as `''`; the word is logged by both paths now."""
+    for given in ({}, {"data_dir": "", "train_list": "", "val_list": ""}, {"data_dir": "AUTO"}):
+        cfg = build_config(UNetConfig, given)
+        assert (cfg.data_dir, cfg.train_list, cfg.val_list) == ("", "", "")  # what the workload reads
+        params = to_params(cfg)
+        assert (params["data_dir"], params["train_list"], params["val_list"]) == (
+            "auto",
+            "default",
+            "default",
+        )
+    assert to_params(build_config(CifarConfig, {}))["data_dir"] == "auto"
+    assert build_config(CifarConfig, {"data_dir": "/data/x"}).data_dir == "/data/x"
+
+
+def test_config_keys_of_earlier_runs_still_match() -> None:
+    """The key hashes an unset field as its empty value, as before the words: a nightly's baseline
+    (runs logged before this change) still pairs with tonight's run."""
+    assert config_key("unet", UNetConfig()) == "04d4f5f3b03f05a2"
+    assert config_key("cifar", CifarConfig()) == "c8f9cd02a7ea1b01"
+
+
+def test_compare_and_suite_default_to_their_words() -> None:
+    compare = build_parser("compare").parse_args(["compare"])
+    assert (compare.workload, compare.since, compare.filter, compare.host, compare.out) == (
+        "all",
+        "all",
+        "none",
+        "any",
+        "auto",
+    )
+    assert build_parser("suite").parse_args(["suite", "p.yaml"]).resume == "none"

@@ -214,12 +214,31 @@ def _run_sync(args: argparse.Namespace) -> int:
     return 1 if out.pending else 0
 
 
+# The words MLproject passes for a command option that is not set, and the CLI's defaults too: `mlflow run`
+# logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The command's
+# code reads the empty value, as before. (compare's `--experiment all` is the report's to read.)
+UNSET_WORDS: dict[str, dict[str, str]] = {
+    "compare": {"workload": "all", "since": "all", "filter": "none", "host": "any", "out": "auto"},
+    "suite": {"resume": "none"},
+}
+
+
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:
     """Commands whose arguments live with their code (`report.cli`, `suite`): add_arguments + run."""
     module = importlib.import_module(module_name)
     p = sub.add_parser(name, help=help, description=(module.__doc__ or "").strip())
     module.add_arguments(p)
-    p.set_defaults(handler=module.run)
+    words = UNSET_WORDS.get(name, {})
+    p.set_defaults(handler=lambda args: module.run(_unset(args, words)), **words)
+
+
+def _unset(args: argparse.Namespace, words: dict[str, str]) -> argparse.Namespace:
+    """An option given as its unset word (`--since all`) becomes the empty value the command reads."""
+    for dest, word in words.items():
+        value = getattr(args, dest)
+        if isinstance(value, str) and value.strip().lower() == word:
+            setattr(args, dest, "")
+    return args
 
 
 COMMANDS: dict[str, str] = {
