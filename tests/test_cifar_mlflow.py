@@ -12,6 +12,8 @@ from mlflow.tracking import MlflowClient
 from test_cifar_data import write_cifar
 from test_cifar_workload import CLASS_METRICS, SUMMARY_METRICS
 
+from devicebench.config import build_config, to_params
+from devicebench.configs import CifarConfig
 from devicebench.models.cifar_net import Net
 from servers import MlflowServer, devicebench_env, run_mlflow_project, runs_of
 
@@ -56,11 +58,15 @@ def test_mlflow_run_cifar_on_synthetic_data(
         "test_limit": 500,
         "batch_size": 32,
         "log_every": 10,
+        "momentum": "0.90",  # spelled unlike the CLI's 0.9: MLflow refuses to change a logged param
     }
     proc = run_mlflow_project("cifar", params, _env(mlflow_server), experiment=experiment_name)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Accuracy of the network on the 500 test images" in proc.stdout
     run = _finished_run(mlflow_server.url, experiment_name)
+    # every default as the CLI logs it (no `''` for an empty one, no `0` for 0.0); a -P value as given
+    cli_logs = to_params(build_config(CifarConfig, {k: str(v) for k, v in params.items()}))
+    assert run.data.params == {**cli_logs, "momentum": "0.90"}
     tags, metrics = run.data.tags, run.data.metrics
     assert tags["devicebench.workload"] == "cifar" and tags["devicebench.data"] == "synthetic"
     assert len(tags["devicebench.init_weights"]) == 16

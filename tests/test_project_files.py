@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
+from devicebench.cli import build_parser
 from devicebench.config import to_params
-from devicebench.workloads import WORKLOADS, load
+from devicebench.configs import CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,18 +36,42 @@ def _mlproject() -> dict:
     return yaml.safe_load((ROOT / "MLproject").read_text())
 
 
-@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_mlproject_entry_point_matches_the_workload_config(name: str) -> None:
-    module = load(name)
+    """Each default spelled exactly as the CLI logs it: `mlflow run` logs MLproject's value first (and
+    the CLI then leaves a param that exists alone), so `0` against the CLI's `0.0` set the same work
+    apart in MLflow's compare view. Integers are declared `int`, floats `float`."""
+    cls = CONFIGS[name]
     entry = _mlproject()["entry_points"][name]
-    fields = [f.name for f in dataclasses.fields(module.Config)]
-    assert list(entry["parameters"]) == fields
-    defaults = to_params(module.Config())
+    hints = typing.get_type_hints(cls)
+    assert list(entry["parameters"]) == [f.name for f in dataclasses.fields(cls)]
+    logged = to_params(cls())
     for key, spec in entry["parameters"].items():
-        declared = str(spec["default"]).lower() if isinstance(spec["default"], bool) else str(spec["default"])
-        parsed = module.Config.__dataclass_fields__[key]
-        assert declared == defaults[key] or float(declared) == float(defaults[key]), (key, parsed)
+        assert str(spec["default"]) == logged[key], key
+        assert spec["type"] == {int: "int", float: "float"}.get(hints[key], "string"), key
         assert f"--{key} {{{key}}}" in entry["command"]
+
+
+def test_no_mlproject_default_is_an_empty_string() -> None:
+    """`mlflow run` logs values shell-quoted: an empty default became the literal `''`."""
+    empty = [
+        (entry, key)
+        for entry, spec in _mlproject()["entry_points"].items()
+        for key, param in spec["parameters"].items()
+        if str(param.get("default")).strip() == ""
+    ]
+    assert not empty
+
+
+@pytest.mark.parametrize(("name", "argv"), [("compare", ["compare"]), ("suite", ["suite", "plan.yaml"])])
+def test_compare_and_suite_defaults_are_the_clis(name: str, argv: list[str]) -> None:
+    """What `mlflow run -e compare` passes when nothing is set is what the CLI assumes: the same word.
+    Not compared: compare's `experiment` (MLproject's `all` is every experiment; the CLI's default is
+    the configured one) and suite's `plan` (the CLI needs one)."""
+    args = build_parser(name).parse_args(argv)
+    params = _mlproject()["entry_points"][name]["parameters"]
+    checked = {k: str(v["default"]) for k, v in params.items() if k not in ("experiment", "plan")}
+    assert checked == {k: str(getattr(args, k)) for k in checked}
 
 
 def test_every_setting_read_by_the_code_is_documented_in_env_example() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import importlib
 import importlib.util
 import os
@@ -26,10 +27,60 @@ PROG = "devicebench"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus the error over several lines; we print the error alone."""
+    """argparse prints usage plus the error over several lines; we print the error alone.
+
+    No abbreviations (`--epoch 1` was silently taken as `--epochs`, and a later flag could make a
+    once-unique prefix ambiguous); an unknown flag or command names its closest match instead.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(
+                f"unrecognized arguments: {' '.join(extras)}{_closest_flag(extras, self._flags(parsed))}"
+            )
+        return parsed
+
+    def _flags(self, parsed: argparse.Namespace) -> dict[str, str]:
+        """Every option string of this parser and of the chosen command's → its `--long` spelling."""
+        parsers: list[argparse.ArgumentParser] = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                parsers += [chosen] if chosen is not None else []
+        flags = {}
+        for p in parsers:
+            for text, action in p._option_string_actions.items():
+                flags[text] = next((o for o in action.option_strings if o.startswith("--")), text)
+        return flags
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """`devicebench cifr` names `cifar`; the same for any flag with choices."""
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r}{hint} (choose from {', '.join(choices)})"
+            )
+        super()._check_value(action, value)
+
+
+def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
+    """The hint "; did you mean --epochs?" for the first unknown flag close to a known one, else ""."""
+    for token in extras:
+        if token.startswith("-") and len(token) > 1:
+            close = difflib.get_close_matches(token.split("=", 1)[0], list(flags), n=1)
+            if close:
+                return f"; did you mean {flags[close[0]]}?"
+    return ""
 
 
 def _fail(message: str, code: int) -> int:
@@ -175,12 +226,31 @@ def _run_sync(args: argparse.Namespace) -> int:
     return 1 if out.pending else 0
 
 
+# The words MLproject passes for a command option that is not set, and the CLI's defaults too: `mlflow run`
+# logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The command's
+# code reads the empty value, as before. (compare's `--experiment all` is the report's to read.)
+UNSET_WORDS: dict[str, dict[str, str]] = {
+    "compare": {"workload": "all", "since": "all", "filter": "none", "host": "any", "out": "auto"},
+    "suite": {"resume": "none"},
+}
+
+
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:
     """Commands whose arguments live with their code (`report.cli`, `suite`): add_arguments + run."""
     module = importlib.import_module(module_name)
     p = sub.add_parser(name, help=help, description=(module.__doc__ or "").strip())
     module.add_arguments(p)
-    p.set_defaults(handler=module.run)
+    words = UNSET_WORDS.get(name, {})
+    p.set_defaults(handler=lambda args: module.run(_unset(args, words)), **words)
+
+
+def _unset(args: argparse.Namespace, words: dict[str, str]) -> argparse.Namespace:
+    """An option given as its unset word (`--since all`) becomes the empty value the command reads."""
+    for dest, word in words.items():
+        value = getattr(args, dest)
+        if isinstance(value, str) and value.strip().lower() == word:
+            setattr(args, dest, "")
+    return args
 
 
 COMMANDS: dict[str, str] = {

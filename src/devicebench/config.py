@@ -38,13 +38,21 @@ def param(
     min: float | None = None,
     max: float | None = None,
     key: bool = True,
+    unset: str | None = None,
 ) -> Any:
     """A config field with its help text and constraints.
 
     `key=False` keeps a field out of the config key: it changes *where* or *how verbosely* a run works
     (data directory, seed, log interval), not what work it measures.
+    `unset` is the word that stands for a text field's empty value (`auto`, `default`): the field holds
+    "" as before, but the word is what is logged and what MLproject passes. `mlflow run` logs every
+    parameter shell-quoted, so an empty default was logged as the literal `''` and MLflow's compare view
+    set those runs apart from the same work logged by the CLI.
     """
     meta = {"help": help, "choices": tuple(choices) if choices else None, "min": min, "max": max, "key": key}
+    meta["unset"] = unset
+    if unset is not None and default != "":
+        raise TypeError("a field with an unset word defaults to its empty value")
     if isinstance(default, list | dict | set):
         raise TypeError("use tuples for sequence defaults")
     return dataclasses.field(default=default, metadata=meta)
@@ -105,6 +113,8 @@ def _convert_one(raw: str, f: dataclasses.Field, elem: Any, seq: bool) -> Any:
         if elem is int and value > INT_LIMIT:
             raise UsageError(f"{raw!r} is out of range; expected {allowed} and <= {INT_LIMIT}", param=f.name)
         return value
+    if meta.get("unset") and text.lower() == meta["unset"]:
+        return ""
     if meta.get("choices") and text.lower() not in meta["choices"]:
         raise UsageError(f"unknown value {raw!r}; allowed: {', '.join(meta['choices'])}", param=f.name)
     return text.lower() if meta.get("choices") else text
@@ -139,22 +149,37 @@ def build_config(cls: type[C], values: Mapping[str, Any]) -> C:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One `--name` flag per field (`--batch_size` and `--batch-size` both work), help from the field."""
+    """One `--name` flag per field (`--batch_size` and `--batch-size` both work), help from the field.
+
+    A boolean also takes `--name` alone (true) and `--no-name` (false); MLproject and plans pass the
+    explicit `--name true|false`, which still works.
+    """
     hints = typing.get_type_hints(cls)
+    defaults = _param_strings(cls(), words=True)
     for f in dataclasses.fields(cls):
         elem, seq = _base_type(hints[f.name])
-        default = ",".join(map(str, f.default)) if seq else f.default
-        if isinstance(default, bool):
-            default = str(default).lower()
-        flags = [f"--{f.name}"]
-        if "_" in f.name:
-            flags.append(f"--{f.name.replace('_', '-')}")
+        spellings = [f.name, *([f.name.replace("_", "-")] if "_" in f.name else [])]
+        what = f"{_describe(f, elem, seq)}; default {defaults[f.name]}"
+        if f.metadata.get("unset"):
+            what = f"a path, or {f.metadata['unset']} (the default)"
+        extra: dict[str, Any] = {"metavar": "VALUE"}
+        if elem is bool and not seq:
+            what = f"--{f.name} alone: true, --no-{spellings[-1]}: false; default {defaults[f.name]}"
+            extra = {"metavar": "true|false", "nargs": "?", "const": "true"}
+            parser.add_argument(
+                *(f"--no-{s}" for s in spellings),
+                dest=f.name,
+                action="store_const",
+                const="false",
+                default=None,
+                help=argparse.SUPPRESS,  # named in the flag's own help
+            )
         parser.add_argument(
-            *flags,
+            *(f"--{s}" for s in spellings),
             dest=f.name,
             default=None,
-            metavar="VALUE",
-            help=f"{f.metadata['help']} [{_describe(f, elem, seq)}; default {default}]",
+            help=f"{f.metadata['help']} [{what}]",
+            **extra,
         )
 
 
@@ -167,7 +192,13 @@ def config_from_args(cls: type[C], args: argparse.Namespace) -> C:
 
 
 def to_params(cfg: Any) -> dict[str, str]:
-    """Every field as an MLflow param string (lists comma-joined, booleans lower case)."""
+    """Every field as an MLflow param string (lists comma-joined, booleans lower case, an empty value
+    as its unset word): the same strings MLproject's defaults are spelled in, so a run started by
+    `mlflow run` and one started by the CLI log the same work alike."""
+    return _param_strings(cfg, words=True)
+
+
+def _param_strings(cfg: Any, *, words: bool) -> dict[str, str]:
     out = {}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
@@ -175,6 +206,8 @@ def to_params(cfg: Any) -> dict[str, str]:
             v = ",".join(map(str, v))
         elif isinstance(v, bool):
             v = str(v).lower()
+        elif words and v == "" and f.metadata.get("unset"):
+            v = f.metadata["unset"]
         out[f.name] = str(v)
     return out
 
@@ -186,13 +219,17 @@ def is_keyed(f: dataclasses.Field) -> bool:
 
 
 def config_key(workload: str, cfg: Any) -> str:
-    """A stable hash of the work a run did: every param except device, seed and the `key=False` ones."""
-    params = to_params(cfg)
+    """A stable hash of the work a run did: every param except device, seed and the `key=False` ones.
+
+    An unset field hashes as its empty value, as it did before unset words were logged: the keys of
+    earlier runs (a nightly's baseline) still match."""
+    params = _param_strings(cfg, words=False)
     return key_of(workload, {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)})
 
 
 def key_of(workload: str, work: Mapping[str, Any]) -> str:
     """The hash behind `config_key`, for callers that hold logged params rather than a config (the
-    compare benchmark's generated runs): pass only the params that are work (`configs.not_work()`)."""
+    compare benchmark's generated runs): pass only the params that are work (`configs.not_work()`),
+    with an unset field's word (unet's `train_list: default`) as "", as `config_key` hashes it."""
     blob = json.dumps({"workload": workload, **work}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

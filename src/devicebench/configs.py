@@ -162,7 +162,7 @@ class CifarConfig:
         choices=("cifar10", "synthetic"),
     )
     data_dir: str = param(
-        "", "directory holding cifar-10-batches-py (empty: DEVICEBENCH_DATA_DIR)", key=False
+        "", "directory holding cifar-10-batches-py (auto: DEVICEBENCH_DATA_DIR)", key=False, unset="auto"
     )
     download: bool = param(False, "download CIFAR-10 (~163 MB) when files are missing", key=False)
     verify: bool = param(True, "check the files' md5 sums (torchvision's) before reading them", key=False)
@@ -209,13 +209,19 @@ class UNetConfig:
         "voc2012: Pascal VOC 2012 in its standard layout; synthetic: learnable offline scenes",
         choices=("voc2012", "synthetic"),
     )
-    data_dir: str = param("", "directory holding VOCdevkit/VOC2012 (empty: DEVICEBENCH_DATA_DIR)", key=False)
+    data_dir: str = param(
+        "", "directory holding VOCdevkit/VOC2012 (auto: DEVICEBENCH_DATA_DIR)", key=False, unset="auto"
+    )
     download: bool = param(False, "download VOC 2012 (~2 GB) when it is missing", key=False)
     train_list: str = param(
-        "", "file of training image ids, one a line (empty: the first 300 of VOC's train.txt)"
+        "",
+        "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
+        unset="default",
     )
     val_list: str = param(
-        "", "file of validation image ids, one a line (empty: the first 100 of VOC's val.txt)"
+        "",
+        "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
+        unset="default",
     )
     train_limit: int = param(0, "train on the first N listed images only (0 = all)", min=0)
     val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
@@ -249,7 +255,7 @@ class UNetConfig:
         if not Path(os.path.expanduser(given)).is_file():
             raise DataUnavailable(
                 f"list file {given} not found; give a file of VOC image ids, one a line, "
-                "or leave it empty for the default sample",
+                "or `default` for the default sample",
                 param=name,
             )
 
