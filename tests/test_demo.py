@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
+import signal
+import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
-from servers import devicebench_env, run_cli, runs_of
+from servers import devicebench_env, free_port, run_cli, runs_of, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,3 +47,57 @@ def test_the_demo_plan_runs_offline_on_the_embedded_store(tmp_path: Path) -> Non
         for r in runs
         if r.data.tags.get("devicebench.workload") in ("cifar", "unet")
     } == {"synthetic"}
+
+
+def test_the_newcomers_next_commands_see_the_demos_runs(tmp_path: Path) -> None:
+    """What the demo prints next works in a fresh shell (no venv on PATH): the UI command serves the runs
+    under their device-first names, and `devicebench compare` with no flags finds them."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = devicebench_env(uri, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "name: newcomer\nexperiment: devicebench-demo\nruns:\n"
+        "  - entry: matmul\n    params: {sizes: 64, repeats: 1, min_time_s: 0, isolation: none}\n"
+        "report: false\n"
+    )
+    proc = run_cli(["suite", str(plan)], env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ui = next(ln for ln in proc.stdout.splitlines() if ln.startswith("open the MLflow UI on these runs: "))
+    ui_cmd = shlex.split(ui.split(": ", 1)[1])
+    assert ui_cmd[1:] == ["ui", "--backend-store-uri", uri], ui
+    port = free_port()
+    fresh_shell = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
+    server = subprocess.Popen(
+        [*ui_cmd, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp_path,
+        env={**fresh_shell, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, 90, server)
+        with urllib.request.urlopen(
+            f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=devicebench-demo"
+        ) as r:
+            exp_id = json.load(r)["experiment"]["experiment_id"]
+        body = json.dumps({"experiment_ids": [exp_id]}).encode()
+        req = urllib.request.Request(
+            f"{url}/api/2.0/mlflow/runs/search", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req) as r:
+            names = {run["info"]["run_name"] for run in json.load(r)["runs"]}
+        assert "matmul · cpu · n 64 · repeats 1" in names, names
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(10)
+    compare = next(ln for ln in proc.stdout.splitlines() if ln.startswith("compare all runs again: "))
+    assert compare.split(": ", 1)[1].endswith("/bin/devicebench compare"), compare
+    seen = run_cli(["compare", "--no-log", "--out", str(tmp_path / "report")], env, cwd=tmp_path)
+    assert seen.returncode == 0, seen.stderr
+    assert re.search(r"read 1 runs? from 1 experiment: devicebench-demo \(1\)", seen.stdout), seen.stdout

@@ -286,9 +286,20 @@ def test_cpu_matmul_read_into_a_report(mlflow_server, experiment_name: str, tmp_
         )
         assert r.returncode == 0, r.stderr
     out = tmp_path / "rep"
-    # the flags exactly as MLproject's compare entry point passes them: empty strings mean "not set"
+    # the flags exactly as MLproject's compare entry point passes them: its words for "not set"
     # (the experiment is named: the server is shared, and without one compare reads every experiment)
-    mlproject = ["--workload", "", "--since", "", "--filter", "", "--host", "", "--baseline", "none"]
+    mlproject = [
+        "--workload",
+        "all",
+        "--since",
+        "all",
+        "--filter",
+        "none",
+        "--host",
+        "any",
+        "--baseline",
+        "none",
+    ]
     args = ["compare", "--experiment", experiment_name, *mlproject, "--threshold", "0.1", "--out", str(out)]
     r = run_cli(args, env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -183,10 +183,11 @@ def _meta(settings: Settings, selection: Selection, query: Query, baseline: str)
 def _report_params(query: Query, baseline: str, threshold: float) -> dict[str, str]:
     return {
         "experiment": ",".join(query.experiments) or "all",
-        "workload": ",".join(query.workloads),
-        "since": query.since or "",
-        "filter": query.filter or "",
-        "host": query.host or "",
+        # the words MLproject's compare entry point passes for "not set", so both launch paths log the same
+        "workload": ",".join(query.workloads) or "all",
+        "since": query.since or "all",
+        "filter": query.filter or "none",
+        "host": query.host or "any",
         "baseline": baseline,
         "threshold": str(threshold),
     }

@@ -53,9 +53,9 @@ def holder(lock_path: Path) -> str:
 
 
 @contextmanager
-def file_lock(path: Path, timeout_s: float, what: str) -> Iterator[None]:
-    """An exclusive inter-process lock waited for up to `timeout_s`; StoreUnavailable naming `what` when
-    it cannot be had."""
+def file_lock(path: Path, timeout_s: float, what: str, hint: str = "") -> Iterator[None]:
+    """An exclusive inter-process lock waited for up to `timeout_s`; StoreUnavailable naming `what` (and
+    what to do instead: `hint`) when it cannot be had."""
     try:
         fd = _open_lock_file(path)
     except OSError as e:
@@ -66,6 +66,7 @@ def file_lock(path: Path, timeout_s: float, what: str) -> Iterator[None]:
             if time.monotonic() > deadline:
                 raise StoreUnavailable(
                     f"{what}: another process held {path} for more than {timeout_s:.0f} s"
+                    + (f"; {hint}" if hint else "")
                 ) from None
             time.sleep(0.05)
         yield

@@ -25,6 +25,10 @@ from devicebench.tracking.protocol import one_line
 SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (2-15 s on a 2-core VM)
 
 
+# What a user who ran into SQLite's one-writer limit should use instead.
+PARALLEL = "for parallel runs use a tracking server (make server, or docker compose with PostgreSQL)"
+
+
 def _auth_header() -> dict[str, str]:
     token = os.environ.get("MLFLOW_TRACKING_TOKEN")
     if token:
@@ -155,7 +159,7 @@ def prepare_sqlite_store(uri: str, timeout_s: float) -> None:
         _check_other_store(uri, timeout_s)
         return
     what = f"the embedded SQLite store {redact_uri(uri)}"
-    with file_lock(path.with_name(path.name + ".lock"), timeout_s, what):
+    with file_lock(path.with_name(path.name + ".lock"), timeout_s, what, hint=PARALLEL):
         left = _half_migrated(path)
         if left:
             raise _half_migrated_error(uri, path, left)
@@ -175,10 +179,7 @@ def sqlite_busy_hint(uri: str, error: str) -> str | None:
     """
     if not uri.startswith("sqlite:") or "locked" not in error.lower():
         return None
-    return (
-        f"the embedded SQLite store {redact_uri(uri)} is locked by concurrent writers ({error[:200]}); "
-        "for parallel runs use a tracking server (make server, or docker compose with PostgreSQL)"
-    )
+    return f"the embedded SQLite store {redact_uri(uri)} is locked by concurrent writers ({error[:200]}); {PARALLEL}"
 
 
 def configure_mlflow_client(settings: Settings) -> None:
