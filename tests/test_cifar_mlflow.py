@@ -1,7 +1,9 @@
-"""`mlflow run . -e cifar` against a real `mlflow server`: read back every metric, artifact and the model."""
+"""`mlflow run . -e cifar` and `devicebench cifar` against a real `mlflow server`: read back every metric,
+tag, table and the model with its linked metrics."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mlflow
@@ -15,9 +17,10 @@ from test_cifar_workload import CLASS_METRICS, SUMMARY_METRICS
 from devicebench.config import build_config, to_params
 from devicebench.configs import CifarConfig
 from devicebench.models.cifar_net import Net
-from servers import MlflowServer, devicebench_env, run_mlflow_project, runs_of
+from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 
-ARTIFACTS = {"cifar_net.pth", "confusion_matrix.png", "per_class.json", "timings.json", "host.json"}
+ARTIFACTS = {"confusion_matrix.png", "confusion_matrix.json", "per_class.json", "timings.json", "host.json"}
+TABLES = [{"path": "per_class.json", "type": "table"}, {"path": "confusion_matrix.json", "type": "table"}]
 
 
 def _env(server: MlflowServer) -> dict[str, str]:
@@ -33,11 +36,11 @@ def _finished_run(uri: str, experiment: str):
     return run
 
 
-def _check_model(uri: str, run_id: str) -> None:
+def _check_model(uri: str, run_id: str, name: str = "cifar-tutorial") -> torch.nn.Module:
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
     try:
-        net = mlflow.pytorch.load_model(f"runs:/{run_id}/model")
+        net = mlflow.pytorch.load_model(f"runs:/{run_id}/{name}")
     finally:
         mlflow.set_tracking_uri(previous)
     for n in (1, 7):
@@ -45,6 +48,40 @@ def _check_model(uri: str, run_id: str) -> None:
         outputs = net(images)  # the tutorial's evaluation code, unchanged
         _, predicted = torch.max(outputs, 1)
         assert outputs.shape == (n, 10) and predicted.shape == (n,)
+    return net
+
+
+def _load_table(uri: str, run, path: str):
+    """A table read back by MLflow's own reader (`load_table` searches the global tracking URI's runs)."""
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        return MlflowClient(uri).load_table(run.info.experiment_id, path, run_ids=[run.info.run_id])
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def _check_linked_metrics(client: MlflowClient, run) -> None:
+    """One logged model, named for its architecture, with the final evaluation's points linked to it
+    (the run's own history keeps one point each)."""
+    run_id = run.info.run_id
+    (model,) = client.search_logged_models([run.info.experiment_id], f"source_run_id = '{run_id}'")
+    assert model.name == "cifar-tutorial"
+    linked = {m.key: m.value for m in client.get_logged_model(model.model_id).metrics}
+    assert {"eval/accuracy", "eval/loss", *CLASS_METRICS} <= set(linked)
+    assert linked["eval/accuracy"] == run.data.metrics["eval/accuracy"]
+    assert len(client.get_metric_history(run_id, "eval/accuracy")) == 1
+
+
+def _check_host_and_duration(run) -> None:
+    """Honest host tags (the torch build is not the host's CUDA) and a total time inside the run."""
+    tags = run.data.tags
+    assert tags["devicebench.host.torch_cuda_build"] == str(torch.version.cuda or "none")
+    assert "devicebench.host.cuda" not in tags
+    if not torch.cuda.is_available():
+        assert not {"devicebench.host.cuda_driver", "devicebench.host.driver"} & set(tags)
+    run_s = (run.info.end_time - run.info.start_time) / 1000
+    assert 0 < run.data.metrics["time/total_s"] <= run_s + 0.002  # + the store's millisecond rounding
 
 
 def test_mlflow_run_cifar_on_synthetic_data(
@@ -78,16 +115,22 @@ def test_mlflow_run_cifar_on_synthetic_data(
     assert not missing
     assert all(0 <= metrics[m] <= 1 for m in [*CLASS_METRICS, "eval/accuracy"])
     assert metrics["throughput/train_samples_per_s"] > 0 and metrics["memory/peak_rss_bytes"] > 0
+    assert "memory/peak_bytes" not in metrics  # the CPU has no device memory figure
+    _check_host_and_duration(run)
     client = MlflowClient(mlflow_server.url)
     history = client.get_metric_history(run.info.run_id, "train/loss")
     assert [m.step for m in history] == [10, 20, 30, 40, 50, 60]  # 63 steps, a point every 10
-    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= ARTIFACTS
-    _check_model(mlflow_server.url, run.info.run_id)
-    state = torch.load(client.download_artifacts(run.info.run_id, "cifar_net.pth", str(tmp_path)))
-    Net().load_state_dict(state)  # the tutorial's `net.load_state_dict(torch.load(PATH))`
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert artifacts >= ARTIFACTS and "cifar_net.pth" not in artifacts  # the weights are the model's
+    assert json.loads(tags["mlflow.loggedArtifacts"]) == TABLES
+    table = _load_table(mlflow_server.url, run, "per_class.json")
+    assert list(table.columns) == ["class", "accuracy", "correct", "total"] and table["total"].sum() == 500
+    _check_linked_metrics(client, run)
+    net = _check_model(mlflow_server.url, run.info.run_id)
+    Net().load_state_dict(net.state_dict())  # the weights load into the tutorial's own class
 
 
-def test_mlflow_run_cifar_on_a_cifar_format_directory(
+def test_cli_cifar_on_a_cifar_format_directory(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
     write_cifar(tmp_path / "cifar", per_batch=40, test=50)
@@ -100,10 +143,15 @@ def test_mlflow_run_cifar_on_a_cifar_format_directory(
         "loader": "tensor",
         "log_every": 5,
     }
-    proc = run_mlflow_project("cifar", params, _env(mlflow_server), experiment=experiment_name)
+    # `devicebench cifar` itself, not `mlflow run`: the run is created by devicebench, so its start
+    # is where `time/total_s` must start (it counted the imports and store check before the run).
+    env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
+    args = [f"--{k}={v}" for k, v in params.items()]
+    proc = run_cli(["cifar", *args], env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = _finished_run(mlflow_server.url, experiment_name)
     assert run.data.tags["devicebench.data"] == "cifar10"
+    _check_host_and_duration(run)
     assert not [m for m in CLASS_METRICS if m not in run.data.metrics]
     assert run.data.metrics["throughput/train_samples_per_s"] > 0
     _check_model(mlflow_server.url, run.info.run_id)

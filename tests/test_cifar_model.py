@@ -24,7 +24,9 @@ TUTORIAL_KEYS = [
 def test_net_is_the_tutorials_network() -> None:
     net = Net()
     assert count_parameters(net) == 62_006
-    assert list(net.state_dict()) == TUTORIAL_KEYS  # a cifar_net.pth loads into the tutorial's own class
+    assert (
+        list(net.state_dict()) == TUTORIAL_KEYS
+    )  # a logged model's weights load into the tutorial's own class
     assert net.conv1.weight.shape == (6, 3, 5, 5)
     assert net.conv2.weight.shape == (16, 6, 5, 5)
     assert net.fc1.weight.shape == (120, 400)

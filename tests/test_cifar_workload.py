@@ -31,7 +31,6 @@ SUMMARY_METRICS = [
     "throughput/eval_samples_per_s",
     "eval/accuracy",
     "eval/loss",
-    "memory/peak_bytes",
     "memory/peak_rss_bytes",
 ]
 SMALL = {
@@ -86,6 +85,7 @@ def test_a_run_logs_the_schema_and_every_artifact(tmp_path: Path, capsys: pytest
     result = run(cfg, _cpu(tmp_path), tracker)
     names = {k for k, _, _ in tracker.metrics}
     assert set(CLASS_METRICS + SUMMARY_METRICS) <= names
+    assert "memory/peak_bytes" not in names  # no device memory figure on the CPU (it repeated the RSS)
     assert "time/to_target_s" not in names
     losses = [(v, s) for k, v, s in tracker.metrics if k == "train/loss"]
     assert [s for _, s in losses] == [5, 10, 15, 20, 25, 30, 35, 40]  # 20 steps an epoch, 4 points each
@@ -95,17 +95,28 @@ def test_a_run_logs_the_schema_and_every_artifact(tmp_path: Path, capsys: pytest
     assert result.train_samples == 1280
     assert result.train_samples_per_s == pytest.approx(1280 / tracker.values("time/train_s")[0])
     assert tracker.tags["devicebench.init_weights"] and len(tracker.tags["devicebench.init_weights"]) == 16
-    assert {"per_class.json", "timings.json", "confusion_matrix.png", "cifar_net.pth"} <= set(
+    assert {"per_class.json", "timings.json", "confusion_matrix.png", "confusion_matrix.json"} <= set(
         tracker.artifacts
     )
+    assert "cifar_net.pth" not in tracker.artifacts  # the weights are the logged model's
+    assert tracker.tables == {"per_class.json", "confusion_matrix.json"}
     per_class = tracker.artifacts["per_class.json"]
-    assert [c["name"] for c in per_class["classes"]] == [m.split("/")[-1] for m in CLASS_METRICS]
-    assert sum(c["support"] for c in per_class["classes"]) == 200
+    assert list(per_class) == ["class", "accuracy", "correct", "total"]
+    assert per_class["class"] == [m.split("/")[-1] for m in CLASS_METRICS]
+    assert sum(per_class["total"]) == 200
+    assert per_class["accuracy"] == [pytest.approx(tracker.values(m)[-1]) for m in CLASS_METRICS]
     json.dumps(per_class)
+    confusion = tracker.artifacts["confusion_matrix.json"]
+    assert confusion["true class"] == per_class["class"] and confusion["cat"][3] == per_class["correct"][3]
     timings = tracker.artifacts["timings.json"]
     assert len(timings["epochs"]) == 2 and timings["eval_s"] > 0
+    # the model is named for its architecture and carries the final evaluation's metrics
+    assert list(tracker.models) == ["cifar-tutorial"]
+    linked = tracker.model_metrics["cifar-tutorial"]
+    assert linked["eval/accuracy"] == result.accuracy and linked["eval/loss"] == result.eval_loss
+    assert set(CLASS_METRICS) <= set(linked)
     # the tutorial's own evaluation code works on the logged model, for any batch size
-    model, example = tracker.models["model"]
+    model, example = tracker.models["cifar-tutorial"]
     assert example.shape[1:] == (3, 32, 32) and example.dtype == torch.float32
     images = torch.randn(7, 3, 32, 32)
     outputs = model(images)
@@ -178,7 +189,7 @@ def test_a_written_cifar_directory_trains_with_verify_off(tmp_path: Path) -> Non
     tracker = MemoryTracker()
     result = run(cfg, _cpu(tmp_path), tracker)
     assert result.train_samples == 80
-    assert sum(c["support"] for c in tracker.artifacts["per_class.json"]["classes"]) == 24
+    assert sum(tracker.artifacts["per_class.json"]["total"]) == 24
 
 
 def test_missing_dataset_is_data_unavailable_never_synthetic(tmp_path: Path) -> None:
@@ -260,7 +271,7 @@ def test_tutorial_defaults_on_cuda(tmp_path: Path) -> None:
     result = run(cfg, _cuda(tmp_path), tracker)
     assert result.train_samples == 8000 and 0 <= result.accuracy <= 1
     assert tracker.values("memory/peak_bytes")[0] > 0
-    model, _ = tracker.models["model"]
+    model, _ = tracker.models["cifar-tutorial"]
     assert next(model.parameters()).device.type == "cuda"  # the tracker moves its own copy to the CPU
 
 

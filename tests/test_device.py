@@ -116,7 +116,7 @@ def test_fingerprint_carries_host_facts_and_oci_tags(oci_server: str) -> None:
         "torch_threads",
         "gpu_count",
         "gpu_name",
-        "cuda",
+        "torch_cuda_build",
         "torch",
     ):
         assert fp[key], key
@@ -155,6 +155,20 @@ def test_gpu_fingerprint_names_the_gpu() -> None:
     assert fp["gpu_name"] != "none"
     assert float(fp["gpu_memory_gb"]) > 0
     assert fp["driver"] != "none"
+    assert fp["torch_cuda_build"] == torch.version.cuda and "cuda" not in fp
+    major, minor = fp["cuda_driver"].split(".")  # the newest CUDA the driver runs, e.g. 12.4
+    assert int(major) >= 10 and int(minor) >= 0
+    assert int(fp["cudnn"]) > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without a GPU")
+def test_without_a_gpu_the_fingerprint_names_the_torch_build_and_no_cuda_runtime() -> None:
+    """torch.version.cuda is the CUDA the wheel was built for (13.0 on this GPU-less host): it is
+    `torch_cuda_build`, never a bare `cuda` that reads as the CUDA this host runs."""
+    fp = host_fingerprint(torch.device("cpu"), "http://127.0.0.1:9/", 0)
+    assert fp["torch_cuda_build"] == str(torch.version.cuda or "none")
+    assert not {"cuda", "cuda_driver", "driver", "cudnn"} & set(fp), fp
+    assert fp["gpu_count"] == "0" and fp["gpu_name"] == "none"
 
 
 def test_fingerprint_names_every_cpu_thread_pool_and_the_usable_cores(

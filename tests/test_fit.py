@@ -58,7 +58,15 @@ def test_each_rank_trains_its_shard_and_only_the_main_process_logs(tmp_path: Pat
     assert first.init_weights == second.init_weights  # seeded by the driver: same weights on every rank
     assert not other.metrics and not other.tags and not other.artifacts
     names = {k for k, _, _ in main.metrics}
-    assert {"time/warmup_s", "train/epoch_loss", "eval/loss", "time/train_s", "memory/peak_bytes"} <= names
+    assert {
+        "time/warmup_s",
+        "train/epoch_loss",
+        "eval/loss",
+        "time/train_s",
+        "memory/peak_rss_bytes",
+    } <= names
+    assert "memory/peak_bytes" not in names  # the CPU has no device memory apart from the process's
+    assert first.eval_metrics == {"eval/loss": main.values("eval/loss")[-1]}  # what a model is linked to
     assert main.tags["devicebench.fp32_math"] == "ieee" and "devicebench.init_weights" in main.tags
     assert [len(e) for e in main.artifacts["timings.json"]["evals"]] == [3]
 

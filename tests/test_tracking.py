@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def test_a_finished_run_has_params_tags_and_every_metric(
             t.log_metrics({"train/loss": 1.0 / (step + 1), "other": step}, step=step)
         t.log_dict({"a": 1}, "per_class.json")
         t.log_text("x,y\n", "sub/table.csv")
+        t.log_table({"class": ["cat", "dog"], "accuracy": [0.5, None]}, "sub/results.json")
         run_id = t.run_id
     client = MlflowClient(mlflow_server.url)
     run = client.get_run(run_id)
@@ -50,8 +52,19 @@ def test_a_finished_run_has_params_tags_and_every_metric(
     paths = {a.path for a in client.list_artifacts(run_id)} | {
         a.path for a in client.list_artifacts(run_id, "sub")
     }
-    assert {"per_class.json", "sub/table.csv"} <= paths
+    assert {"per_class.json", "sub/table.csv", "sub/results.json"} <= paths
     assert not (tmp_path / "spool" / run_id).exists(), "a delivered run leaves no spool behind"
+    # a table in MLflow's own format, named a table for the UI, read back by MLflow's own reader
+    assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [
+        {"path": "sub/results.json", "type": "table"}
+    ]
+    table = client.load_table(run.info.experiment_id, "sub/results.json", run_ids=[run_id])
+    assert table["class"].tolist() == ["cat", "dog"] and table["accuracy"].tolist()[0] == 0.5
+    local = client.download_artifacts(run_id, "sub/results.json", str(tmp_path))
+    assert json.loads(Path(local).read_text()) == {
+        "columns": ["class", "accuracy"],
+        "data": [["cat", 0.5], ["dog", None]],
+    }
 
 
 def test_an_exception_marks_the_run_failed_with_a_one_line_error(
@@ -104,8 +117,22 @@ def test_a_logged_model_accepts_any_batch_size(
     s = settings_for(mlflow_server.url, tmp_path, experiment_name)
     model = Tiny()
     with run_context(s, "cifar", {}) as t:
-        t.log_model(model, "model", torch.randn(1, 3, 8, 8))
+        t.log_metrics({"eval/accuracy": 0.5, "eval/loss": 2.0}, step=1)
+        t.log_metrics({"eval/accuracy": 0.75, "time/train_s": 3.0}, step=2)
+        t.log_model(model, "model", torch.randn(1, 3, 8, 8), metrics=["eval/accuracy", "eval/loss"])
         run_id = t.run_id
+    # the metrics that measure the model are linked to it (their latest points), not copied
+    client = MlflowClient(mlflow_server.url)
+    (logged,) = client.search_logged_models(experiment_ids=[client.get_run(run_id).info.experiment_id])
+    linked = client.get_logged_model(logged.model_id).metrics
+    assert sorted((m.key, m.value, m.step) for m in linked) == [
+        ("eval/accuracy", 0.75, 2),
+        ("eval/loss", 2.0, 1),
+    ]
+    assert [(m.value, m.step) for m in client.get_metric_history(run_id, "eval/accuracy")] == [
+        (0.5, 1),
+        (0.75, 2),
+    ]
     mlflow.set_tracking_uri(mlflow_server.url)
     loaded = mlflow.pytorch.load_model(f"runs:/{run_id}/model")
     for n in (1, 7):
@@ -139,9 +166,14 @@ def test_memory_tracker_records_what_a_workload_logs() -> None:
     t = MemoryTracker()
     t.log_metrics({"a": 1, "b": 2.5}, step=3)
     t.set_tags({"k": 1})
-    assert t.metrics == [("a", 1.0, 3), ("b", 2.5, 3)]
-    assert t.values("b") == [2.5]
+    t.log_table({"class": ("x", "y"), "n": (1, 2)}, "t.json")
+    t.log_metrics({"b": 3.5}, step=4)
+    t.log_model(object(), "m", None, metrics=["b", "never-logged"])
+    assert t.metrics == [("a", 1.0, 3), ("b", 2.5, 3), ("b", 3.5, 4)]
+    assert t.values("b") == [2.5, 3.5]
     assert t.tags == {"k": "1"}
+    assert t.artifacts["t.json"] == {"class": ["x", "y"], "n": [1, 2]} and t.tables == {"t.json"}
+    assert t.model_metrics == {"m": {"b": 3.5}}
 
 
 def test_a_half_migrated_sqlite_store_is_named_with_the_way_out(
@@ -206,7 +238,18 @@ def test_replaying_a_model_twice_logs_it_once(
     mlflow.pytorch.save_model(
         module, str(journal.files / "models" / "model"), signature=signature, **_model_options()
     )
-    journal.append({"op": "model", "path": "files/models/model", "name": "model"})
+    ts = int(time.time() * 1000)
+    journal.append({"op": "metrics", "values": {"eval/accuracy": 0.75}, "step": 2, "ts": ts})
+    (journal.files / "per_class.json").write_text(json.dumps({"columns": ["class"], "data": [["cat"]]}))
+    table = {
+        "op": "artifact",
+        "path": "files/per_class.json",
+        "artifact_path": None,
+        "table": "per_class.json",
+    }
+    journal.append(table)
+    points = [["eval/accuracy", 0.75, 2, ts]]
+    journal.append({"op": "model", "path": "files/models/model", "name": "model", "points": points})
     journal.append({"op": "end", "status": "FINISHED", "ts": int(time.time() * 1000)})
     journal.close()
     copy = tmp_path / "journal-copy"
@@ -220,4 +263,12 @@ def test_replaying_a_model_twice_logs_it_once(
 
     models = client.search_logged_models(experiment_ids=[client.get_run(run_id).info.experiment_id])
     assert [(m.name, m.source_run_id, str(m.status)) for m in models] == [("model", run_id, "READY")]
-    assert client.get_run(run_id).info.status == "FINISHED"
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    # its metric linked once, the run's point kept once, the table named once
+    linked = client.get_logged_model(models[0].model_id).metrics
+    assert [(m.key, m.value, m.step, m.timestamp) for m in linked] == [("eval/accuracy", 0.75, 2, ts)]
+    assert len(client.get_metric_history(run_id, "eval/accuracy")) == 1
+    assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [
+        {"path": "per_class.json", "type": "table"}
+    ]

@@ -6,6 +6,7 @@ OMP_NUM_THREADS=1 because two OpenMP threads competing with other processes ther
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from test_unet_data import write_voc
 
 from devicebench import training
+from devicebench.data.voc import CLASSES
 from devicebench.workloads.unet import Config, build_model
 from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 
@@ -43,7 +45,9 @@ def synthetic_run(mlflow_server: MlflowServer) -> Iterator:
     yield runs[0], experiment
 
 
-def test_synthetic_run_finishes_with_the_schema(synthetic_run: tuple, mlflow_server: MlflowServer) -> None:
+def test_synthetic_run_finishes_with_the_schema(
+    synthetic_run: tuple, mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
     from mlflow.tracking import MlflowClient
 
     run, _ = synthetic_run
@@ -64,6 +68,18 @@ def test_synthetic_run_finishes_with_the_schema(synthetic_run: tuple, mlflow_ser
     assert [m.step for m in history] == [1, 2, 3]  # 48 images / batch 16, every step
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert artifacts >= {"predictions.png", "per_class.json", "confusion_matrix.png", "timings.json"}
+    assert "memory/peak_bytes" not in metrics  # the CPU has no device memory figure
+    tables = json.loads(tags["mlflow.loggedArtifacts"])
+    assert tables == [{"path": p, "type": "table"} for p in ("per_class.json", "confusion_matrix.json")]
+    local = Path(client.download_artifacts(run.info.run_id, "per_class.json", str(tmp_path)))
+    table = json.loads(local.read_text())  # pandas' "split" JSON, as MlflowClient.log_table writes it
+    assert table["columns"] == ["class", "iou", "dice", "accuracy", "truth_pixels", "predicted_pixels"]
+    assert [row[0] for row in table["data"]] == list(CLASSES)
+    # the model is named for what it is, and its quality metrics are linked to it
+    (model,) = client.search_logged_models([run.info.experiment_id], f"source_run_id = '{run.info.run_id}'")
+    assert model.name == "unet"
+    linked = {m.key: m.value for m in client.get_logged_model(model.model_id).metrics}
+    assert linked["eval/miou"] == metrics["eval/miou"] and {"eval/loss", "eval/dice"} <= set(linked)
 
 
 def test_logged_model_loads_and_predicts_masks(synthetic_run: tuple, mlflow_server: MlflowServer) -> None:
@@ -73,7 +89,7 @@ def test_logged_model_loads_and_predicts_masks(synthetic_run: tuple, mlflow_serv
 
     run, _ = synthetic_run
     mlflow.set_tracking_uri(mlflow_server.url)
-    model = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/model")
+    model = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/unet")
     model.eval()
     for n in (1, 3):
         with torch.no_grad():

@@ -79,10 +79,10 @@ def test_a_run_logs_the_schema(tmp_path: Path) -> None:
         "eval/miou",
         "eval/dice",
         "eval/pixel_accuracy",
-        "memory/peak_bytes",
         "memory/peak_rss_bytes",
     ):
         assert key in names, key
+    assert "memory/peak_bytes" not in names  # no device memory figure on the CPU (it repeated the RSS)
     steps = {k: [s for n, _, s in tr.metrics if n == k] for k in ("train/loss", "time/epoch_s", "eval/miou")}
     assert steps["train/loss"] == [2, 4, 6, 8]  # 4 steps an epoch, a mean every 2 steps, steps continue
     assert steps["time/epoch_s"] == [1, 2] and steps["eval/miou"] == [2]
@@ -95,15 +95,26 @@ def test_a_run_logs_the_schema(tmp_path: Path) -> None:
     assert tr.tags["devicebench.init_weights"] == training.weights_fingerprint(build_model(cfg))
 
     assert set(tr.artifacts) >= {"per_class.json", "timings.json", "confusion_matrix.png", "predictions.png"}
-    report = json.loads(json.dumps(tr.artifacts["per_class.json"], allow_nan=False))  # valid JSON: no NaN
-    assert [c["name"] for c in report["classes"]] == list(CLASSES)
-    assert report["miou"] == pytest.approx(result.miou)
-    assert sum(c["truth_pixels"] for c in report["classes"]) == report["pixels"]
+    assert tr.tables == {"per_class.json", "confusion_matrix.json"}
+    table = json.loads(json.dumps(tr.artifacts["per_class.json"], allow_nan=False))  # valid JSON: no NaN
+    assert list(table) == ["class", "iou", "dice", "accuracy", "truth_pixels", "predicted_pixels"]
+    assert table["class"] == list(CLASSES)
+    assert [v for v in table["iou"] if v is not None] == [
+        pytest.approx(v) for v in result.iou.values() if v == v
+    ]
+    confusion = tr.artifacts["confusion_matrix.json"]
+    assert confusion["true class"] == list(CLASSES)
+    pixels = sum(sum(confusion[c]) for c in CLASSES)
+    assert sum(table["truth_pixels"]) == sum(table["predicted_pixels"]) == pixels > 0
     assert len(tr.artifacts["predictions.png"].axes) == 12  # 4 images × (image, truth, prediction)
     assert tr.artifacts["timings.json"]["eval"]["samples"] == 6
     assert "Training time on cpu" in out and "Evaluation time on cpu" in out and "mIoU" in out
 
-    model, example = tr.models["model"]
+    assert list(tr.models) == ["unet"]  # named for what it is, with its quality metrics linked
+    linked = tr.model_metrics["unet"]
+    assert linked["eval/miou"] == pytest.approx(result.miou) and linked["eval/loss"] == result.eval_loss
+    assert {"eval/dice", "eval/pixel_accuracy"} <= set(linked)
+    model, example = tr.models["unet"]
     assert example.shape == (2, 3, 32, 32)
     logged, _, signature = _portable_model(model, example)  # what MlflowTracker logs
     assert signature.inputs.to_dict()[0]["tensor-spec"]["shape"] in ([-1, 3, 32, 32], (-1, 3, 32, 32))
@@ -198,7 +209,7 @@ def test_bad_values_name_their_parameter(values: dict[str, str], param: str) -> 
 def test_sizes_that_are_even_but_not_multiples_of_16_work(tmp_path: Path) -> None:
     cfg = build_config(Config, {**TINY, "image_size": "40", "train_limit": "4", "val_limit": "4"})
     result, tr, _ = _run(cfg, tmp_path)
-    assert tr.models["model"][1].shape[-2:] == (40, 40)
+    assert tr.models["unet"][1].shape[-2:] == (40, 40)
     assert not math.isnan(result.pixel_accuracy)
 
 

@@ -129,7 +129,6 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     handoff = Handoff.from_env(os.environ)  # set when a plan started this run
     if handoff:
         tags.update(handoff.tags())
-    started = time.perf_counter()
     with run_context(
         settings,
         name,
@@ -138,6 +137,10 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
         parent_run_id=(handoff and handoff.parent_run_id) or None,
     ) as tracker:
+        # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
+        # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
+        # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
+        started = time.perf_counter()
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         device = resolve_device(cfg.device)

@@ -259,6 +259,22 @@ def cpu_budget(torch_threads: int, loader_workers: int) -> dict[str, str]:
     }
 
 
+def cuda_facts(gpu_count: int) -> dict[str, str]:
+    """What CUDA this host has, kept apart from what torch was built for.
+
+    `torch_cuda_build` (torch.version.cuda) says only which CUDA the torch wheel was compiled against:
+    a CUDA wheel reports 13.0 on a laptop without a GPU. The driver's version, the newest CUDA it runs
+    (`cuda_driver`) and cuDNN describe a GPU that computes, so they appear only when one is present.
+    """
+    facts = {"torch_cuda_build": str(torch.version.cuda or "none")}
+    if gpu_count:
+        supported = driver_cuda_version()
+        facts["driver"] = _nvidia_driver()
+        facts["cuda_driver"] = f"{supported[0]}.{supported[1]}" if supported else "unknown"
+        facts["cudnn"] = str(torch.backends.cudnn.version() or "none")
+    return facts
+
+
 def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -> dict[str, str]:
     """Everything that makes a timing comparable across hosts, as flat string tags (no prefix)."""
     gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -270,9 +286,7 @@ def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -
         "gpu_count": str(gpu_count),
         "gpu_name": "none",
         "gpu_memory_gb": "0",
-        "driver": _nvidia_driver() if gpu_count else "none",
-        "cuda": str(torch.version.cuda or "none"),
-        "cudnn": str(torch.backends.cudnn.version() or "none") if gpu_count else "none",
+        **cuda_facts(gpu_count),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),

@@ -187,6 +187,8 @@ class Fitted:
     warmup: dict[str, float]
     epochs: list[training.EpochResult] = field(default_factory=list)
     evals: list[training.EvalResult] = field(default_factory=list)
+    # The last evaluation's metrics as logged: what measures the trained model, linked to it when logged.
+    eval_metrics: dict[str, float] = field(default_factory=dict)
 
     def totals(self) -> Totals:
         return Totals.of(self.epochs, self.evals)
@@ -259,7 +261,8 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
         tracker.log_metrics({"train/epoch_loss": res.mean_loss, "time/epoch_s": res.seconds}, step=epoch)
         task.on_epoch(epoch, res, done.totals().train_s)
         if task.eval_every_epoch or epoch == opts.epochs:
-            done.evals.append(_evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s))
+            ev, done.eval_metrics = _evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s)
+            done.evals.append(ev)
     return done
 
 
@@ -279,7 +282,7 @@ def _evaluate(
     tracker: Tracker,
     epoch: int,
     train_s: float,
-) -> training.EvalResult:
+) -> tuple[training.EvalResult, dict[str, float]]:
     with task.guard():
         ev = training.evaluate(
             model,
@@ -291,9 +294,10 @@ def _evaluate(
             total=len(cast(Sized, data.eval_loader)),
             **opts.amp,
         )
-    tracker.log_metrics(task.eval_metrics(ev), step=epoch)
+    values = dict(task.eval_metrics(ev))
+    tracker.log_metrics(values, step=epoch)
     task.on_eval(tracker, epoch, ev, train_s)
-    return ev
+    return ev, values
 
 
 def _eval_timings(ev: training.EvalResult) -> dict[str, float | int]:

@@ -101,3 +101,13 @@ def soft_dice_loss(
     inter = (probs * onehot).sum(dims)
     sets = probs.sum(dims) + onehot.sum(dims)
     return 1.0 - ((2 * inter + eps) / (sets + eps)).mean()
+
+
+def confusion_table(cm: torch.Tensor, class_names: list[str]) -> dict[str, list]:
+    """The confusion matrix as table columns (`Tracker.log_table`): a row per true class, a count column
+    per predicted class. The UI renders it where a nested JSON list was a wall of numbers."""
+    counts = cm.long().tolist()
+    return {
+        "true class": list(class_names),
+        **{name: [row[j] for row in counts] for j, name in enumerate(class_names)},
+    }

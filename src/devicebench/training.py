@@ -136,10 +136,19 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory(device: torch.device) -> dict[str, float]:
-    """`memory/peak_bytes` on the device (the process peak on the CPU) and the process's peak RSS."""
+    """The process's peak RSS (`memory/peak_rss_bytes`) and, on a CUDA device, the allocator's peak
+    since the last reset (`memory/peak_bytes`).
+
+    A device without its own memory figure logs none: on the CPU a `memory/peak_bytes` repeating the
+    RSS read as a device measurement beside a GPU's, and MPS offers no peak to read.
+    """
     rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0  # Linux reports KiB
-    dev = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else rss
-    return {"memory/peak_bytes": dev, "memory/peak_rss_bytes": rss}
+    if device.type == "cuda":
+        return {
+            "memory/peak_bytes": float(torch.cuda.max_memory_allocated(device)),
+            "memory/peak_rss_bytes": rss,
+        }
+    return {"memory/peak_rss_bytes": rss}
 
 
 def progress(iterable: Iterable, enabled: bool, desc: str, total: int | None = None) -> Iterable:

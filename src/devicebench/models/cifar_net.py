@@ -1,7 +1,7 @@
 """The PyTorch CIFAR-10 tutorial's `Net`, scalable in width, and a ResNet-18 adapted to 32×32 images.
 
-At width 1 `Net` is the tutorial's network to the parameter (62,006) and to the `state_dict` key, so a
-`cifar_net.pth` saved by a devicebench run loads into the tutorial's own class. The tutorial tells its
+At width 1 `Net` is the tutorial's network to the parameter (62,006) and to the `state_dict` key, so the
+weights of a model a devicebench run logged load into the tutorial's own class. The tutorial tells its
 readers that so small a network shows little GPU gain and to widen it: `width` multiplies every hidden
 size (conv channels 6/16, fc 120/84) so that advice becomes a measurement.
 """

@@ -1,5 +1,5 @@
 """Files and models on their way to the store: how a model is packaged, uploaded or spooled, and the
-artifact repositories that uploads go through.
+artifact repositories that uploads go through; tables named for the UI, metrics linked to models.
 
 Every model goes through `upload_model` (live, or replayed from the spool) or `save_model` (spooled),
 both with `_model_options`, so a model logged late is packaged exactly like one logged on time.
@@ -8,6 +8,7 @@ both with `_model_options`, so a model logged late is packaged exactly like one 
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -52,6 +53,32 @@ def upload_files(client: Any, run_id: str, files: list[dict[str, Any]], journal_
         ]
         for future in done:
             future.result()
+
+
+def mark_tables(client: Any, run_id: str, paths: list[str]) -> None:
+    """Name artifacts as tables in the `mlflow.loggedArtifacts` run tag, which the MLflow UI reads to
+    render them, as `MlflowClient.log_table` does; an entry already there is not added again."""
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    if not paths:
+        return
+    current = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+    new = [e for e in ({"path": p, "type": "table"} for p in dict.fromkeys(paths)) if e not in current]
+    if new:
+        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(current + new))
+
+
+def link_metrics(client: Any, run_id: str, model_id: str, points: list[list[Any]]) -> None:
+    """Link metric points `[key, value, step, timestamp_ms]` the run already has to a logged model.
+
+    Logged again with the model's id and the same value, step and timestamp, each point stays one row of
+    the run's history (the store drops an identical point) and gains its link: repeating this is harmless.
+    """
+    from mlflow.entities import Metric
+
+    if points:
+        metrics = [Metric(k, float(v), int(ts), int(step), model_id=model_id) for k, v, step, ts in points]
+        client.log_batch(run_id, metrics=metrics)
 
 
 def _model_options() -> dict[str, Any]:
@@ -123,15 +150,16 @@ def _portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
     return module, example.numpy(), signature
 
 
-def upload_model(run_id: str, module: Any, name: str, signature: Any, input_example: Any = None) -> None:
-    """Log a portable module (see `_portable_model`) to the run as a logged model called `name`."""
+def upload_model(run_id: str, module: Any, name: str, signature: Any, input_example: Any = None) -> str:
+    """Log a portable module (see `_portable_model`) to the run as a logged model called `name`; its id."""
     import mlflow
     import mlflow.pytorch
 
     with mlflow.start_run(run_id=run_id), _quiet_mlflow():
-        mlflow.pytorch.log_model(
+        info = mlflow.pytorch.log_model(
             module, name=name, signature=signature, input_example=input_example, **_model_options()
         )
+    return str(info.model_id)
 
 
 def save_model(module: Any, path: Path, signature: Any) -> None:
@@ -142,8 +170,8 @@ def save_model(module: Any, path: Path, signature: Any) -> None:
         mlflow.pytorch.save_model(module, str(path), signature=signature, **_model_options())
 
 
-def _model_already_logged(client: Any, run_id: str, name: str) -> bool:
-    """Whether the run already has a READY logged model called `name`; unfinished ones are deleted.
+def _logged_model_id(client: Any, run_id: str, name: str) -> str | None:
+    """The id of the run's READY logged model called `name`, if it has one; unfinished ones are deleted.
 
     Replay must be exactly-once, and a `sync` killed after the upload but before it acknowledged the
     operation would otherwise log the model a second time. A PENDING or FAILED model of that name is
@@ -156,20 +184,23 @@ def _model_already_logged(client: Any, run_id: str, name: str) -> bool:
     found = client.search_logged_models(
         experiment_ids=[experiment_id], filter_string=f"source_run_id = '{run_id}' AND name = '{quoted}'"
     )
-    if any(m.status == LoggedModelStatus.READY for m in found):
-        return True
+    for m in found:
+        if m.status == LoggedModelStatus.READY:
+            return str(m.model_id)
     for m in found:
         client.delete_logged_model(m.model_id)
-    return False
+    return None
 
 
-def _log_saved_model(client: Any, run_id: str, path: Path, name: str) -> None:
-    """Log a model that was saved to the spool while the store was away, unless a replay already did."""
+def _log_saved_model(client: Any, run_id: str, path: Path, name: str) -> str:
+    """Log a model that was saved to the spool while the store was away, unless a replay already did;
+    the logged model's id either way."""
     import mlflow
     import mlflow.pytorch
 
-    if _model_already_logged(client, run_id, name):
-        return
+    model_id = _logged_model_id(client, run_id, name)
+    if model_id is not None:
+        return model_id
     model = mlflow.pytorch.load_model(str(path))
     info = mlflow.models.Model.load(str(path))
-    upload_model(run_id, model, name, info.signature)
+    return upload_model(run_id, model, name, info.signature)

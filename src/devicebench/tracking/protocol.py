@@ -6,7 +6,7 @@ Workloads import this module and nothing else of the package: it never imports m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,7 +27,11 @@ class Tracker(Protocol):
     def log_text(self, text: str, artifact_file: str) -> None: ...
     def log_figure(self, figure: Any, artifact_file: str) -> None: ...
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
-    def log_model(self, model: Any, name: str, input_example: Any) -> None: ...
+    def log_table(self, data: Mapping[str, Sequence[Any]], artifact_file: str) -> None: ...
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
+        """Log `model` as `name`; `metrics` names metrics this run already logged that measure it
+        (its final evaluation): their latest points are linked to the logged model."""
+        ...
 
 
 def one_line(exc: BaseException) -> str:
@@ -47,6 +51,8 @@ class MemoryTracker:
     tags: dict[str, str] = field(default_factory=dict)
     artifacts: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)
+    model_metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # model name → linked metrics
+    tables: set[str] = field(default_factory=set)  # which artifacts are tables
     keep: bool = True
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -69,8 +75,13 @@ class MemoryTracker:
         name = Path(local_path).name
         self.artifacts[f"{artifact_path}/{name}" if artifact_path else name] = Path(local_path)
 
-    def log_model(self, model: Any, name: str, input_example: Any) -> None:
+    def log_table(self, data: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
+        self.artifacts[artifact_file] = {k: list(v) for k, v in data.items()}
+        self.tables.add(artifact_file)
+
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
         self.models[name] = (model, input_example)
+        self.model_metrics[name] = {key: self.values(key)[-1] for key in metrics if self.values(key)}
 
     def values(self, key: str) -> list[float]:
         """Every value logged under `key`, in order (a test helper)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from devicebench.schema import MAX_BATCH_METRICS, tag
 from devicebench.settings import Settings
-from devicebench.tracking.artifacts import _log_saved_model, upload_files
+from devicebench.tracking.artifacts import _log_saved_model, link_metrics, mark_tables, upload_files
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.locks import holder, try_lock
 from devicebench.tracking.protocol import one_line
@@ -41,6 +41,7 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
         metrics.clear()
         if files:
             upload_files(client, run_id, files, journal_dir)
+            mark_tables(client, run_id, [f["table"] for f in files if f.get("table")])
             files.clear()
 
     for op in ops:
@@ -59,7 +60,10 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
             items = [Param(k, v) for k, v in op["values"].items() if k not in existing]
             _log_batched(client, run_id, "params", items)
         elif kind == "model":
-            _log_saved_model(client, run_id, journal_dir / op["path"], op["name"])
+            model_id = _log_saved_model(client, run_id, journal_dir / op["path"], op["name"])
+            link_metrics(client, run_id, model_id, op.get("points", []))
+        elif kind == "link":  # a model logged live, its metrics linked through the journal
+            link_metrics(client, run_id, op["model_id"], op["points"])
         elif kind == "end":  # the time the run ended, not the time a later `devicebench sync` replayed it
             client.set_terminated(run_id, op["status"], end_time=op.get("ts"))
     flush_metrics()

@@ -11,7 +11,7 @@ import contextlib
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ class MlflowTracker:
             journal.bind(run_id, settings.tracking_uri)
         self.journal = journal
         self._system_monitor: Any = None
+        # The latest point of every metric (value, step, timestamp ms): what `log_model` links to a model.
+        self._latest: dict[str, tuple[float, int, int]] = {}
         self._sender = Sender(self.client, run_id, journal, settings.flush_interval_s)
 
     @property
@@ -48,7 +50,9 @@ class MlflowTracker:
     # -- the Tracker protocol -------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         values = {k: float(v) for k, v in metrics.items()}
-        self._sender.enqueue({"op": "metrics", "values": values, "step": step, "ts": int(time.time() * 1000)})
+        ts = int(time.time() * 1000)
+        self._latest.update({k: (v, step or 0, ts) for k, v in values.items()})
+        self._sender.enqueue({"op": "metrics", "values": values, "step": step, "ts": ts})
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self._sender.enqueue({"op": "tags", "values": {k: str(v)[:MAX_TAG_VALUE] for k, v in tags.items()}})
@@ -61,13 +65,14 @@ class MlflowTracker:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _log_file(self, artifact_file: str, write: Callable[[Path], object]) -> None:
+    def _log_file(self, artifact_file: str, write: Callable[[Path], object], table: bool = False) -> None:
         """The one way a file becomes an artifact: staged in the journal by `write`, then queued."""
         path = self._stage(artifact_file)
         write(path)
         rel = path.relative_to(self.journal.files)
         parent = str(rel.parent) if str(rel.parent) != "." else None
-        self._sender.enqueue({"op": "artifact", "path": str(Path("files") / rel), "artifact_path": parent})
+        op = {"op": "artifact", "path": str(Path("files") / rel), "artifact_path": parent}
+        self._sender.enqueue({**op, "table": rel.as_posix()} if table else op)
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
         if artifact_file.endswith((".yaml", ".yml")):
@@ -95,19 +100,48 @@ class MlflowTracker:
 
         self._log_file(f"{artifact_path}/{src.name}" if artifact_path else src.name, copy)
 
-    def log_model(self, model: Any, name: str, input_example: Any) -> None:
-        """Log a torch model that accepts any batch size; spool it when the store is away."""
+    def log_table(self, data: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
+        """A table the MLflow UI renders (Artifacts tab, and the Evaluation view across runs), in
+        MLflow's own format: pandas' "split" JSON, named a table by the `mlflow.loggedArtifacts` run tag.
+
+        `MlflowClient.log_table` is not called: it appends rows to a file that exists, so a replayed
+        operation would double the table. The file goes through the journal like any other and the tag
+        is merged when it is sent (`artifacts.mark_tables`), so a replay adds neither twice.
+        """
+        if not artifact_file.endswith(".json"):
+            raise ValueError(f"a table is a .json artifact, not {artifact_file!r}")
+        import pandas as pd
+
+        frame = pd.DataFrame({k: list(v) for k, v in data.items()})
+
+        def write(path: Path) -> None:
+            frame.to_json(path, orient="split", index=False, date_format="iso")  # as MlflowClient.log_table
+
+        self._log_file(artifact_file, write, table=True)
+
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
+        """Log a torch model that accepts any batch size, with the latest points of `metrics` linked to
+        it (MLflow shows them on the model's page); spool it when the store is away.
+
+        The points linked are the ones already logged (same value, step and timestamp), so the run's
+        history gains no second point: the store keeps one row per point and adds only the link.
+        """
+        points = [[k, *self._latest[k]] for k in metrics if k in self._latest]
         module, example, signature = _portable_model(model, input_example)
         if self._sender.drain(timeout_s=self.settings.final_flush_s):
             try:
-                upload_model(self.run_id, module, name, signature, example)
-                return
+                model_id = upload_model(self.run_id, module, name, signature, example)
             except Exception as e:  # the store went away between drain and upload: spool it
                 self._sender.last_error = one_line(e)
+            else:
+                if points:
+                    self._sender.enqueue({"op": "link", "model_id": model_id, "points": points})
+                return
         path = self._stage(f"models/{name}")
         shutil.rmtree(path, ignore_errors=True)
         save_model(module, path, signature)
-        self._sender.enqueue({"op": "model", "path": str(Path("files") / "models" / name), "name": name})
+        op = {"op": "model", "path": str(Path("files") / "models" / name), "name": name, "points": points}
+        self._sender.enqueue(op)
 
     def start_system_metrics(self, interval_s: float = 5.0) -> None:
         """MLflow's own CPU/memory/GPU (nvidia-ml-py) sampler, for runs that ask for it."""

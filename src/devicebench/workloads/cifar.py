@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from devicebench import fit, precision, training
 from devicebench.configs import CifarConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.loader import SamplerFor, no_sampler
-from devicebench.metrics import accuracy, metric_name, per_class_accuracy
+from devicebench.metrics import accuracy, confusion_table, metric_name, per_class_accuracy
 from devicebench.models.cifar_net import build_model
 from devicebench.tracking import Tracker
 from devicebench.workloads import Context
@@ -167,7 +166,7 @@ def _task(cfg: Config, classes: list[str], fused: dict[str, bool], target: _Targ
 
 
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
-    """Train, evaluate, log; the model, its state_dict, confusion matrix and per-class results as artifacts."""
+    """Train, evaluate, log; the model, confusion matrix and per-class results as artifacts."""
     # torchvision is imported here, not at module level: it pulls in torch._dynamo (seconds), and the CLI
     # imports this module to build `devicebench cifar`'s flags and help, which need none of it.
     from devicebench.data.cifar import tutorial_transform
@@ -200,32 +199,36 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
     )
 
 
-def _per_class_report(cm: torch.Tensor, classes: list[str]) -> dict[str, Any]:
-    """per_class.json: every class's accuracy, correct and support counts, and the matrix."""
-    support = cm.sum(dim=1).tolist()
-    correct = cm.diag().tolist()
+def per_class_table(cm: torch.Tensor, classes: list[str]) -> dict[str, list]:
+    """per_class.json, a table the MLflow UI renders: each class's accuracy (recall; empty without test
+    images), and the correct and total counts it comes from."""
+    total = [int(s) for s in cm.sum(dim=1).tolist()]
+    correct = [int(k) for k in cm.diag().tolist()]
     return {
-        "accuracy": accuracy(cm),
-        "samples": int(cm.sum()),
-        "classes": [
-            {"name": c, "accuracy": (k / s if s else None), "correct": int(k), "support": int(s)}
-            for c, k, s in zip(classes, correct, support, strict=True)
-        ],
-        "confusion_matrix": cm.tolist(),
+        "class": list(classes),
+        "accuracy": [k / s if s else None for k, s in zip(correct, total, strict=True)],
+        "correct": correct,
+        "total": total,
     }
 
 
 def _log_artifacts(cfg: Config, tracker: Tracker, done: fit.Fitted, data: fit.Data) -> None:
+    """Per-class results and the confusion matrix as tables and a figure, and the model, named for its
+    architecture, with the final evaluation's metrics linked to it. Its weights are in the logged model
+    (`mlflow.pytorch.load_model(...).state_dict()` loads into the tutorial's `Net`): no separate .pth."""
     import matplotlib.pyplot as plt
 
     cm = done.evals[-1].confusion
-    tracker.log_dict(_per_class_report(cm, data.classes), "per_class.json")
+    tracker.log_table(per_class_table(cm, data.classes), "per_class.json")
+    tracker.log_table(confusion_table(cm, data.classes), "confusion_matrix.json")
     fig = training.confusion_figure(cm, data.classes, f"CIFAR-10 {cfg.model} ({cfg.data}): test confusion")
     tracker.log_figure(fig, "confusion_matrix.png")
     plt.close(fig)  # type: ignore[arg-type]
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "cifar_net.pth"  # the tutorial's file: torch.save(net.state_dict(), PATH)
-        torch.save({k: v.detach().cpu().contiguous() for k, v in done.module.state_dict().items()}, path)
-        tracker.log_artifact(path)
-    tracker.log_model(done.model, "model", _input_example(data.eval_set, data.eval_loader))
+    example = _input_example(data.eval_set, data.eval_loader)
+    tracker.log_model(done.model, model_name(cfg), example, metrics=list(done.eval_metrics))
     sys.stdout.flush()
+
+
+def model_name(cfg: Config) -> str:
+    """The logged model's name: what it is (`cifar-tutorial`, `cifar-resnet18`), not `model`."""
+    return f"cifar-{cfg.model}"

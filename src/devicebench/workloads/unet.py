@@ -32,6 +32,7 @@ from devicebench.errors import DataUnavailable
 from devicebench.metrics import (
     IGNORE_INDEX,
     accuracy,
+    confusion_table,
     dice_per_class,
     iou_per_class,
     metric_name,
@@ -47,6 +48,7 @@ DATA = "voc2012"
 MEMORY_PARAMS = ("batch_size", "image_size", "base_channels")  # what to lower when a run does not fit
 NUM_CLASSES = 21
 PREDICTION_IMAGES = 4
+MODEL_NAME = "unet"  # the logged model's name: what it is, not `model`
 
 
 @dataclass
@@ -230,33 +232,22 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
     return result
 
 
-def _json_number(v: float) -> float | None:
-    """NaN (a class with no pixels) as JSON null: `NaN` is not JSON, and 0 would claim a result."""
+def _number(v: float) -> float | None:
+    """NaN (a class with no pixels) as an empty cell: 0 would claim a result."""
     return None if math.isnan(v) else v
 
 
-def per_class_report(cm: torch.Tensor, classes: list[str]) -> dict[str, Any]:
-    """per_class.json: every class's IoU, Dice, recall and pixel counts, the means and the matrix."""
+def per_class_table(cm: torch.Tensor, classes: list[str]) -> dict[str, list]:
+    """per_class.json, a table the MLflow UI renders: each class's IoU, Dice and recall (empty where the
+    class met no pixel) and its truth and predicted pixel counts. Void (255) pixels are in no count."""
     iou, dice, recall = iou_per_class(cm), dice_per_class(cm), per_class_accuracy(cm)
-    truth, predicted = cm.sum(dim=1).tolist(), cm.sum(dim=0).tolist()
     return {
-        "miou": _json_number(nanmean(iou)),
-        "dice": _json_number(nanmean(dice)),
-        "pixel_accuracy": _json_number(accuracy(cm)),
-        "pixels": int(cm.sum()),
-        "ignored_label": IGNORE_INDEX,
-        "classes": [
-            {
-                "name": c,
-                "iou": _json_number(iou[k]),
-                "dice": _json_number(dice[k]),
-                "accuracy": _json_number(recall[k]),
-                "truth_pixels": int(truth[k]),
-                "predicted_pixels": int(predicted[k]),
-            }
-            for k, c in enumerate(classes)
-        ],
-        "confusion_matrix": cm.tolist(),
+        "class": list(classes),
+        "iou": [_number(v) for v in iou],
+        "dice": [_number(v) for v in dice],
+        "accuracy": [_number(v) for v in recall],
+        "truth_pixels": [int(n) for n in cm.sum(dim=1).tolist()],
+        "predicted_pixels": [int(n) for n in cm.sum(dim=0).tolist()],
     }
 
 
@@ -313,7 +304,8 @@ def _log_artifacts(
     import matplotlib.pyplot as plt
 
     ev = done.evals[-1]
-    tracker.log_dict(per_class_report(ev.confusion, data.classes), "per_class.json")
+    tracker.log_table(per_class_table(ev.confusion, data.classes), "per_class.json")
+    tracker.log_table(confusion_table(ev.confusion, data.classes), "confusion_matrix.json")
     fig = training.confusion_figure(ev.confusion, data.classes, f"UNet ({cfg.data}): validation pixels")
     tracker.log_figure(fig, "confusion_matrix.png")
     plt.close(fig)  # type: ignore[arg-type]
@@ -327,4 +319,4 @@ def _log_artifacts(
     tracker.log_figure(fig, "predictions.png")
     plt.close(fig)  # type: ignore[arg-type]
 
-    tracker.log_model(done.model, "model", images[:2])
+    tracker.log_model(done.model, MODEL_NAME, images[:2], metrics=list(done.eval_metrics))
