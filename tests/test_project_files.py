@@ -82,7 +82,7 @@ def test_every_setting_read_by_the_code_is_documented_in_env_example() -> None:
             r"""env(?:iron)?(?:\.get)?\(\s*["'](DEVICEBENCH_[A-Z0-9_]+|MLFLOW_TRACKING_[A-Z]+)""", code
         )
     )
-    read |= set(re.findall(r"""_float\(env, "([A-Z_]+)\"""", code))
+    read |= set(re.findall(r"""_(?:float|price)\(env, "([A-Z_]+)\"""", code))
     assert read, "the pattern found no settings at all"
     missing = sorted(
         read

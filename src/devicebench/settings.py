@@ -39,6 +39,8 @@ class Settings:
     final_flush_s: float
     tracking_uri_from_env: bool
     host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
+    prices_path: str = ""  # DEVICEBENCH_PRICES: the user's price table instead of experiments/prices.yaml
+    price_per_hour: float = 0.0  # DEVICEBENCH_PRICE_PER_HOUR: this host's price; 0 = look it up
 
 
 def redact_uri(uri: str) -> str:
@@ -66,6 +68,24 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
         # nan and inf parse, and a sender thread waiting 1e309 s crashes (it is not "store unreachable")
         raise UsageError(f"setting {name}={raw!r} must be a number of seconds from 0 to {MAX_SECONDS:.0f}")
+    return value
+
+
+def _price(env: Mapping[str, str], name: str) -> float:
+    """An hourly price: a finite number > 0, or empty for "not set" (0 would make GFLOP per dollar
+    infinite, and a copied .env.example leaves it empty)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(
+            f"setting {name}={raw!r} is not a price; expected a number > 0 (USD per hour), "
+            "or empty to use the price table"
+        )
     return value
 
 
@@ -120,6 +140,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         flush_interval_s=_float(env, "DEVICEBENCH_FLUSH_INTERVAL_S", 2.0),
         final_flush_s=_float(env, "DEVICEBENCH_FINAL_FLUSH_S", 60.0),
         host_label=(env.get("DEVICEBENCH_HOST") or "").strip(),
+        prices_path=(env.get("DEVICEBENCH_PRICES") or "").strip(),
+        price_per_hour=_price(env, "DEVICEBENCH_PRICE_PER_HOUR"),
     )
 
 
