@@ -99,11 +99,14 @@ def oci_server() -> Iterator[str]:
     server.server_close()
 
 
-def test_oci_metadata_gives_shape_region_and_domain(oci_server: str) -> None:
+def test_oci_metadata_gives_shape_region_domain_and_size(oci_server: str) -> None:
+    """The size (shapeConfig) prices a flex shape per OCPU and GB (issue 17)."""
     assert oci_metadata(oci_server, 2.0) == {
         "oci.shape": "VM.GPU.A10.1",
         "oci.region": "us-phoenix-1",
         "oci.availability_domain": "Uocm:PHX-AD-1",
+        "oci.ocpus": "15.0",
+        "oci.memory_gb": "240.0",
     }
 
 

@@ -170,7 +170,8 @@ def _nvidia_driver() -> str:
 
 
 def oci_metadata(url: str, timeout_s: float) -> dict[str, str]:
-    """Shape, region and availability domain from the OCI instance metadata service (v2), or {}.
+    """Shape, region, availability domain and (shapeConfig) OCPUs and memory from the OCI instance
+    metadata service (v2), or {}. A flex shape's price is per OCPU and GB, so its size is a host fact.
 
     Off OCI the address does not answer at all, so the timeout bounds what every run pays for asking.
     """
@@ -184,12 +185,22 @@ def oci_metadata(url: str, timeout_s: float) -> dict[str, str]:
         return {}
     if not isinstance(doc, dict):
         return {}
+    config = doc.get("shapeConfig") if isinstance(doc.get("shapeConfig"), dict) else {}
     out = {
         "oci.shape": doc.get("shape"),
         "oci.region": doc.get("canonicalRegionName") or doc.get("region"),
         "oci.availability_domain": doc.get("availabilityDomain"),
+        "oci.ocpus": _positive(config.get("ocpus")),
+        "oci.memory_gb": _positive(config.get("memoryInGBs")),
     }
     return {k: str(v) for k, v in out.items() if v}
+
+
+def _positive(value: object) -> float | None:
+    """A count from the metadata answer, or None for anything that is not a positive number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 < value < float("inf") else None
 
 
 THREAD_ENV = (
