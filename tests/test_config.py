@@ -63,6 +63,7 @@ def test_params_are_every_field_as_strings() -> None:
         "warmup": "1",
         "isolation": "process",
         "seed": "0",
+        "price_per_hour": "0.0",
     }
 
 

@@ -109,13 +109,17 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     """Parse → check the store → start the run → resolve the device → work → log → end the run."""
     from devicebench.config import config_from_args, config_key, to_params
     from devicebench.configs import CONFIGS
+    from devicebench.costs import log_costs
     from devicebench.handoff import Handoff
+    from devicebench.prices import pricing_for
     from devicebench.schema import check_device_spelling
     from devicebench.settings import load_settings, preflight_store
 
     cfg = config_from_args(CONFIGS[name], args)  # bad input is refused here, before torch is imported
     check_device_spelling(cfg.device)
     settings = load_settings()
+    # a bad price table is refused here too, before any run exists
+    pricing = pricing_for(cfg.price_per_hour, settings.price_per_hour, settings.prices_path)
     preflight_store(settings)
 
     from devicebench.device import activate, resolve_device
@@ -145,10 +149,12 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
             tracker.start_system_metrics()
         device = resolve_device(cfg.device)
         activate(device)
-        _log_host(tracker, device, settings, cfg)
+        price = _log_host(tracker, device, settings, cfg, pricing)
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
-        _work(module, cfg, ctx, tracker)
-        tracker.log_metrics({"time/total_s": time.perf_counter() - started})
+        result = _work(module, cfg, ctx, tracker)
+        total_s = time.perf_counter() - started
+        tracker.log_metrics({"time/total_s": total_s})
+        log_costs(tracker, price, name, total_s, result, cfg)  # what the work cost, from the same wall time
         print(
             f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {redact_uri(settings.tracking_uri)}",
             file=sys.stderr,
@@ -167,10 +173,14 @@ def _planned_device(requested: str) -> str:
         return requested
 
 
-def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any) -> None:
+def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any, pricing: Any) -> Any:
     """The resolved device and the host fingerprint, as tags and host.json; for training, the cores the
-    run could use against its threads and loader processes (an oversubscribed CPU baseline is named)."""
+    run could use against its threads and loader processes (an oversubscribed CPU baseline is named).
+    Returns this host's price (or why it has none), priced from the same fingerprint: the OCI metadata
+    service is asked once."""
+    from devicebench.costs import log_price
     from devicebench.device import cpu_budget, device_name, host_fingerprint
+    from devicebench.prices import resolve_price
 
     host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
     if settings.host_label:
@@ -187,14 +197,18 @@ def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any) -> None:
         budget = cpu_budget(int(host["torch_threads"]), workers)
         tracker.set_tags({tag(k): v for k, v in budget.items()})
     tracker.log_dict(host, "host.json")
+    price = resolve_price(pricing, host)
+    log_price(tracker, price)
+    return price
 
 
-def _work(module: Any, cfg: Any, ctx: Any, tracker: Any) -> None:
-    """The workload itself; a permission problem or an out-of-memory becomes one line naming the fix."""
+def _work(module: Any, cfg: Any, ctx: Any, tracker: Any) -> Any:
+    """The workload itself, returning its result; a permission problem or an out-of-memory becomes one
+    line naming the fix."""
     from devicebench.tracking import one_line
 
     try:
-        module.run(cfg, ctx, tracker)
+        return module.run(cfg, ctx, tracker)
     except PermissionError as e:  # a data dir, list or file the user pointed at that we may not read
         raise DataUnavailable(
             f"permission denied: {e.filename or one_line(e)}; give this user access or choose another path"

@@ -51,6 +51,19 @@ def _system_metrics() -> bool:
     return param(False, "sample CPU, memory and GPU use with MLflow's system metrics", key=False)
 
 
+def _price_per_hour() -> float:
+    """Every workload's: what an hour of this host costs, for this run's `cost/*` metrics. Not the work
+    (key=False): the same work priced twice is still the same work."""
+    return param(
+        0.0,
+        "hourly price in USD for this run's cost metrics (0 = the host's: DEVICEBENCH_PRICE_PER_HOUR, "
+        "else the price table by OCI shape)",
+        min=0,
+        max=100_000,
+        key=False,
+    )
+
+
 def _check_lr(lr: float) -> None:
     """`min=0` admits 0, which no optimizer can train with."""
     if lr <= 0:
@@ -93,6 +106,7 @@ class MatmulConfig:
         key=False,
     )
     seed: int = param(0, "seed for the random matrices", min=0)
+    price_per_hour: float = _price_per_hour()
 
     def validate(self) -> None:
         if not self.points():
@@ -176,6 +190,7 @@ class CifarConfig:
         max=1,
     )
     system_metrics: bool = _system_metrics()
+    price_per_hour: float = _price_per_hour()
 
     def validate(self) -> None:
         _check_lr(self.lr)
@@ -227,6 +242,7 @@ class UNetConfig:
     val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
     log_every: int = param(10, "log the mean training loss every N steps", min=1, key=False)
     system_metrics: bool = _system_metrics()
+    price_per_hour: float = _price_per_hour()
 
     def validate(self) -> None:
         """Checks that need more than one field, or the file system, before any run is created."""

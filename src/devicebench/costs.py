@@ -1,0 +1,95 @@
+"""What a run's work cost: the price tags when the host is known, the `cost/*` metrics when the run ends.
+
+The CLI calls this around the workload, which neither knows nor changes: the numbers come from what the
+workload already measured (its result) and the run's wall time (`time/total_s`). Metric names are the
+contract the report reads (issue 17): `cost/usd`, `cost/usd_per_hour`, `cost/usd_per_epoch`,
+`cost/usd_per_1k_samples`, `cost/gflop_per_usd` and `matmul/<backend>/<dtype>/gflop_per_usd` per size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from devicebench.prices import Price
+from devicebench.schema import tag
+
+SECONDS_PER_HOUR = 3600.0
+
+
+def log_price(tracker: Any, price: Price | str) -> None:
+    """The price tags, or `devicebench.price.none` with the reason: once, when the host is known."""
+    if isinstance(price, Price):
+        tracker.set_tags(price.tags())
+    else:
+        tracker.set_tags({tag("price.none"): price})
+
+
+def log_costs(tracker: Any, price: Price | str, workload: str, total_s: float, result: Any, cfg: Any) -> None:
+    """The run's cost metrics at its end; nothing without a price (the reason is already a tag)."""
+    if not isinstance(price, Price):
+        return
+    hourly = price.usd_per_hour
+    tracker.log_metrics(run_costs(hourly, total_s))
+    if workload == "matmul":
+        per_point = matmul_costs(hourly, result or [])
+        for size, values in sorted(per_point.items()):
+            tracker.log_metrics(values, step=size)
+        best = headline_gflop_per_usd(per_point)
+        if best is not None:
+            tracker.log_metrics({"cost/gflop_per_usd": best})
+    else:
+        tracker.log_metrics(
+            training_costs(
+                hourly,
+                getattr(result, "train_s", math.nan),
+                getattr(result, "train_samples_per_s", math.nan),
+                getattr(cfg, "epochs", 0),
+            )
+        )
+
+
+def run_costs(hourly: float, total_s: float) -> dict[str, float]:
+    """What the whole run cost at `hourly` per hour over its wall time, and the hourly price itself."""
+    return {"cost/usd": hourly * total_s / SECONDS_PER_HOUR, "cost/usd_per_hour": hourly}
+
+
+def training_costs(hourly: float, train_s: float, samples_per_s: float, epochs: int) -> dict[str, float]:
+    """Cost per epoch (mean epoch time) and per 1,000 training samples; a figure that cannot be computed
+    (no epochs, no time, no samples) is left out rather than logged as 0 or infinity."""
+    out = {}
+    if epochs > 0 and _finite_positive(train_s):
+        out["cost/usd_per_epoch"] = hourly * (train_s / epochs) / SECONDS_PER_HOUR
+    if _finite_positive(samples_per_s):
+        out["cost/usd_per_1k_samples"] = hourly * 1000.0 / samples_per_s / SECONDS_PER_HOUR
+    return out
+
+
+def matmul_costs(hourly: float, points: Sequence[Any]) -> dict[int, dict[str, float]]:
+    """size -> {`matmul/<backend>/<dtype>/gflop_per_usd`: GFLOP/s × 3600 / price} for every point: the
+    GFLOP a dollar of this host buys, NumPy's CPU points included (they ran on the same priced host)."""
+    out: dict[int, dict[str, float]] = defaultdict(dict)
+    for p in points:
+        rate = float(p.gflops)
+        if _finite_positive(rate):
+            out[int(p.size)][f"matmul/{p.backend}/{p.dtype}/gflop_per_usd"] = rate * SECONDS_PER_HOUR / hourly
+    return dict(out)
+
+
+def headline_gflop_per_usd(per_point: Mapping[int, Mapping[str, float]]) -> float | None:
+    """`cost/gflop_per_usd`: the most GFLOP per dollar among the torch series, each at its largest size
+    (where the device is busiest and its figure steadiest); NumPy's series when there is no torch one."""
+    largest: dict[str, tuple[int, float]] = {}
+    for size, values in per_point.items():
+        for name, value in values.items():
+            if name not in largest or size > largest[name][0]:
+                largest[name] = (size, value)
+    torch = [v for name, (_, v) in largest.items() if name.startswith("matmul/torch/")]
+    chosen = torch or [v for _, v in largest.values()]
+    return max(chosen) if chosen else None
+
+
+def _finite_positive(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
