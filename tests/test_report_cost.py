@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from devicebench.report import verdicts
+from devicebench.report.cli import budget_text
 from devicebench.report.compare import compare
 from devicebench.report.content import PAIR_HEADERS, pair_row
 from devicebench.report.headline import headline_metrics
@@ -162,7 +163,7 @@ def test_the_same_gpu_in_two_shapes_is_two_sides_with_a_cost_ratio() -> None:
     )
 
 
-def test_the_shape_table_names_the_most_work_per_dollar() -> None:
+def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
     comp = compare(shapes())
     rows = side_rows(comp, lambda s: s.config_key)
     assert [r[2] for r in rows] == [
@@ -173,9 +174,14 @@ def test_the_shape_table_names_the_most_work_per_dollar() -> None:
     ]
     assert rows[0][7] == "3,600 epochs per USD" and rows[1][8] == "0.50×" and rows[3][8] == "0.10×"
     assert rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1)"
+    line = budget_text(comp)
+    assert line == (
+        "budget: cifar k1: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
+        "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex); 3 other priced side(s))"
+    )
 
 
-def test_matmul_costs_are_gflop_per_dollar_at_the_speedup_point() -> None:
+def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
     def matmul(device: str, t: float, price: float) -> RunRecord:
         r = run(device, t, price, key="mm")
         r.tags["devicebench.workload"] = "matmul"
@@ -188,6 +194,12 @@ def test_matmul_costs_are_gflop_per_dollar_at_the_speedup_point() -> None:
     assert p.cost_ratio == pytest.approx(0.5)  # 20× faster at 10× the price
     assert p.verdicts[0] == "cheaper per GFLOP on the GPU (2.00×) although 10.0× the hourly price"
     assert pair_row(p, {}).cost == "1,073,742 / 2,147,484 GFLOP per USD at n=1024 float32"
+    lines = budget_text(comp).splitlines()
+    assert lines == [
+        "budget: cifar k: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
+        "budget: matmul mm: cheapest cuda:0 (A10): 2,147,484 GFLOP per USD at n=1024 float32 "
+        "($0.000000466 per GFLOP at $3.60 (override); 1 other priced side(s))",
+    ]
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -227,3 +239,10 @@ def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -
     assert crossover_chart(grid, tmp_path / "priced.png") == 2
     (bare,) = compare(grid_runs(priced=False)).grids
     assert bare.cost_cells == {} and crossover_chart(bare, tmp_path / "bare.png") == 1
+
+
+def test_compare_parser_takes_budget() -> None:
+    from devicebench.cli import build_parser
+
+    assert build_parser("compare").parse_args(["compare", "--budget"]).budget is True
+    assert build_parser("compare").parse_args(["compare"]).budget is False
