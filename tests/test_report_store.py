@@ -266,6 +266,38 @@ def test_report_run_shows_its_answer_as_metrics_and_description(
     assert report.info.run_name == "compare"
 
 
+def test_budget_prints_the_cheapest_side_per_config_from_logged_prices(
+    store, env: Path, experiment_name: str, capsys
+) -> None:
+    """Runs planted with issue 17's price tags and cost metrics, read back through the server by
+    `compare --budget`: the cheapest side per config, its epochs per dollar, the cost ratio as a metric."""
+    client, exp_id = store
+    specs = []
+    for device, t, price in (("cpu", 12.0, 1.0), ("cuda:0", 1.0, 8.0)):
+        spec = timed(t, 0, device)  # 2 epochs: $/epoch = price × t / 2 / 3600
+        spec.metrics |= {"cost/usd_per_epoch": price * t / 2 / 3600, "cost/usd_per_hour": price}
+        spec.extra_tags = {
+            "devicebench.price.usd_per_hour": str(price),
+            "devicebench.price.currency": "USD",
+            "devicebench.price.source": "override",
+        }
+        specs.append(spec)
+    log_runs(client, exp_id, specs)
+    argv = ("--experiment", experiment_name, "--out", str(env / "budget"), "--budget")
+    assert compare_cli(*argv) == 0
+    out = capsys.readouterr().out
+    md = (env / "budget" / "report.md").read_text()
+    assert "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price" in md
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("budget: ")]
+    assert line.startswith("budget: cifar ") and ": cheapest cuda:0 (" in line
+    assert "): 900 epochs per USD ($0.00111 per epoch at $8.00 (override); 1 other priced side(s))" in line
+    (report,) = client.search_runs([exp_id], "tags.`devicebench.workload` = 'report'")
+    (name,) = [k for k in report.data.metrics if k.startswith("cost_ratio/")]
+    assert report.data.metrics[name] == pytest.approx(8.0 / 12.0)
+    assert compare_cli("--experiment", experiment_name, "--out", str(env / "plain"), "--no-log") == 0
+    assert "budget: " not in capsys.readouterr().out  # without the flag: no budget lines
+
+
 # --------------------------------------------------------------------------------------------- end to end
 
 

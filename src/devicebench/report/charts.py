@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from devicebench.report import cost
 from devicebench.report.compare import Comparison, Grid
+from devicebench.report.content import describe, varying_params
 from devicebench.report.pairs import Pair
 from devicebench.report.sides import Side
 from devicebench.schema import fmt_speedup, gflops
@@ -19,6 +21,7 @@ from devicebench.stats import quantile
 
 SPEEDUP_PNG = "speedup_by_workload.png"
 GFLOPS_PNG = "matmul_gflops.png"
+COST_PNG = "cost_vs_time.png"
 
 
 def _plt() -> Any:
@@ -90,13 +93,11 @@ def gflops_chart(sides: Sequence[Side], path: Path) -> bool:
     return True
 
 
-def crossover_chart(grid: Grid, path: Path) -> None:
-    """Speedup over width × batch_size: where the GPU starts to pay off."""
-    plt = _plt()
+def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: float) -> Any:
+    """One heatmap panel over width × batch_size: green where log10(x) × sign > 0, each cell spelled."""
     ws, bs = grid.widths, grid.batch_sizes
-    data = [[grid.cells.get((w, b), math.nan) for b in bs] for w in ws]
-    fig, ax = plt.subplots(figsize=(1.2 * len(bs) + 3, 0.8 * len(ws) + 2.5))
-    logs = [[math.log10(x) if not math.isnan(x) and x > 0 else math.nan for x in row] for row in data]
+    data = [[values.get((w, b), math.nan) for b in bs] for w in ws]
+    logs = [[sign * math.log10(x) if not math.isnan(x) and x > 0 else math.nan for x in row] for row in data]
     lim = max([*(abs(x) for row in logs for x in row if not math.isnan(x)), 0.3])
     im = ax.imshow(logs, cmap="RdYlGn", vmin=-lim, vmax=lim, aspect="auto", origin="lower")
     for i, row in enumerate(data):
@@ -107,9 +108,62 @@ def crossover_chart(grid: Grid, path: Path) -> None:
     ax.set_yticks(range(len(ws)), [f"{w:g}" for w in ws])
     ax.set_xlabel("batch_size")
     ax.set_ylabel("width")
-    ax.set_title(f"Crossover: {grid.title}", fontsize=9)
-    fig.colorbar(im, ax=ax, label="log10 speedup")
+    return im
+
+
+def crossover_chart(grid: Grid, path: Path) -> int:
+    """Speedup over width × batch_size: where the GPU starts to pay off in time; beside it, where runs
+    carry prices, the cost ratio of the same work: where it pays in money. Returns the panels drawn."""
+    plt = _plt()
+    panels = [(grid.cells, 1.0, f"Crossover: {grid.title}", "log10 speedup")]
+    if grid.cost_cells:  # no price on any cell: no money panel, never a made-up one
+        panels.append(
+            (
+                grid.cost_cells,
+                -1.0,
+                f"Cost ratio of the same work: {grid.other} / {grid.base} (green: cheaper on {grid.other})",
+                "log10 (1 / cost ratio)",
+            )
+        )
+    size = (1.2 * len(grid.batch_sizes) + 3, 0.8 * len(grid.widths) + 2.5)
+    fig, axes = plt.subplots(1, len(panels), figsize=(size[0] * len(panels), size[1]), squeeze=False)
+    for ax, (values, sign, title, bar) in zip(axes[0], panels, strict=True):
+        im = _heat(ax, grid, values, sign)
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(im, ax=ax, label=bar)
     _save(plt, fig, path)
+    return len(panels)
+
+
+def cost_time_chart(sides: Sequence[Side], path: Path) -> bool:
+    """Cost per epoch against time per epoch, one labelled point per device/shape (a colour per config):
+    the cheapest side that is fast enough is the lowest point left of the user's deadline."""
+    varying = varying_params(sides)
+    points: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    currencies: set[str] = set()
+    for s in sides:
+        c, t = cost.side_cost(s), cost.epoch_time(s)
+        if c.unit == "epoch" and c.per_unit and t is not None and t.median > 0:
+            points[f"{s.workload} {describe(s, varying)}"].append((t.median, c.per_unit, s.label))
+            currencies.add(cost.currency(s))
+    if not points:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for config in sorted(points):
+        xs, ys, _ = zip(*points[config], strict=True)
+        ax.scatter(xs, ys, s=30, label=config)
+        for x, y, label in points[config]:
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("time per epoch (s, median of repeats)")
+    ax.set_ylabel(f"cost per epoch ({', '.join(sorted(currencies))})")
+    ax.set_title("Cost against time per epoch (lower left: cheaper and faster)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(plt, fig, path)
+    return True
 
 
 def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
@@ -119,8 +173,10 @@ def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
         charts[SPEEDUP_PNG] = "speedup per workload"
     if gflops_chart(comp.matmul_sides, out / GFLOPS_PNG):
         charts[GFLOPS_PNG] = "GFLOP/s against matrix size per device and dtype"
+    if cost_time_chart(comp.all_sides, out / COST_PNG):
+        charts[COST_PNG] = "cost per epoch against time per epoch per device and shape"
     for i, grid in enumerate(comp.grids, 1):
         name = f"crossover_{i}_{grid.workload}.png"
-        crossover_chart(grid, out / name)
-        charts[name] = f"crossover heatmap: {grid.title}"
+        money = " and where it pays in money" if crossover_chart(grid, out / name) > 1 else ""
+        charts[name] = f"crossover heatmap: {grid.title}{money}"
     return charts

@@ -4,6 +4,7 @@ Reads runs from the configured tracking store (MLFLOW_TRACKING_URI: embedded SQL
 every experiment unless --experiment names some, pairs runs with the same config key across devices,
 writes report.md, report.html, runs.csv and charts to --out, prints a table, and logs the report as an
 MLflow run (devicebench.workload=report) whose metrics and description carry the headline numbers.
+With --budget it also prints, per config, the cheapest device/shape and the work it buys per dollar.
 With --baseline previous it exits 1 when the newest run of a config is slower than earlier ones beyond
 --threshold and beyond their spread (one line per regression).
 """
@@ -65,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="no_log",
         action="store_true",
         help="do not log the report as an MLflow run",
+    )
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="also print, per config, the cheapest device/shape among the runs and the epochs (training) "
+        "or GFLOP (matmul) it buys per dollar, from the prices the runs logged",
     )
 
 
@@ -193,6 +200,15 @@ def _report_params(query: Query, baseline: str, threshold: float) -> dict[str, s
     }
 
 
+def budget_text(comp: Comparison) -> str:
+    """`--budget`'s lines: per config, the side that buys the most work per money (money.py)."""
+    from devicebench.report.content import describe, varying_params
+    from devicebench.report.money import budget_lines
+
+    varying = varying_params(comp.all_sides)
+    return "\n".join(budget_lines(comp, lambda s: describe(s, varying)))
+
+
 def _regression_exit(comp: Comparison, threshold: float) -> int:
     """1 with one line per regression; 0 (saying so in regression mode) when there is none."""
     if comp.regressions:
@@ -241,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:  # the folder became unwritable while the runs were read
         raise UsageError(f"cannot write the report into {out} ({e.strerror or e})", param="out") from None
     print(render.terminal_table(comp))
+    if getattr(args, "budget", False):  # a namespace built without the flag (an older caller): no budget
+        print(budget_text(comp))
     print(
         f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {time.perf_counter() - t0:.1f} s)"
     )

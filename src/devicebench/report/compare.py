@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from devicebench.configs import not_work
 from devicebench.report import verdicts
@@ -76,6 +76,8 @@ class Grid:
     other: str
     fixed: dict[str, str]
     cells: dict[tuple[float, float], float]  # (width, batch_size) -> speedup
+    # (width, batch_size) -> other's cost of the same work / base's, where both sides have a price
+    cost_cells: dict[tuple[float, float], float] = field(default_factory=dict)
 
     @property
     def widths(self) -> list[float]:
@@ -109,12 +111,16 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
     grids = []
     for (workload, base, other, fixed), ps in groups.items():
         cells: dict[tuple[float, float], float] = {}
+        costs: dict[tuple[float, float], float] = {}
         for p in ps:
             w = _num(p.base.params.get("width"))
             b = _num(p.base.params.get("batch_size"))
-            cells[(w if w is not None else 1.0, b if b is not None else 0.0)] = p.headline  # type: ignore[assignment]
+            cell = (w if w is not None else 1.0, b if b is not None else 0.0)
+            cells[cell] = p.headline  # type: ignore[assignment]
+            if p.cost_ratio is not None:
+                costs[cell] = p.cost_ratio
         if len(cells) >= 2:
-            grids.append(Grid(workload, base, other, dict(fixed), cells))
+            grids.append(Grid(workload, base, other, dict(fixed), cells, costs))
             if len({b for _, b in cells}) > 1:
                 for p in ps:
                     p.in_crossover = True

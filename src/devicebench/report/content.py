@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from devicebench.report import money
 from devicebench.report.compare import NOT_WORK, Comparison
 from devicebench.report.fmt import NONE, fmt_memory, fmt_q, fmt_s, fmt_share, fmt_stat_s, fmt_x
 from devicebench.report.pairs import Pair
@@ -106,6 +107,9 @@ class PairRow(NamedTuple):
     base_time: str
     other_time: str
     speedup: str
+    price_ratio: str
+    cost_ratio: str
+    cost: str
     data_wait: str
     memory: str
     verdict: str
@@ -123,6 +127,9 @@ PAIR_HEADERS = [
     "base time",
     "other time",
     "speedup",
+    "price ratio (per hour)",
+    "cost ratio (per unit of work)",
+    "cost (base / other)",
     "data wait",
     "peak memory (GPU allocated / process RSS)",
 ]
@@ -137,6 +144,7 @@ def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
         timed = key.removeprefix("time/").removesuffix("_s")
         base_time, other_time = fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
     rng = f" ({fmt_x(p.speedup_range[0])}–{fmt_x(p.speedup_range[1])})" if p.speedup_range else ""
+    price_ratio, cost_ratio, spent = money.pair_cost_cells(p)
     return PairRow(
         workload=p.workload,
         config=describe(p.base, varying),
@@ -146,6 +154,9 @@ def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
         base_time=base_time,
         other_time=other_time,
         speedup=fmt_x(p.headline) + rng,
+        price_ratio=price_ratio,
+        cost_ratio=cost_ratio,
+        cost=spent,
         data_wait=f"{fmt_share(p.base.wait_share)} / {fmt_share(p.other.wait_share)}",
         memory=f"{fmt_memory(p.base)} / {fmt_memory(p.other)}",
         verdict="; ".join(p.verdicts) or NONE,
@@ -177,12 +188,33 @@ def _speedups(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
     doc.h(2, "Speedups")
     doc.p(
         "speedup = base time / other time (median of repeats; range from the repeats' spread). "
+        "price ratio = other's hourly price / base's; cost ratio = other's cost of the same work / base's "
+        "(below 1× the other side is cheaper), from the prices the runs logged. "
         "data wait = share of training time spent waiting for the next batch."
     )
     if comp.pairs:
         doc.table([*PAIR_HEADERS, "verdict"], pair_rows(comp.pairs, varying))
     else:
         doc.p("No config ran on two devices yet: run the same config with another --device to get a speedup.")
+
+
+def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
+    """Which device and shape buys the most work per money, per config; or how to get prices at all."""
+    if not comp.all_sides:
+        return
+    doc.h(2, "Price-performance")
+    if not money.any_price(comp):
+        doc.p(
+            "No run carries a price: run on an OCI shape listed in experiments/prices.yaml (or "
+            "DEVICEBENCH_PRICES), or give price_per_hour, to see the cost of each side's work."
+        )
+        return
+    doc.p(
+        "Per config, the sides that buy the most work per money first (cost per epoch and per 1k samples as "
+        "the runs logged them; matmul: GFLOP per money at the largest torch size). A side without a price "
+        "shows why, never a number."
+    )
+    doc.table(money.SIDE_HEADERS, money.side_rows(comp, lambda s: describe(s, varying)))
 
 
 def _matmul(doc: Doc, comp: Comparison) -> None:
@@ -304,6 +336,7 @@ def build_doc(comp: Comparison, meta: dict[str, str], charts: dict[str, str]) ->
     varying = varying_params(comp.all_sides)
     _summary(doc, comp, meta)
     _speedups(doc, comp, varying)
+    _price_performance(doc, comp, varying)
     _matmul(doc, comp)
     _quality(doc, comp, varying)
     _unpaired(doc, comp, varying)

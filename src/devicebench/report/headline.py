@@ -2,7 +2,8 @@
 
 A report run's overview page shows its metrics and its description (the `mlflow.note.content` tag,
 rendered as Markdown). So the headline numbers become metrics (`speedup/<pair>` per CPU/GPU pair,
-`speedup/best`, `speedup/worst`, `pairs`, `regressions`) and a short summary becomes the description.
+`cost_ratio/<pair>` beside it where both sides logged a price, `speedup/best`, `speedup/worst`,
+`pairs`, `regressions`) and a short summary becomes the description.
 Both read the speedups the comparison already holds (`Pair.headline`, the pair rows of content.py);
 nothing is computed twice, so the UI, the terminal and report.html cannot disagree.
 """
@@ -66,14 +67,17 @@ def unique_names(names: list[str], cap: int = MAX_PAIR_NAME) -> list[str]:
 
 
 def headline_metrics(comp: Comparison) -> dict[str, float]:
-    """`speedup/<pair>` per CPU/GPU pair, `speedup/best` and `/worst` over them, `pairs`, and
-    `regressions` when a baseline was asked for (None means "not judged", not zero)."""
+    """`speedup/<pair>` per CPU/GPU pair (and `cost_ratio/<pair>` where both sides have a price),
+    `speedup/best` and `/worst` over them, `pairs`, and `regressions` when a baseline was asked for
+    (None means "not judged", not zero)."""
     metrics: dict[str, float] = {"pairs": float(len(comp.pairs))}
     pairs = cpu_gpu_pairs(comp)
     varying = varying_params(comp.all_sides)
     names = unique_names([pair_name(p, varying) for p in pairs])
     for name, p in zip(names, pairs, strict=True):
         metrics[f"speedup/{name}"] = _speedup(p)
+        if p.cost_ratio is not None:  # both sides priced: GPU cost of the same work / CPU cost
+            metrics[f"cost_ratio/{name}"] = p.cost_ratio
     if pairs:
         metrics["speedup/best"] = max(map(_speedup, pairs))
         metrics["speedup/worst"] = min(map(_speedup, pairs))

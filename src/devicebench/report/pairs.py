@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from devicebench.report.cost import PairCost, pair_cost
 from devicebench.report.sides import THROUGHPUT_METRICS, Side
 
 
@@ -21,8 +22,10 @@ class Pair:
     speedup_range: tuple[float, float] | None = None
     # (backend on base, dtype, size) -> torch-on-other speedup at that point
     matmul: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    matmul_point: tuple[str, str, int] | None = None  # (backend on base, dtype, size) of `speedups["matmul"]`
     in_crossover: bool = False
     verdicts: list[str] = field(default_factory=list)
+    cost: PairCost | None = None  # price and cost ratios (cost.py); their fields are None without prices
 
     @property
     def workload(self) -> str:
@@ -45,6 +48,16 @@ class Pair:
             if key in self.speedups:
                 return self.speedups[key]
         return None
+
+    @property
+    def price_ratio(self) -> float | None:
+        """other's hourly price / base's, where both runs say it in one currency."""
+        return self.cost.price_ratio if self.cost else None
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """other's cost per unit of work / base's (< 1: other is cheaper for the same work)."""
+        return self.cost.cost_ratio if self.cost else None
 
 
 def _time_speedups(pair: Pair) -> None:
@@ -75,12 +88,13 @@ def _matmul_speedups(pair: Pair) -> None:
         at = [k for k in torch_points if k[2] == biggest]
         pick = next((k for k in at if k[1] == "float32"), at[0])
         pair.speedups["matmul"] = pair.matmul[pick]
+        pair.matmul_point = pick
         pair.speedups["matmul_point"] = float(biggest)
         a, b = pair.base.matmul[pick]["time"], theirs[(pick[1], pick[2])]
         pair.speedup_range = (a.lo / b.hi, a.hi / b.lo) if b.lo > 0 else None
 
 
-def _order(params: dict[str, str]) -> tuple:
+def param_order(params: dict[str, str]) -> tuple:
     """Params as a sort key with numbers compared as numbers (batch 4 before batch 32)."""
     out = []
     for k, v in sorted(params.items()):
@@ -95,6 +109,7 @@ def make_pair(base: Side, other: Side) -> Pair:
     pair = Pair(base, other)
     _time_speedups(pair)
     _matmul_speedups(pair)
+    pair.cost = pair_cost(pair)
     return pair
 
 
@@ -108,6 +123,6 @@ def build_pairs(sides_by_key: dict[str, list[Side]]) -> tuple[list[Pair], list[S
             continue
         pairs.extend(make_pair(a, b) for a, b in combinations(sides, 2))
     pairs.sort(
-        key=lambda p: (p.workload, not p.is_cpu_gpu, p.base.label, p.other.label, _order(p.base.params))
+        key=lambda p: (p.workload, not p.is_cpu_gpu, p.base.label, p.other.label, param_order(p.base.params))
     )
     return pairs, unpaired

@@ -20,7 +20,15 @@ TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s
 THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")
 QUALITY_METRICS = ("eval/accuracy", "eval/miou")
 MEMORY_METRICS = ("memory/peak_bytes", "memory/peak_rss_bytes")
-SUMMARY_METRICS = TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS
+# what the run side logs where it knew a price (issue 17); absent: no price, never a zero
+COST_METRICS = (
+    "cost/usd",
+    "cost/usd_per_hour",
+    "cost/usd_per_epoch",
+    "cost/usd_per_1k_samples",
+    "cost/gflop_per_usd",
+)
+SUMMARY_METRICS = TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS + COST_METRICS
 
 
 # --------------------------------------------------------------------------------------------- stats
@@ -70,10 +78,12 @@ class Side:
     wait_share: Stat | None = None
     # (backend, dtype, size) -> {"time": Stat, "unsynced": Stat}
     matmul: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
+    shape: str = ""  # the OCI shape the runs were priced on (or ran on): its own side, at its own price
 
     @property
     def label(self) -> str:
-        return f"{self.device} ({self.device_name})" if self.device_name else self.device
+        what = ", ".join(x for x in (self.device_name, self.shape) if x)
+        return f"{self.device} ({what})" if what else self.device
 
     @property
     def is_cpu(self) -> bool:
@@ -108,9 +118,11 @@ def wait_share(run: RunRecord) -> float | None:
     return min(max(wait / total, 0.0), 1.0)
 
 
-def summarise(workload: str, key: str, device: str, name: str, runs: list[RunRecord]) -> Side:
+def summarise(
+    workload: str, key: str, device: str, name: str, runs: list[RunRecord], shape: str = ""
+) -> Side:
     """Medians and spreads of everything the report shows, over one side's repeats."""
-    side = Side(workload, key, device, name, sorted(runs, key=lambda r: r.start_time))
+    side = Side(workload, key, device, name, sorted(runs, key=lambda r: r.start_time), shape=shape)
     for m in SUMMARY_METRICS:
         s = Stat.of(r.metrics[m] for r in runs if m in r.metrics)
         if s is not None:
@@ -138,18 +150,24 @@ def side_of(run: RunRecord) -> tuple[str, str]:
     return run.device.split(":")[0], name
 
 
+def shape_of(run: RunRecord) -> str:
+    """The OCI shape a run was priced on, else the one it ran on, else "": an A10 in VM.GPU.A10.1 and
+    one in VM.GPU.A10.2 time alike but cost twice apart per hour, so they are two sides to compare."""
+    return run.tag("price.shape") or run.tag("host.oci.shape")
+
+
 def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
-    """config_key → its sides (one per device and hardware model), CPU first."""
-    groups: dict[tuple[str, str], dict[tuple[str, str], list[RunRecord]]] = defaultdict(
+    """config_key → its sides (one per device, hardware model and shape), CPU first."""
+    groups: dict[tuple[str, str], dict[tuple[str, str, str], list[RunRecord]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in runs:
-        groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][side_of(r)].append(r)
+        groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][(*side_of(r), shape_of(r))].append(r)
     out: dict[str, list[Side]] = {}
     for (workload, key), by_side in groups.items():
         sides = [
-            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs)
-            for (_, n), rs in by_side.items()
+            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs, shape)
+            for (_, n, shape), rs in by_side.items()
         ]
-        out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.device, s.device_name))
+        out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.device, s.device_name, s.shape))
     return out

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from devicebench.report.compare import Comparison
 from devicebench.report.content import describe, pair_row, varying_params
-from devicebench.report.fmt import NONE, fmt_stat_s
+from devicebench.report.fmt import NONE, fmt_stat_s, fmt_x
 
-HEADERS = ["workload", "config", "base", "other", "speedup", "wait", "verdict"]
+HEADERS = ["workload", "config", "base", "other", "speedup", "price", "cost", "wait", "verdict"]
 MAX_WIDTH = 48  # a column is cut here; report.md has every cell whole
 
 
@@ -28,7 +28,10 @@ def terminal_table(comp: Comparison, limit: int = 40) -> str:
     for p in comp.pairs:
         r = pair_row(p, varying)
         verdict = p.verdicts[0] if p.verdicts else NONE
-        rows.append([r.workload, r.config, r.base, r.other, r.speedup, r.data_wait, verdict])
+        price = fmt_x(p.price_ratio)
+        rows.append(
+            [r.workload, r.config, r.base, r.other, r.speedup, price, r.cost_ratio, r.data_wait, verdict]
+        )
     lines = [
         f"{len(comp.runs)} runs: {len(comp.finished)} finished, {len(comp.unfinished)} not; "
         f"{len(comp.pairs)} pairs; {len(comp.unpaired)} configs without a partner device"

@@ -46,6 +46,34 @@ def loader_bound(pair: Pair) -> str | None:
     return f"{pair.other.device} run waited for data {share:.0%} of the time: loader-bound{hint}"
 
 
+def price_performance(pair: Pair) -> str | None:
+    """The user's first question: is the faster side worth its price? Only where both sides' runs carry
+    a price (never a made-up one): the cost of the same work, against the hourly price ratio."""
+    speedup, cost = pair.headline, pair.cost
+    if speedup is None or cost is None or cost.cost_ratio is None or cost.price_ratio is None:
+        return None
+    ratio, price = cost.cost_ratio, cost.price_ratio
+    on = "the GPU" if pair.is_cpu_gpu else pair.other.label
+    if ratio < 1.0:
+        how = "although" if price > 1.0 else "at"
+        return (
+            f"cheaper per {cost.unit} on {on} ({fmt_speedup(1.0 / ratio)}) {how} {fmt_speedup(price)} "
+            "the hourly price"
+        )
+    if ratio == 1.0:
+        return f"same cost per {cost.unit} on {on} at {fmt_speedup(price)} the hourly price"
+    where = "" if pair.is_cpu_gpu else f" on {on}"
+    if speedup > 1.0:
+        return (
+            f"faster but dearer{where}: {fmt_speedup(speedup)} faster at {fmt_speedup(price)} the price "
+            f"costs {fmt_speedup(ratio)} more per {cost.unit}"
+        )
+    return (
+        f"dearer on {on} and not faster ({fmt_speedup(speedup)}): costs {fmt_speedup(ratio)} more per "
+        f"{cost.unit}"
+    )
+
+
 def _batch_size(side: Side) -> int | None:
     try:
         return int(float(side.params.get("batch_size", "")))
@@ -197,6 +225,7 @@ def thread_mismatch(pair: Pair) -> str | None:
 
 RULES: tuple[Callable[[Pair], str | None], ...] = (
     oversubscribed,
+    price_performance,
     loader_bound,
     launch_bound,
     gpu_slower,

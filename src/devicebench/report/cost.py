@@ -1,0 +1,198 @@
+"""Money: what a side cost per hour and per unit of work, and a pair's price and cost ratios.
+
+Everything is read from what the run side logged (issue 17's run schema): the tags
+`devicebench.price.*` and the metrics `cost/*`. A side whose runs carry no price has no cost,
+and nothing here makes one up: every function returns None where the runs do not say, and the writers
+show "–". Ratios are only taken between sides priced in the same currency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from devicebench.report.fmt import NONE
+from devicebench.report.query import RunRecord
+from devicebench.report.sides import Side, Stat
+from devicebench.schema import gflops
+
+if TYPE_CHECKING:
+    from devicebench.report.pairs import Pair
+
+PER_EPOCH = "cost/usd_per_epoch"
+PER_1K = "cost/usd_per_1k_samples"
+PER_RUN = "cost/usd"
+GFLOP = "GFLOP"  # the matmul unit of work
+
+
+def _float(text: str) -> float | None:
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) and x >= 0 else None
+
+
+def _hourly(run: RunRecord) -> float | None:
+    return _float(run.tag("price.usd_per_hour", "x"))
+
+
+def priced_runs(side: Side) -> list[RunRecord]:
+    """The side's runs that logged an hourly price (a price of 0 counts; a missing one does not)."""
+    return [r for r in side.runs if _hourly(r) is not None]
+
+
+def side_price(side: Side) -> Stat | None:
+    """The hourly price of the side's runs (median, with the range when runs were priced differently)."""
+    return Stat.of(x for r in side.runs if (x := _hourly(r)) is not None)
+
+
+def currency(side: Side) -> str:
+    """The currency the side's prices are in; `mixed` when its runs disagree (no ratio is taken then)."""
+    found = {r.tag("price.currency") or "USD" for r in priced_runs(side)}
+    return found.pop() if len(found) == 1 else ("mixed" if found else "")
+
+
+def source(side: Side) -> str:
+    """Where the price came from: `table:prices.yaml VM.GPU.A10.1`, or `override` (a param or setting)."""
+    out = []
+    for r in priced_runs(side):
+        text = " ".join(x for x in (r.tag("price.source") or "?", r.tag("price.shape")) if x)
+        if text not in out:
+            out.append(text)
+    return ", ".join(out)
+
+
+def no_price_reason(side: Side) -> str:
+    """Why the side has no price, as its runs said (`devicebench.price.none`), or a generic reason."""
+    for r in side.runs:
+        if r.tag("price.none"):
+            return r.tag("price.none")
+    return "the runs carry no devicebench.price tags"
+
+
+def epoch_time(side: Side) -> Stat | None:
+    """Training time per epoch (`time/train_s` / the `epochs` param), per run: the x of the cost chart."""
+    values = []
+    for r in side.runs:
+        t, epochs = r.metrics.get("time/train_s"), _float(r.params.get("epochs", "1"))
+        if t is not None and epochs:
+            values.append(t / epochs)
+    return Stat.of(values)
+
+
+def matmul_point(side: Side) -> tuple[str, str, int] | None:
+    """The side's headline matmul point: torch at its largest size, float32 where there is one."""
+    points = [k for k, v in side.matmul.items() if k[0] == "torch" and "time" in v]
+    if not points:
+        return None
+    biggest = max(k[2] for k in points)
+    at = [k for k in points if k[2] == biggest]
+    return next((k for k in at if k[1] == "float32"), at[0])
+
+
+def per_gflop(side: Side, point: tuple[str, str, int] | None) -> float | None:
+    """Money per GFLOP at one matmul point: price × time / 3600 / GFLOP (the run side's
+    `gflop_per_usd` inverted), from the side's median time there and its median hourly price."""
+    price = side_price(side)
+    v = side.matmul.get(point) if point else None
+    if price is None or not v or "time" not in v or v["time"].median <= 0 or point is None:
+        return None
+    return price.median / (gflops(point[2], v["time"].median) * 3600)
+
+
+@dataclass(frozen=True)
+class SideCost:
+    """What one side's work cost: `per_unit` money per `unit` (epoch, GFLOP or run), None without a price."""
+
+    unit: str
+    per_unit: float | None
+    per_1k: float | None = None
+    point: tuple[str, str, int] | None = None  # matmul: where GFLOP/$ was read
+
+    @property
+    def work_per_money(self) -> float | None:
+        """Epochs (or GFLOP, or runs) per unit of currency: the budget's answer."""
+        return 1.0 / self.per_unit if self.per_unit else None
+
+
+def _median(side: Side, metric: str) -> float | None:
+    s = side.metrics.get(metric)
+    return s.median if s is not None and priced_runs(side) else None
+
+
+def side_cost(side: Side) -> SideCost:
+    """Training: the logged cost per epoch (and per 1k samples); matmul: money per GFLOP at the side's
+    headline point; anything else: the logged cost of a whole run."""
+    if side.workload == "matmul":
+        point = matmul_point(side)
+        return SideCost(GFLOP, per_gflop(side, point), point=point)
+    if PER_EPOCH in side.metrics:
+        return SideCost("epoch", _median(side, PER_EPOCH), _median(side, PER_1K))
+    return SideCost("run", _median(side, PER_RUN))
+
+
+@dataclass(frozen=True)
+class PairCost:
+    """`other` against `base`: hourly price ratio and cost-per-unit ratio (< 1: `other` is cheaper)."""
+
+    unit: str
+    base: SideCost
+    other: SideCost
+    price_ratio: float | None
+    cost_ratio: float | None
+    cost_ratio_1k: float | None = None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """b / a where both are known and a > 0; else None (a zero price makes no ratio, not infinity)."""
+    if a is None or b is None or a <= 0:
+        return None
+    return b / a
+
+
+def pair_cost(pair: Pair) -> PairCost:
+    """The pair's ratios, None where either side has no price or the currencies differ. Matmul is read
+    at the pair's own headline point (where its speedup was taken), so both describe one product."""
+    base, other = pair.base, pair.other
+    if pair.workload == "matmul" and pair.matmul_point is not None:
+        b_pt = pair.matmul_point
+        o_pt = ("torch", b_pt[1], b_pt[2])
+        b = SideCost(GFLOP, per_gflop(base, b_pt), point=b_pt)
+        o = SideCost(GFLOP, per_gflop(other, o_pt), point=o_pt)
+    else:
+        b, o = side_cost(base), side_cost(other)
+    same = currency(base) == currency(other) and currency(base) not in ("", "mixed")
+    pb, po = side_price(base), side_price(other)
+    if not same or b.unit != o.unit:
+        return PairCost(b.unit, b, o, None, None)
+    return PairCost(
+        b.unit,
+        b,
+        o,
+        _ratio(pb.median if pb else None, po.median if po else None),
+        _ratio(b.per_unit, o.per_unit),
+        _ratio(b.per_1k, o.per_1k),
+    )
+
+
+def fmt_money(x: float | None, cur: str = "USD") -> str:
+    """`$0.00333`, `$1.28`, `12.50 EUR`: cents from 1 up, three significant digits below (never an
+    exponent: `$0.0000667` reads as money, `6.67e-05` does not), whole units from 1000."""
+    if x is None or not math.isfinite(x):
+        return NONE
+    if x >= 1000:
+        text = f"{x:,.0f}"
+    elif x >= 1 or x <= 0:
+        text = f"{x:.2f}"
+    else:
+        text = f"{x:.{2 - math.floor(math.log10(x))}f}"
+    return f"${text}" if cur in ("USD", "") else f"{text} {cur}"
+
+
+def fmt_amount(x: float | None) -> str:
+    """A count of work per money (epochs or GFLOP per dollar): three significant digits, thousands apart."""
+    if x is None or not math.isfinite(x):
+        return NONE
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"

@@ -1,0 +1,248 @@
+"""Price-performance in the report (issue 17), on plain data: runs planted with the cost contract's tags
+and metrics (/work/prompts/cost-schema.md) as the run side logs them, read into pairs, verdicts, the
+tables, the charts, the headline metrics and `compare --budget`.
+
+The two cases of the issue: a GPU 12× faster at 8× the hourly price is 1.5× cheaper per epoch; one 3×
+faster at 8× the price costs 2.67× more. A side without a price shows "–" and gets no cost verdict.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from devicebench.report import verdicts
+from devicebench.report.cli import budget_text
+from devicebench.report.compare import compare
+from devicebench.report.content import PAIR_HEADERS, pair_row
+from devicebench.report.headline import headline_metrics
+from devicebench.report.money import side_rows
+from devicebench.report.query import RunRecord
+from devicebench.report.render import terminal_table, write_report
+
+_ids = itertools.count()
+SAMPLES = 50_000
+
+
+def run(
+    device: str,
+    t: float,
+    price: float | None,
+    key: str = "k1",
+    params: dict[str, str] | None = None,
+    shape: str = "",
+    name: str = "",
+    epochs: int = 2,
+) -> RunRecord:
+    """A finished cifar run of `t` s training; priced as the run side logs it, or tagged `price.none`."""
+    tags = {
+        "devicebench.workload": "cifar",
+        "devicebench.device": device.split(":")[0],
+        "devicebench.device.resolved": device,
+        "devicebench.device.name": name or ("EPYC" if device == "cpu" else "A10"),
+        "devicebench.config_key": key,
+        "devicebench.data": "cifar10",
+        "devicebench.host.cpu_model": "EPYC",
+    }
+    metrics = {"time/train_s": t, "time/total_s": t + 1.0, "time/data_wait_s": 0.0}
+    if price is None:
+        tags["devicebench.price.none"] = "no OCI shape (not on OCI) and no price_per_hour"
+    else:
+        tags |= {"devicebench.price.usd_per_hour": str(price), "devicebench.price.currency": "USD"}
+        tags |= {"devicebench.price.source": "table:prices.yaml" if shape else "override"}
+        if shape:
+            tags |= {"devicebench.price.shape": shape, "devicebench.host.oci.shape": shape}
+        metrics |= {
+            "cost/usd": price * (t + 1.0) / 3600,
+            "cost/usd_per_hour": price,
+            "cost/usd_per_epoch": price * (t / epochs) / 3600,
+            "cost/usd_per_1k_samples": price * (t / SAMPLES) * 1000 / 3600,
+        }
+    return RunRecord(
+        run_id=f"r{next(_ids)}",
+        status="FINISHED",
+        start_time=next(_ids),
+        tags=tags,
+        params={"batch_size": "128", "width": "1", "epochs": str(epochs), **(params or {})},
+        metrics=metrics,
+    )
+
+
+def two_cases() -> list[RunRecord]:
+    """Config `cheap`: CPU 12 s at $1/h, GPU 1 s at $8/h. Config `dear`: CPU 3 s at $1/h, GPU 1 s at $8/h."""
+    cheap, dear = {"width": "4"}, {"width": "2"}
+    return [
+        *(run("cpu", 12.0, 1.0, "cheap", cheap) for _ in range(2)),
+        *(run("cuda:0", 1.0, 8.0, "cheap", cheap) for _ in range(2)),
+        *(run("cpu", 3.0, 1.0, "dear", dear) for _ in range(2)),
+        *(run("cuda:0", 1.0, 8.0, "dear", dear) for _ in range(2)),
+    ]
+
+
+def by_key(comp, key: str):
+    return next(p for p in comp.pairs if p.config_key == key)
+
+
+# --------------------------------------------------------------------------------------------- pairs
+
+
+def test_the_two_cases_give_exact_cost_ratios_and_the_right_verdicts() -> None:
+    comp = compare(two_cases())
+    cheap, dear = by_key(comp, "cheap"), by_key(comp, "dear")
+    assert (cheap.headline, cheap.price_ratio, cheap.cost_ratio) == pytest.approx((12.0, 8.0, 8.0 / 12.0))
+    assert (dear.headline, dear.price_ratio, dear.cost_ratio) == pytest.approx((3.0, 8.0, 8.0 / 3.0))
+    assert cheap.verdicts[0] == "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price"
+    assert dear.verdicts[0] == "faster but dearer: 3.00× faster at 8.00× the price costs 2.67× more per epoch"
+    # the pairs table: time speedup, price ratio and cost ratio side by side
+    row = pair_row(cheap, {})
+    assert (row.speedup.split(" ")[0], row.price_ratio, row.cost_ratio) == (
+        "12.0×",
+        "8.00× ($1.00 / $8.00)",
+        "0.67× per epoch",
+    )
+    assert row.cost == "$0.00167 / $0.00111 per epoch; $0.0000667 / $0.0000444 per 1k samples"
+    assert pair_row(dear, {}).cost_ratio == "2.67× per epoch"
+    i = PAIR_HEADERS.index("speedup")
+    assert PAIR_HEADERS[i : i + 3] == ["speedup", "price ratio (per hour)", "cost ratio (per unit of work)"]
+    table = terminal_table(comp)
+    assert "0.67× per epoch" in table and "2.67× per epoch" in table
+
+
+def test_a_side_without_a_price_shows_a_dash_and_gets_no_cost_verdict() -> None:
+    comp = compare([run("cpu", 12.0, None), run("cuda:0", 1.0, 8.0)])
+    (p,) = comp.pairs
+    assert p.price_ratio is None and p.cost_ratio is None
+    row = pair_row(p, {})
+    assert (row.price_ratio, row.cost_ratio, row.cost) == ("–", "–", "–")
+    assert verdicts.price_performance(p) is None
+    assert not any("cheaper" in v or "dearer" in v for v in p.verdicts)
+    metrics = headline_metrics(comp)
+    assert "speedup/cifar cpu vs cuda_0" in metrics and not any(k.startswith("cost_ratio/") for k in metrics)
+    rows = side_rows(comp, lambda s: s.config_key)
+    cpu = next(r for r in rows if r[2] == "cpu (EPYC)")
+    assert cpu[3] == "– (no OCI shape (not on OCI) and no price_per_hour)" and cpu[5:9] == ["–"] * 4
+
+
+def test_prices_in_different_currencies_make_no_ratio() -> None:
+    eur = run("cuda:0", 1.0, 8.0)
+    eur.tags["devicebench.price.currency"] = "EUR"
+    (p,) = compare([run("cpu", 12.0, 1.0), eur]).pairs
+    assert p.price_ratio is None and p.cost_ratio is None and verdicts.price_performance(p) is None
+
+
+def test_headline_metrics_carry_the_cost_ratio_beside_the_speedup() -> None:
+    m = headline_metrics(compare(two_cases()))
+    assert m["speedup/cifar width_4 cpu vs cuda_0"] == pytest.approx(12.0)
+    assert m["cost_ratio/cifar width_4 cpu vs cuda_0"] == pytest.approx(8.0 / 12.0)
+    assert m["cost_ratio/cifar width_2 cpu vs cuda_0"] == pytest.approx(8.0 / 3.0)
+
+
+# --------------------------------------------------------------------------------------------- shapes
+
+
+def shapes() -> list[RunRecord]:
+    """One config on a CPU flex shape, an A10 in VM.GPU.A10.1 and in VM.GPU.A10.2, and an H100."""
+    return [
+        run("cpu", 20.0, 0.1, shape="VM.Standard.E4.Flex"),
+        run("cuda:0", 2.0, 2.0, shape="VM.GPU.A10.1"),
+        run("cuda:0", 2.0, 4.0, shape="VM.GPU.A10.2"),
+        run("cuda:0", 0.5, 40.0, shape="BM.GPU.H100.8", name="H100"),
+    ]
+
+
+def test_the_same_gpu_in_two_shapes_is_two_sides_with_a_cost_ratio() -> None:
+    comp = compare(shapes())
+    labels = [s.label for s in comp.sides["k1"]]
+    assert "cuda:0 (A10, VM.GPU.A10.1)" in labels and "cuda:0 (A10, VM.GPU.A10.2)" in labels
+    a10s = next(p for p in comp.pairs if "A10.1" in p.base.label and "A10.2" in p.other.label)
+    assert (a10s.headline, a10s.price_ratio, a10s.cost_ratio) == pytest.approx((1.0, 2.0, 2.0))
+    assert a10s.verdicts[0] == (
+        "dearer on cuda:0 (A10, VM.GPU.A10.2) and not faster (1.00×): costs 2.00× more per epoch"
+    )
+
+
+def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
+    comp = compare(shapes())
+    rows = side_rows(comp, lambda s: s.config_key)
+    assert [r[2] for r in rows] == [
+        "cpu (EPYC, VM.Standard.E4.Flex)",  # $0.1/h × 10 s per epoch: 3,600 epochs per dollar
+        "cuda:0 (A10, VM.GPU.A10.1)",  # $2/h × 1 s: 1,800
+        "cuda:0 (A10, VM.GPU.A10.2)",  # $4/h × 1 s: 900
+        "cuda:0 (H100, BM.GPU.H100.8)",  # $40/h × 0.25 s: 360
+    ]
+    assert rows[0][7] == "3,600 epochs per USD" and rows[1][8] == "0.50×" and rows[3][8] == "0.10×"
+    assert rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1)"
+    line = budget_text(comp)
+    assert line == (
+        "budget: cifar k1: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
+        "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex); 3 other priced side(s))"
+    )
+
+
+def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
+    def matmul(device: str, t: float, price: float) -> RunRecord:
+        r = run(device, t, price, key="mm")
+        r.tags["devicebench.workload"] = "matmul"
+        r.metrics = {}
+        r.history = {"matmul/torch/float32/time_s": {512: t * 1e6, 1024: t}}
+        return r
+
+    comp = compare([matmul("cpu", 0.02, 0.36), matmul("cuda:0", 0.001, 3.6), run("cpu", 1.0, None, key="k")])
+    (p,) = comp.pairs
+    assert p.cost_ratio == pytest.approx(0.5)  # 20× faster at 10× the price
+    assert p.verdicts[0] == "cheaper per GFLOP on the GPU (2.00×) although 10.0× the hourly price"
+    assert pair_row(p, {}).cost == "1,073,742 / 2,147,484 GFLOP per USD at n=1024 float32"
+    lines = budget_text(comp).splitlines()
+    assert lines == [
+        "budget: cifar k: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
+        "budget: matmul mm: cheapest cuda:0 (A10): 2,147,484 GFLOP per USD at n=1024 float32 "
+        "($0.000000466 per GFLOP at $3.60 (override); 1 other priced side(s))",
+    ]
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def test_report_files_show_costs_and_the_cost_chart(tmp_path: Path) -> None:
+    files = write_report(compare(two_cases()), tmp_path, {"experiments": "e"})
+    names = {f.name for f in files}
+    assert "cost_vs_time.png" in names and (tmp_path / "cost_vs_time.png").stat().st_size > 0
+    md = (tmp_path / "report.md").read_text()
+    assert "## Price-performance" in md
+    assert "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price" in md
+    assert "faster but dearer: 3.00× faster at 8.00× the price costs 2.67× more per epoch" in md
+    assert "| 0.67× per epoch |" in md and "| 2.67× per epoch |" in md
+
+
+def test_without_prices_there_is_no_cost_chart_and_the_report_says_how_to_get_prices(tmp_path: Path) -> None:
+    files = write_report(compare([run("cpu", 12.0, None), run("cuda:0", 1.0, None)]), tmp_path, {})
+    assert "cost_vs_time.png" not in {f.name for f in files}
+    assert "No run carries a price" in (tmp_path / "report.md").read_text()
+
+
+def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -> None:
+    from devicebench.report.charts import crossover_chart
+
+    def grid_runs(priced: bool) -> list[RunRecord]:
+        out = []
+        for width, batch in itertools.product((1, 2), (4, 128)):
+            p, key = {"width": str(width), "batch_size": str(batch)}, f"w{width}b{batch}"
+            out += [run("cpu", 10.0 * width, 1.0 if priced else None, key, p)]
+            out += [run("cuda:0", 64.0 / batch, 8.0 if priced else None, key, p)]
+        return out
+
+    (grid,) = compare(grid_runs(priced=True)).grids
+    assert grid.cost_cells[(1.0, 4.0)] == pytest.approx(8.0 * 16.0 / 10.0)  # 0.625× faster at 8× the price
+    assert grid.cost_cells[(2.0, 128.0)] == pytest.approx(8.0 * 0.5 / 20.0)
+    assert crossover_chart(grid, tmp_path / "priced.png") == 2
+    (bare,) = compare(grid_runs(priced=False)).grids
+    assert bare.cost_cells == {} and crossover_chart(bare, tmp_path / "bare.png") == 1
+
+
+def test_compare_parser_takes_budget() -> None:
+    from devicebench.cli import build_parser
+
+    assert build_parser("compare").parse_args(["compare", "--budget"]).budget is True
+    assert build_parser("compare").parse_args(["compare"]).budget is False
