@@ -4,7 +4,9 @@ word (not an empty string) for every "not set". Parse only: nothing here trains 
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,17 @@ def _nowhere_to_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a-file").write_text("")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/a-file/mlflow.db")
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept() -> Iterator[None]:
+    """`main` sets process-wide defaults (MLFLOW_LOGGING_LEVEL=WARNING, ...) as a command should; in this
+    test process they leaked into the servers later tests start (a schema upgrade's INFO lines vanished
+    from a server's log), so the environment is put back as it was."""
+    saved = os.environ.copy()
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.mark.parametrize(
