@@ -124,11 +124,13 @@ def _check_matmul_run(uri: str, experiment: str) -> None:
     }
 
 
-def _mlflow_run_matmul(uri: str, experiment: str) -> None:
-    """The acceptance command, `mlflow run . -e matmul`, against a server; then read the run back."""
+def _mlflow_run_matmul(uri: str, experiment: str, quick: bool = False) -> None:
+    """The acceptance command, `mlflow run . -e matmul`, against a server; then read the run back.
+    `quick`: one process, no time floor, where the store is what is tested (not the timing)."""
     proc = run_mlflow_project(
         "matmul",
-        {"device": "cpu", "sizes": "128,256", "repeats": 2},
+        {"device": "cpu", "sizes": "128,256", "repeats": 2}
+        | ({"isolation": "none", "min_time_s": 0.0} if quick else {}),
         devicebench_env(uri),
         experiment=experiment,
     )
@@ -146,7 +148,7 @@ def test_mlflow_run_matmul_on_a_sqlite_backed_server(
 def test_mlflow_run_matmul_on_a_postgres_backed_server(
     pg_mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
-    _mlflow_run_matmul(pg_mlflow_server.url, experiment_name)
+    _mlflow_run_matmul(pg_mlflow_server.url, experiment_name, quick=True)
 
 
 def test_mlflow_run_matmul_on_an_absent_gpu_fails_with_one_line_and_a_failed_run(
