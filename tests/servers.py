@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from testbed.mlflow_server import VENV_BIN as VENV_BIN
@@ -139,3 +139,36 @@ def one_error_line(stderr: str) -> str:
     assert "Traceback" not in stderr
     assert lines[0].startswith("devicebench: error: ")
     return lines[0]
+
+
+@contextlib.contextmanager
+def fake_oci_metadata(doc: Callable[[], dict]) -> Iterator[str]:
+    """A metadata service on 127.0.0.1 that, like OCI's v2, wants `Authorization: Bearer Oracle` and
+    answers /opc/v2/instance/ with `doc()`; yields its URL (DEVICEBENCH_OCI_METADATA_URL)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.headers.get("Authorization") != "Bearer Oracle" or self.path != "/opc/v2/instance/":
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = json.dumps(doc()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/opc/v2/instance/"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -25,6 +22,7 @@ from devicebench.device import (
     thread_facts,
 )
 from devicebench.errors import DeviceUnavailable, UsageError
+from servers import fake_oci_metadata
 
 # What OCI's instance metadata service v2 returns on a GPU VM (abridged, values made up).
 OCI_DOC = {
@@ -76,27 +74,8 @@ def test_misspelt_devices_list_what_is_allowed(bad: str) -> None:
 def oci_server() -> Iterator[str]:
     """A metadata service on 127.0.0.1 that, like OCI's v2, wants `Authorization: Bearer Oracle`."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.headers.get("Authorization") != "Bearer Oracle" or self.path != "/opc/v2/instance/":
-                self.send_response(401)
-                self.end_headers()
-                return
-            body = json.dumps(OCI_DOC).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/opc/v2/instance/"
-    server.shutdown()
-    server.server_close()
+    with fake_oci_metadata(lambda: OCI_DOC) as url:
+        yield url
 
 
 def test_oci_metadata_gives_shape_region_domain_and_size(oci_server: str) -> None:

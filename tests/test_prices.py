@@ -11,9 +11,7 @@ import json
 import math
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,7 +33,15 @@ from devicebench.prices import (
     resolve_price,
 )
 from devicebench.settings import load_settings
-from servers import QUICK_MATMUL, MlflowServer, devicebench_env, one_error_line, run_cli, runs_of
+from servers import (
+    QUICK_MATMUL,
+    MlflowServer,
+    devicebench_env,
+    fake_oci_metadata,
+    one_error_line,
+    run_cli,
+    runs_of,
+)
 
 GOOD = """\
 version: 1
@@ -298,28 +304,9 @@ def oci() -> Iterator[dict[str, Any]]:
     answers /opc/v2/instance/ with the document the test puts in `doc`."""
     state: dict[str, Any] = {"doc": {}}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.headers.get("Authorization") != "Bearer Oracle" or self.path != "/opc/v2/instance/":
-                self.send_response(401)
-                self.end_headers()
-                return
-            body = json.dumps(state["doc"]).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    state["url"] = f"http://127.0.0.1:{server.server_address[1]}/opc/v2/instance/"
-    yield state
-    server.shutdown()
-    server.server_close()
+    with fake_oci_metadata(lambda: state["doc"]) as url:
+        state["url"] = url
+        yield state
 
 
 def instance(shape: str, **config: float) -> dict[str, Any]:

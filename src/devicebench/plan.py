@@ -24,6 +24,7 @@ from devicebench.config import build_config
 from devicebench.configs import CONFIGS
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_EXPERIMENT, WORKLOADS, check_device_spelling
+from devicebench.yamlfile import load_capped
 
 PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "runs", "report"}
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
@@ -147,21 +148,9 @@ def _expanded_size(root: yaml.Node) -> int:
 
 def _read_yaml(path: Path) -> Any:
     """The plan's document, within the size, alias and nesting caps; every failure one line."""
-    size = path.stat().st_size
-    if size > MAX_PLAN_BYTES:
-        raise _err(path, "file", f"{size:,} bytes; a plan is at most {MAX_PLAN_BYTES:,} bytes")
-    try:
-        return yaml.load(path.read_text(), Loader=_PlanLoader)  # a SafeLoader subclass: no tags run code
-    except _PlanTooBig as e:
-        raise _err(path, "YAML", str(e)) from None
-    except RecursionError:
-        raise _err(path, "YAML", "nested too deeply") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "YAML"
-        raise _err(path, where, f"not valid YAML ({getattr(e, 'problem', None) or e})") from None
-    except UnicodeDecodeError:
-        raise _err(path, "file", "not UTF-8 text") from None
+    return load_capped(
+        path, MAX_PLAN_BYTES, "a plan", _PlanLoader, _PlanTooBig, lambda where, msg: _err(path, where, msg)
+    )
 
 
 def _scalar(value: Any) -> str:

@@ -21,6 +21,7 @@ import yaml
 
 from devicebench.errors import UsageError
 from devicebench.schema import tag
+from devicebench.yamlfile import load_capped
 
 # A price table is a page of YAML; past this it is not one (a plan's cap is 1 MiB, a table needs far less).
 MAX_PRICES_BYTES = 256 * 1024
@@ -133,23 +134,14 @@ def _err(label: str, where: str, message: str) -> UsageError:
 
 
 def _read(path: Path, label: str) -> Any:
-    try:
-        size = path.stat().st_size
-        if size > MAX_PRICES_BYTES:
-            raise _err(label, "file", f"{size:,} bytes; a price table is at most {MAX_PRICES_BYTES:,} bytes")
-        return yaml.load(path.read_text(), Loader=_NoAliasLoader)  # a SafeLoader: no tags run code
-    except OSError as e:
-        raise _err(label, "file", f"cannot be read ({e.strerror or e})") from None
-    except _Refused as e:
-        raise _err(label, "YAML", str(e)) from None
-    except RecursionError:
-        raise _err(label, "YAML", "nested too deeply") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "YAML"
-        raise _err(label, where, f"not valid YAML ({getattr(e, 'problem', None) or e})") from None
-    except UnicodeDecodeError:
-        raise _err(label, "file", "not UTF-8 text") from None
+    return load_capped(
+        path,
+        MAX_PRICES_BYTES,
+        "a price table",
+        _NoAliasLoader,
+        _Refused,
+        lambda where, msg: _err(label, where, msg),
+    )
 
 
 def load_prices(path: str | Path, label: str = "") -> PriceTable:
