@@ -87,13 +87,15 @@ def pages(server: MlflowServer, work: Path) -> list[Page]:
         key = (r.data.tags.get("devicebench.workload"), r.data.tags.get("devicebench.device"))
         by_workload.setdefault(key, r)
     cifar, report = by_workload[("cifar", "cpu")], by_workload[("report", None)]
+    suite = by_workload[("suite", None)]  # the list shows a plan's runs folded under their parent run
     html = Path(client.download_artifacts(report.info.run_id, "report.html", str(work)))
     base = f"{server.url}/#/experiments/{exp.experiment_id}"
     return [
-        Page("ui-runs", f"{base}/runs", (cifar.info.run_name, report.info.run_name)),
+        Page("ui-runs", f"{base}/runs", (suite.info.run_name, report.info.run_name)),
         Page("ui-cifar-run", f"{base}/runs/{cifar.info.run_id}", (cifar.info.run_name, "eval/accuracy")),
-        Page("ui-report-run", f"{base}/runs/{report.info.run_id}", ("speedup",)),
-        Page("report", html.as_uri(), ("speedup",)),
+        # the run's description: the verdicts, the pairs, where the full report is
+        Page("ui-report-run", f"{base}/runs/{report.info.run_id}", ("pairs", "report.html")),
+        Page("report", html.as_uri(), ("Speedups", "Price-performance")),
     ]
 
 
