@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from devicebench.errors import DataUnavailable, Interrupted, OutOfMemory, SpooledError, UsageError
-from devicebench.schema import WORKLOADS, tag
+from devicebench.schema import UNSET_WORDS, WORKLOADS, tag
 from devicebench.settings import redact_uri
 
 PROG = "devicebench"
@@ -241,15 +241,6 @@ def _run_sync(args: argparse.Namespace) -> int:
         f"in {settings.spool_dir}"
     )
     return 1 if out.pending else 0
-
-
-# The words MLproject passes for a command option that is not set, and the CLI's defaults too: `mlflow run`
-# logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The command's
-# code reads the empty value, as before. (compare's `--experiment all` is the report's to read.)
-UNSET_WORDS: dict[str, dict[str, str]] = {
-    "compare": {"workload": "all", "since": "all", "filter": "none", "host": "any", "out": "auto"},
-    "suite": {"resume": "none"},
-}
 
 
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:

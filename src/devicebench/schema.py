@@ -18,6 +18,14 @@ MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
 MAX_RUN_NAME = 250  # MLflow's run name limit
 MAX_EXPERIMENT = 500  # MLflow's experiment name limit
 
+# The words MLproject passes for a command option that is not set, and the CLI's defaults too: `mlflow run`
+# logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The CLI turns
+# them back into the empty value the command reads; the report run logs them, so both paths log the same.
+UNSET_WORDS: dict[str, dict[str, str]] = {
+    "compare": {"workload": "all", "since": "all", "filter": "none", "host": "any", "out": "auto"},
+    "suite": {"resume": "none"},
+}
+
 
 def tag(name: str) -> str:
     """`devicebench.<name>`: every tag the project writes or reads is spelled through this."""

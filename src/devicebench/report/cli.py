@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
-from devicebench.schema import WORKLOADS, tag
+from devicebench.schema import UNSET_WORDS, WORKLOADS, tag
 
 if TYPE_CHECKING:
     from devicebench.report.compare import Comparison
@@ -187,14 +187,17 @@ def _meta(settings: Settings, selection: Selection, query: Query, baseline: str)
     }
 
 
+UNSET = UNSET_WORDS["compare"]
+
+
 def _report_params(query: Query, baseline: str, threshold: float) -> dict[str, str]:
     return {
         "experiment": ",".join(query.experiments) or "all",
         # the words MLproject's compare entry point passes for "not set", so both launch paths log the same
-        "workload": ",".join(query.workloads) or "all",
-        "since": query.since or "all",
-        "filter": query.filter or "none",
-        "host": query.host or "any",
+        "workload": ",".join(query.workloads) or UNSET["workload"],
+        "since": query.since or UNSET["since"],
+        "filter": query.filter or UNSET["filter"],
+        "host": query.host or UNSET["host"],
         "baseline": baseline,
         "threshold": str(threshold),
     }
