@@ -107,6 +107,30 @@ def resolve_device(requested: str) -> torch.device:
     return torch.device("cuda", index)
 
 
+def max_processes(device: torch.device) -> int:
+    """How many data-parallel processes `device` can take on this node: one per visible GPU (NCCL gives
+    each its own), one per usable core on the CPU (gloo; more would only time the scheduler)."""
+    if device.type == "cuda":
+        return torch.cuda.device_count()
+    if device.type == "cpu":
+        return usable_cores()
+    return 1  # MPS: one device, and torch.distributed has no backend for it
+
+
+def check_processes(device: torch.device, nproc: int) -> None:
+    """`nproc` more than `device` can take is one line and exit 2, never a job quietly run on fewer."""
+    most = max_processes(device)
+    if nproc <= most:
+        return
+    if device.type == "cuda":
+        have = f"this host has {most} visible CUDA device(s) (CUDA_VISIBLE_DEVICES narrows them)"
+    elif device.type == "cpu":
+        have = f"this host gives this process {most} usable core(s)"
+    else:
+        have = f"{device.type} is one device and torch.distributed has no backend for it"
+    raise DeviceUnavailable(f"nproc={nproc} on {device.type}: {have}; use nproc <= {most}", param="nproc")
+
+
 def activate(device: torch.device) -> None:
     """Make `device` the current CUDA device, once, right after resolving it.
 
