@@ -1,4 +1,4 @@
-"""The shared training driver: what a distributed run will plug into (rank-0 logging, a sampler)."""
+"""The shared training driver in one process (tests/test_distributed.py runs it as a real 2-process job)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,10 @@ CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _fit(tmp_path: Path, rank: int, tracker: MemoryTracker) -> fit.Fitted:
-    """Two epochs of a linear classifier on 64 points, as rank `rank` of 2 (no process group needed)."""
+def _fit(tmp_path: Path, tracker: MemoryTracker) -> fit.Fitted:
+    """Two epochs of a linear classifier on 64 points."""
     cfg = CifarConfig(epochs=2, batch_size=8)
-    opts, log = fit.setup(
-        cfg,
-        Context(CPU, tmp_path, False),
-        tracker,
-        is_main_process=rank == 0,
-        sampler_for=lambda ds, shuffle: DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=shuffle),
-    )
+    opts, log = fit.setup(cfg, Context(CPU, tmp_path, False), tracker)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g)
     train, val = TensorDataset(x, y), TensorDataset(x[:16], y[:16])
@@ -49,14 +43,12 @@ def _fit(tmp_path: Path, rank: int, tracker: MemoryTracker) -> fit.Fitted:
     return done
 
 
-def test_each_rank_trains_its_shard_and_only_the_main_process_logs(tmp_path: Path) -> None:
-    main, other = MemoryTracker(), MemoryTracker()
-    first = _fit(tmp_path, 0, main)
-    second = _fit(tmp_path, 1, other)
-    assert [e.samples for e in first.epochs] == [32, 32] == [e.samples for e in second.epochs]
-    assert [e.samples for e in first.evals] == [8]
-    assert first.init_weights == second.init_weights  # seeded by the driver: same weights on every rank
-    assert not other.metrics and not other.tags and not other.artifacts
+def test_one_process_trains_everything_and_logs_what_every_report_reads(tmp_path: Path) -> None:
+    main = MemoryTracker()
+    first = _fit(tmp_path, main)
+    assert [e.samples for e in first.epochs] == [64, 64]
+    assert [e.samples for e in first.evals] == [16]
+    assert first.init_weights == _fit(tmp_path, MemoryTracker()).init_weights  # seeded by the driver
     names = {k for k, _, _ in main.metrics}
     assert {
         "time/warmup_s",
@@ -66,6 +58,7 @@ def test_each_rank_trains_its_shard_and_only_the_main_process_logs(tmp_path: Pat
         "memory/peak_rss_bytes",
     } <= names
     assert "memory/peak_bytes" not in names  # the CPU has no device memory apart from the process's
+    assert not any(n.startswith("dist/") for n in names)  # one process: no job figures
     assert first.eval_metrics == {"eval/loss": main.values("eval/loss")[-1]}  # what a model is linked to
     assert main.tags["devicebench.fp32_math"] == "ieee" and "devicebench.init_weights" in main.tags
     assert [len(e) for e in main.artifacts["timings.json"]["evals"]] == [3]
@@ -73,7 +66,8 @@ def test_each_rank_trains_its_shard_and_only_the_main_process_logs(tmp_path: Pat
 
 def test_a_distributed_sampler_is_told_each_epoch(tmp_path: Path) -> None:
     """DistributedSampler reshuffles only when told the epoch; the driver tells it, so the two epochs
-    see the shard in different orders (with the same seed, every rank agrees on both)."""
+    see the data in different orders (with the same seed, every rank and world size agrees on both).
+    One process uses it too, with one replica: the order a job of N processes splits between them."""
     seen: list[int] = []
     real = DistributedSampler.set_epoch
 
@@ -83,5 +77,5 @@ def test_a_distributed_sampler_is_told_each_epoch(tmp_path: Path) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(DistributedSampler, "set_epoch", record)
-        _fit(tmp_path, 0, MemoryTracker())
+        _fit(tmp_path, MemoryTracker())
     assert seen == [1, 2]

@@ -83,7 +83,13 @@ def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
     return ""
 
 
-def _fail(message: str, code: int) -> int:
+def _fail(message: str, code: int, error: BaseException | None = None) -> int:
+    """One line on stderr; a rank of a job reports to its launcher instead, which names the rank."""
+    from devicebench.launch import record_failure, worker_rank
+
+    if worker_rank() is not None:
+        record_failure(error, message, code)
+        return code
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return code
 
@@ -106,11 +112,14 @@ def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None
 
 
 def run_workload(name: str, args: argparse.Namespace) -> int:
-    """Parse → check the store → start the run → resolve the device → work → log → end the run."""
-    from devicebench.config import config_from_args, config_key, to_params
+    """Parse → check the store → start the run → resolve the device → work → log → end the run.
+
+    With `nproc > 1` or `nnodes > 1` this process launches the job instead (launch.py), and each of its
+    ranks comes back here: rank 0 runs exactly this path, the others train without a run."""
+    from devicebench.config import config_from_args
     from devicebench.configs import CONFIGS
     from devicebench.costs import log_costs
-    from devicebench.handoff import Handoff
+    from devicebench.launch import record_run, worker_rank
     from devicebench.prices import pricing_for
     from devicebench.schema import check_device_spelling
     from devicebench.settings import load_settings, preflight_store
@@ -120,46 +129,121 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     settings = load_settings()
     # a bad price table is refused here too, before any run exists
     pricing = pricing_for(cfg.price_per_hour, settings.price_per_hour, settings.prices_path)
-    preflight_store(settings)
+    rank = worker_rank()
+    if rank is None or rank == 0:  # a rank other than 0 never talks to the store
+        preflight_store(settings)
 
-    from devicebench.device import activate, resolve_device
-    from devicebench.naming import run_name
-    from devicebench.tracking import run_context
     from devicebench.workloads import Context, load, progress_enabled
 
     module = load(name)
-    tags = {tag("device"): cfg.device, tag("config_key"): config_key(name, cfg)}
-    tags[tag("data")] = getattr(cfg, "data", module.DATA)
-    handoff = Handoff.from_env(os.environ)  # set when a plan started this run
-    if handoff:
-        tags.update(handoff.tags())
-    with run_context(
-        settings,
-        name,
-        to_params(cfg),
-        tags=tags,
-        run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
-        parent_run_id=(handoff and handoff.parent_run_id) or None,
-    ) as tracker:
+    world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
+    if rank is None and world_size > 1:
+        return _launch_job(name, cfg, settings, module)
+    if rank:
+        return _work_as_rank(module, cfg, settings)
+    with _open_run(name, cfg, settings, module, world_size) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
         # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
         started = time.perf_counter()
+        if rank == 0:
+            record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
-        device = resolve_device(cfg.device)
-        activate(device)
+        world, device = _join(cfg.device, rank)
         price = _log_host(tracker, device, settings, cfg, pricing)
-        ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled())
-        result = _work(module, cfg, ctx, tracker)
+        if world.distributed:
+            tracker.set_tags({tag("dist.backend"): world.backend(device)})
+        ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled(), world=world)
+        try:
+            result = _work(module, cfg, ctx, tracker)
+        finally:
+            world.leave()
         total_s = time.perf_counter() - started
         tracker.log_metrics({"time/total_s": total_s})
         log_costs(tracker, price, name, total_s, result, cfg)  # what the work cost, from the same wall time
+        on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         print(
-            f"{PROG}: {name} run {tracker.run_id} finished on {device} -> {redact_uri(settings.tracking_uri)}",
+            f"{PROG}: {name} run {tracker.run_id} finished on {on} -> {redact_uri(settings.tracking_uri)}",
             file=sys.stderr,
         )
     return 0
+
+
+def _open_run(name: str, cfg: Any, settings: Any, module: Any, world_size: int) -> Any:
+    """The run's context (run_context): its params, tags, name and the plan that started it, if any.
+
+    A training config also logs `global_batch_size`: `batch_size` is per process, and the batch one
+    optimizer step sees is what a scaling series keeps in mind."""
+    from devicebench.config import config_key, to_params
+    from devicebench.handoff import Handoff
+    from devicebench.naming import run_name
+    from devicebench.tracking import run_context
+
+    params = to_params(cfg)
+    tags = {tag("device"): cfg.device, tag("config_key"): config_key(name, cfg)}
+    tags[tag("data")] = getattr(cfg, "data", module.DATA)
+    if hasattr(cfg, "nproc"):
+        tags[tag("world_size")] = str(world_size)
+        params["global_batch_size"] = str(cfg.batch_size * world_size)
+    handoff = Handoff.from_env(os.environ)  # set when a plan started this run
+    if handoff:
+        tags.update(handoff.tags())
+    return run_context(
+        settings,
+        name,
+        params,
+        tags=tags,
+        run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
+        parent_run_id=(handoff and handoff.parent_run_id) or None,
+    )
+
+
+def _join(requested: str, rank: int | None) -> tuple[Any, Any]:
+    """(this process's World, its device), resolved, made current, and the process group joined."""
+    from devicebench.device import activate, resolve_device
+    from devicebench.distributed import World
+
+    world = World.from_env() if rank is not None else World()
+    device = world.device(resolve_device(requested))
+    activate(device)
+    world.join(device)
+    return world, device
+
+
+def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
+    """A rank other than 0: the same work, its stdout silenced (rank 0 prints the run's lines) and
+    nothing logged; its figures reach rank 0 through the process group."""
+    from devicebench.launch import worker_rank
+    from devicebench.tracking import null_tracker
+    from devicebench.workloads import Context
+
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
+    world, device = _join(cfg.device, worker_rank())
+    ctx = Context(device=device, data_root=settings.data_dir, progress=False, world=world)
+    try:
+        _work(module, cfg, ctx, null_tracker())
+    finally:
+        world.leave()
+    return 0
+
+
+def _launch_job(name: str, cfg: Any, settings: Any, module: Any) -> int:
+    """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
+    it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
+    from devicebench.config import to_params
+    from devicebench.device import resolve_device, usable_cores
+    from devicebench.launch import check_job, launch
+
+    try:
+        check_job(cfg, resolve_device(cfg.device))
+    except UsageError as e:
+        if cfg.node_rank == 0:
+            with _open_run(name, cfg, settings, module, cfg.nproc * cfg.nnodes):
+                raise
+        raise e from None
+    argv = [a for k, v in to_params(cfg).items() for a in (f"--{k}", v)]
+    return launch(name, argv, cfg, settings, usable_cores())
 
 
 def _planned_device(requested: str) -> str:
@@ -310,23 +394,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         return handler(args)
-    except UsageError as e:
-        return _fail(str(e), e.exit_code)
-    except SpooledError as e:
-        return _fail(str(e), e.exit_code)
-    except Interrupted as e:
-        return _fail(str(e), e.exit_code)
-    except KeyboardInterrupt:
-        return _fail("interrupted by Ctrl-C", 130)
+    except (UsageError, SpooledError, Interrupted) as e:
+        return _fail(str(e), e.exit_code, e)
+    except KeyboardInterrupt as e:
+        return _fail("interrupted by Ctrl-C", 130, e)
     except BrokenPipeError:  # `devicebench ... | head`: the reader left; not an error worth a line
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except Exception as e:
         if debug:
             raise
+        from devicebench.launch import worker_rank
         from devicebench.tracking import one_line
 
-        return _fail(f"{one_line(e)} (DEVICEBENCH_DEBUG=1 shows the traceback)", 1)
+        if worker_rank() is not None:
+            return _fail(one_line(e), 1, e)
+        return _fail(f"{one_line(e)} (DEVICEBENCH_DEBUG=1 shows the traceback)", 1, e)
 
 
 if __name__ == "__main__":

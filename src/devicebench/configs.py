@@ -259,6 +259,12 @@ class CifarConfig:
     def validate(self) -> None:
         _check_lr(self.lr)
         _check_distributed(self)
+        if self.loader == "tensor" and self.nproc * self.nnodes > 1:
+            raise UsageError(
+                "loader=tensor holds the whole split on every device and shards nothing; "
+                "use loader=dataloader with nproc > 1",
+                param="loader",
+            )
         if self.model != "tutorial" and self.width != 1:
             raise UsageError(
                 f"width scales the tutorial Net only; use width=1 with model={self.model}", param="width"

@@ -31,7 +31,7 @@ def log_costs(tracker: Any, price: Price | str, workload: str, total_s: float, r
     """The run's cost metrics at its end; nothing without a price (the reason is already a tag)."""
     if not isinstance(price, Price):
         return
-    hourly = price.usd_per_hour
+    hourly = price.usd_per_hour * getattr(cfg, "nnodes", 1)  # a job on N nodes rents N hosts
     tracker.log_metrics(run_costs(hourly, total_s))
     if workload == "matmul":
         per_point = matmul_costs(hourly, result or [])

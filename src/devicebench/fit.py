@@ -3,9 +3,12 @@ and evaluates them the same way for every workload, and `log_summary` logs what 
 
 What the driver owns is what must not differ between workloads for their timings to compare: the
 seeding before the model is built, the device placement, the untimed warm-up, the per-epoch metrics,
-the evaluation, the summary metrics and `timings.json`. It is shaped for a distributed run (torchrun,
-DDP): only the main process logs (`Options.is_main_process`; the others get a tracker that keeps
-nothing), and the loaders take their sampler from `Options.sampler_for`.
+the evaluation, the summary metrics and `timings.json`. A data-parallel job (torchrun, DDP) runs the
+same code on every rank, with its `World` (distributed.py) answering what differs: only rank 0 logs (the
+others get a tracker that keeps nothing), the train loader takes its shard from `Options.sampler_for`,
+the model is wrapped in DDP, losses are averaged over ranks, and the summary carries every rank's figures.
+Every rank evaluates the whole eval set on its own copy of the (identical) weights: the eval time is what
+one process takes, and no rank waits for another there.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Protocol, cast
 import torch
 
 from devicebench import precision, training
-from devicebench.data.loader import SamplerFor, no_sampler
+from devicebench.distributed import World
 from devicebench.schema import tag
 from devicebench.timing import Timer
 from devicebench.tracking import Tracker
@@ -61,8 +64,17 @@ class Options:
     channels_last: bool
     compile: bool = False
     progress: bool = False
-    is_main_process: bool = True  # torchrun: rank 0 logs, the others train quietly
-    sampler_for: SamplerFor = no_sampler
+    world: World = field(
+        default_factory=World
+    )  # torchrun: this rank's place in the job; a single process by default
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.world.is_main  # rank 0 logs, the others train quietly
+
+    def sampler_for(self, dataset: Any, shuffle: bool) -> Any:
+        """The loaders' sampler: this rank's shard of the seeded order (the whole order on one process)."""
+        return self.world.sampler(dataset, shuffle, self.seed)
 
     @property
     def amp(self) -> dict[str, Any]:
@@ -76,13 +88,12 @@ def setup(
     tracker: Tracker,
     *,
     compile: bool = False,
-    is_main_process: bool = True,
-    sampler_for: SamplerFor = no_sampler,
 ) -> tuple[Options, Tracker]:
-    """The run's options and the tracker to log to (a NullTracker off the main process); a precision the
-    device cannot do is a UsageError here, before any data is read, and fp32 math is set and tagged."""
+    """The run's options and the tracker to log to (a NullTracker off rank 0); a precision the device
+    cannot do is a UsageError here, before any data is read, and fp32 math is set and tagged."""
     amp_dtype = precision.check_precision(cfg.precision, ctx.device)
-    log = tracker if is_main_process else cast(Tracker, NullTracker())
+    world = ctx.world or World()
+    log = tracker if world.is_main else cast(Tracker, NullTracker())
     log.set_tags(precision.fp32_math(cfg.precision, ctx.device))
     opts = Options(
         device=ctx.device,
@@ -94,8 +105,7 @@ def setup(
         channels_last=cfg.channels_last,
         compile=compile,
         progress=ctx.progress,
-        is_main_process=is_main_process,
-        sampler_for=sampler_for,
+        world=world,
     )
     return opts, log
 
@@ -176,6 +186,21 @@ class Totals:
         """The fields every workload's result reports, by name."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "train_samples"}
 
+    def of_job(self, ranks: list[dict[str, float]]) -> Totals:
+        """The job's training figures from every rank's (this rank's evaluation stays: every rank
+        evaluates the whole set): the job trains as fast as its slowest rank, on all ranks' samples."""
+        if len(ranks) < 2:
+            return self
+        slowest = max(ranks, key=lambda r: r["train_s"])
+        samples = int(sum(r["train_samples"] for r in ranks))
+        return dataclasses.replace(
+            self,
+            train_s=slowest["train_s"],
+            data_wait_s=slowest["data_wait_s"],
+            train_samples=samples,
+            train_samples_per_s=samples / slowest["train_s"] if slowest["train_s"] > 0 else math.nan,
+        )
+
 
 @dataclass
 class Fitted:
@@ -189,19 +214,47 @@ class Fitted:
     evals: list[training.EvalResult] = field(default_factory=list)
     # The last evaluation's metrics as logged: what measures the trained model, linked to it when logged.
     eval_metrics: dict[str, float] = field(default_factory=dict)
+    allreduce_s: float | None = None  # a job of several processes: one gradient all-reduce, measured alone
+    ranks: list[dict[str, float]] = field(default_factory=list)  # every rank's training figures, by rank
 
     def totals(self) -> Totals:
-        return Totals.of(self.epochs, self.evals)
+        """The run's figures: the job's, in a job of several processes (`Totals.of_job`)."""
+        return Totals.of(self.epochs, self.evals).of_job(self.ranks)
+
+    def dist_metrics(self) -> dict[str, float]:
+        """What a job of several processes adds: its size, each rank's throughput, the slowest rank, and
+        the measured all-reduce with the share of training it could at most have taken."""
+        if len(self.ranks) < 2:
+            return {}
+        values = {"dist/world_size": float(len(self.ranks))}
+        for r, fig in enumerate(self.ranks):
+            values[f"dist/rank/{r}/train_s"] = fig["train_s"]
+            values[f"dist/rank/{r}/data_wait_s"] = fig["data_wait_s"]
+            if fig["train_s"] > 0:
+                values[f"dist/rank/{r}/train_samples_per_s"] = fig["train_samples"] / fig["train_s"]
+        values["dist/slowest_rank"] = float(
+            max(range(len(self.ranks)), key=lambda r: self.ranks[r]["train_s"])
+        )
+        if self.allreduce_s is not None:
+            values["dist/allreduce_s"] = self.allreduce_s
+            train_s = self.totals().train_s
+            steps = sum(e.steps for e in self.epochs)
+            if train_s > 0:
+                values["dist/comm_share"] = min(steps * self.allreduce_s / train_s, 1.0)
+        return values
 
 
 def _place(model: torch.nn.Module, opts: Options) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """(what runs, the module itself): on the device, NHWC where asked, then compiled where asked."""
+    """(what runs, the module itself): on the device, NHWC where asked, wrapped in DDP in a job of
+    several processes, then compiled where asked (DDP first: the compiler splits the graph at DDP's
+    buckets so that communication still overlaps backward)."""
     module = model.to(opts.device)
     if opts.channels_last:
         module = module.to(memory_format=torch.channels_last)
+    runs = opts.world.wrap(module, opts.device)
     if opts.compile:
-        return cast(torch.nn.Module, torch.compile(module)), module
-    return module, module
+        return cast(torch.nn.Module, torch.compile(runs)), module
+    return runs, module
 
 
 def _warm_up(
@@ -218,7 +271,13 @@ def _warm_up(
     }
     with task.guard():
         seconds = training.warm_up(
-            model, task.optimizer, task.loss_fn, data.eval_loader, opts.device, **options
+            model,
+            task.optimizer,
+            task.loss_fn,
+            data.eval_loader,
+            opts.device,
+            in_place=opts.world.distributed,
+            **options,
         )
     warmup = {"time/warmup_s": seconds, **({"time/compile_s": seconds} if opts.compile else {})}
     tracker.log_metrics(warmup)
@@ -235,11 +294,13 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     optimizer = task.optimizer(model.parameters())
     scaler = torch.amp.GradScaler(opts.device.type) if opts.fp16 else None
     done = Fitted(model, module, init_weights, _warm_up(model, data, task, opts, tracker))
+    done.allreduce_s = opts.world.allreduce_seconds(module, opts.device)
     training.reset_peak_memory(opts.device)
-    shared = training.LossLog(tracker, task.log_every)
+    shared = training.LossLog(tracker, task.log_every, reduce=opts.world.mean)
     step = 0
     for epoch in range(1, opts.epochs + 1):
         loss_log = shared if task.loss_log is None else task.loss_log(tracker, epoch, step)
+        loss_log.reduce = opts.world.mean
         _new_epoch(data.train_loader, epoch)
         with task.guard():
             res = training.train_epoch(
@@ -256,6 +317,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
                 scaler=scaler,
                 **opts.amp,
             )
+        res.mean_loss = float(opts.world.mean(torch.tensor(res.mean_loss, device=opts.device)))
         done.epochs.append(res)
         step += res.steps
         tracker.log_metrics({"train/epoch_loss": res.mean_loss, "time/epoch_s": res.seconds}, step=epoch)
@@ -263,6 +325,9 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
         if task.eval_every_epoch or epoch == opts.epochs:
             ev, done.eval_metrics = _evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s)
             done.evals.append(ev)
+    own = Totals.of(done.epochs, done.evals)
+    figures = {"train_s": own.train_s, "data_wait_s": own.data_wait_s, "train_samples": own.train_samples}
+    done.ranks = opts.world.gather(figures) if opts.world.distributed else []
     return done
 
 
@@ -319,6 +384,7 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
             "throughput/train_samples_per_s": totals.train_samples_per_s,
             "throughput/eval_samples_per_s": totals.eval_samples_per_s,
             **training.peak_memory(opts.device),
+            **done.dist_metrics(),
         }
     )
     evals: dict[str, Any] = (
@@ -334,5 +400,6 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
         "data_wait_s": totals.data_wait_s,
         **evals,
         "eval_s": totals.eval_s,
+        **({"ranks": done.ranks, "allreduce_s": done.allreduce_s} if done.ranks else {}),
     }
     tracker.log_dict(timings, "timings.json")

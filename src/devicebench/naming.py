@@ -61,9 +61,17 @@ def _differences(cfg: Any) -> list[str]:
     return shown
 
 
+def _world(cfg: Any) -> str:
+    """` ×8` for a job of 8 processes (` ×16 (2 nodes)` across nodes): part of where it ran, not the work."""
+    nproc, nnodes = getattr(cfg, "nproc", 1), getattr(cfg, "nnodes", 1)
+    if nproc * nnodes == 1:
+        return ""
+    return f" ×{nproc * nnodes}" + (f" ({nnodes} nodes)" if nnodes > 1 else "")
+
+
 def run_name(workload: str, device: str, cfg: Any = None, suffix: str = "") -> str:
     """`<workload> · <device>[ · <differences>][ · <suffix>]`, within MLflow's length limit."""
-    parts = [workload, str(device), *(_differences(cfg) if cfg is not None else []), suffix]
+    parts = [workload, f"{device}{_world(cfg)}", *(_differences(cfg) if cfg is not None else []), suffix]
     return SEP.join(p for p in parts if p)[:MAX_RUN_NAME]
 
 

@@ -65,6 +65,7 @@ def warm_up(
     fp16_scaler: bool,
     train_sizes: Iterable[int],
     eval_sizes: Iterable[int],
+    in_place: bool = False,
 ) -> float:
     """Untimed training steps and eval forwards on a *copy* of the model, with its own optimizer, on the
     first batch of `loader` (the unshuffled eval loader: the training order is not touched); seconds.
@@ -75,12 +76,16 @@ def warm_up(
     size an epoch will meet (a shorter last batch recompiles). The copy shares the compiled code with the
     real model but not its weights, and the RNG is forked, so the real model, its optimizer and the
     seeded data order are exactly as if no warm-up had run.
+
+    `in_place` warms up the model itself and then restores its weights and buffers: a DDP model (which
+    cannot be copied) on every rank at once, so its first all-reduces and buffer broadcasts are warmed too.
     """
     timer = Timer(device)
     start = timer.now()
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items()} if in_place else None
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         x_all, y_all = next(iter(loader))  # a DataLoader draws its workers' base seed from the global RNG
-        shadow = copy.deepcopy(model)
+        shadow = model if in_place else copy.deepcopy(model)
         optimizer = make_optimizer(shadow.parameters())
         scaler = torch.amp.GradScaler(device.type) if fp16_scaler else None
         shadow.train()
@@ -95,6 +100,8 @@ def warm_up(
                     logits = shadow(x)
                     loss_fn(logits, y)
                 confusion_matrix(logits.argmax(dim=1), y, max(int(logits.shape[1]), 1))
+        if saved is not None:
+            model.load_state_dict(saved)
         seconds = timer.now() - start
         del shadow, optimizer
     return seconds
@@ -160,10 +167,21 @@ def progress(iterable: Iterable, enabled: bool, desc: str, total: int | None = N
 
 
 class LossLog:
-    """Mean loss over every `every` steps, kept on the device and sent to the tracker in batches."""
+    """Mean loss over every `every` steps, kept on the device and sent to the tracker in batches.
 
-    def __init__(self, tracker: Tracker, every: int, key: str = "train/loss", flush_points: int = 50) -> None:
+    `reduce` turns a stack of this process's points into the job's (the mean over ranks, in a
+    data-parallel job): every rank flushes at the same steps, so the collective lines up."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        every: int,
+        key: str = "train/loss",
+        flush_points: int = 50,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         self.tracker, self.every, self.key, self.flush_points = tracker, max(every, 1), key, flush_points
+        self.reduce = reduce
         self._sum: torch.Tensor | None = None
         self._count = 0
         self._points: list[tuple[int, torch.Tensor]] = []
@@ -177,12 +195,17 @@ class LossLog:
             if len(self._points) >= self.flush_points:
                 self.flush()
 
-    def flush(self) -> None:
+    def flush(self, collective: bool = True) -> None:
         """One host transfer for all buffered points; a NaN/inf point raises Diverged after the finite
-        ones before it are logged (checked here, where the values are on the host anyway)."""
+        ones before it are logged (checked here, where the values are on the host anyway).
+        `collective=False` logs this process's own values: on the way out of a failure, where the
+        other ranks may never reach the same flush."""
         if not self._points:
             return
-        values = torch.stack([v for _, v in self._points]).tolist()
+        stacked = torch.stack([v for _, v in self._points])
+        if collective and self.reduce is not None:
+            stacked = self.reduce(stacked)
+        values = stacked.tolist()
         points, self._points = self._points, []
         for (step, _), value in zip(points, values, strict=True):
             if not math.isfinite(value):
@@ -264,7 +287,7 @@ def train_epoch(
             loss_log.add(loss, first_step + steps)
     except BaseException:  # SIGTERM, Ctrl-C, a failure: the points measured so far are kept, not dropped
         with contextlib.suppress(Exception):  # a broken device must not hide the original error
-            loss_log.flush()
+            loss_log.flush(collective=False)
         raise
     seconds = timer.now() - start
     loss_log.flush()

@@ -115,6 +115,13 @@ def sync_spool(settings: Settings) -> SyncOutcome:
     return out
 
 
+def sync_journal(run_dir: Path) -> SyncOutcome:
+    """Replay one run's journal if its writer is gone (what a job launcher does for a rank it lost)."""
+    out = SyncOutcome()
+    _sync_journal(run_dir, out)
+    return out
+
+
 def _sync_journal(run_dir: Path, out: SyncOutcome) -> None:
     """Replay one journal folder if its writer is gone; count what happened in `out`."""
     try:

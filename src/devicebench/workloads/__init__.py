@@ -18,6 +18,8 @@ from devicebench.schema import WORKLOADS as WORKLOADS  # the CLI's subcommands
 if TYPE_CHECKING:
     import torch
 
+    from devicebench.distributed import World
+
 
 @dataclass(frozen=True)
 class Context:
@@ -26,6 +28,7 @@ class Context:
     device: torch.device
     data_root: Path
     progress: bool
+    world: World | None = None  # this rank's place in a torchrun job; None: a single process
 
 
 def load(name: str) -> ModuleType:

@@ -1,0 +1,202 @@
+"""Data-parallel jobs for real: `devicebench cifar --nproc 2` on this CPU is torchrun, two gloo processes
+and one MLflow run on a real `mlflow server`; a rank that dies fails that run, naming the rank."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from devicebench.device import usable_cores
+from devicebench.launch import Failure, blame, torchrun_args
+from servers import MlflowServer, devicebench_env, one_error_line, run_cli, runs_of
+
+# Two processes need two cores to run side by side (each takes one thread: OMP_NUM_THREADS = cores / 2).
+needs_two_cores = pytest.mark.skipif(usable_cores() < 2, reason="a 2-process job needs 2 usable cores")
+# 64 synthetic images, 8 a global batch: 8 steps, each logged, so the loss curves compare step by step.
+SMALL = ["--data", "synthetic", "--train_limit", "64", "--test_limit", "32", "--num_workers", "0"]
+SMALL += ["--epochs", "1", "--log_every", "1"]
+# Planted in rank 1 only (a test file on PYTHONPATH, never in the product): its third optimizer step raises.
+CRASH = """
+import os, time
+if os.environ.get("RANK") == "1" and os.environ.get("DEVICEBENCH_JOB_DIR"):
+    import torch.optim
+    real_step, calls = torch.optim.SGD.step, [0]
+    def step(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 3:
+            open(os.environ["PLANTED_AT"], "w").write(str(time.time()))
+            raise RuntimeError("planted fault in rank 1")
+        return real_step(self, *args, **kwargs)
+    torch.optim.SGD.step = step
+"""
+
+
+def _env(server: MlflowServer, experiment: str, **extra: str) -> dict[str, str]:
+    return devicebench_env(server.url, DEVICEBENCH_EXPERIMENT=experiment, **extra)
+
+
+def _leftovers(mark: str) -> list[int]:
+    """Processes still alive whose environment carries `mark`: the job's ranks and their children."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if mark.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _losses(uri: str, run_id: str) -> list[tuple[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, "train/loss")]
+
+
+@needs_two_cores
+def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_global_batch(
+    mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    """Rank 0's run carries the world size, every rank's figures and the mean loss over ranks; with DDP
+    averaging the gradients, every step's loss equals one process's over the same global batch of 8."""
+    mark = uuid.uuid4().hex
+    env = _env(mlflow_server, experiment_name, DEVICEBENCH_TEST_MARK=mark)
+    job = run_cli(["cifar", "--nproc", "2", "--batch_size", "4", *SMALL], env, timeout_s=240)
+    assert job.returncode == 0, job.stderr
+    assert "finished on cpu ×2 (gloo)" in job.stderr and "Traceback" not in job.stderr
+    assert job.stdout.count("Accuracy of the network") == 1  # rank 1 prints nothing
+    assert not _leftovers(mark)
+    one = run_cli(["cifar", "--batch_size", "8", *SMALL], env, timeout_s=240)
+    assert one.returncode == 0, one.stderr
+
+    runs = {r.data.params["nproc"]: r for r in runs_of(mlflow_server.url, experiment_name)}
+    assert sorted(runs) == ["1", "2"]  # one run for the 2-process job
+    ddp, single = runs["2"], runs["1"]
+    assert ddp.info.status == "FINISHED"
+    assert (
+        ddp.data.tags["devicebench.world_size"] == "2" and ddp.data.tags["devicebench.dist.backend"] == "gloo"
+    )
+    assert ddp.data.params["global_batch_size"] == "8" == single.data.params["global_batch_size"]
+    m = ddp.data.metrics
+    assert m["dist/world_size"] == 2 and m["dist/slowest_rank"] in (0, 1)
+    per_rank = [m[f"dist/rank/{r}/train_samples_per_s"] for r in (0, 1)]
+    assert all(v > 0 for v in per_rank)
+    slowest = max(m["dist/rank/0/train_s"], m["dist/rank/1/train_s"])
+    assert m["time/train_s"] == pytest.approx(slowest)
+    assert m["throughput/train_samples_per_s"] == pytest.approx(
+        64 / slowest
+    )  # the job's, both ranks' samples
+    assert m["dist/allreduce_s"] > 0 and 0 < m["dist/comm_share"] <= 1
+    assert "dist/world_size" not in single.data.metrics
+
+    ddp_losses, single_losses = (
+        _losses(mlflow_server.url, ddp.info.run_id),
+        _losses(mlflow_server.url, single.info.run_id),
+    )
+    assert [s for s, _ in ddp_losses] == list(range(1, 9)) == [s for s, _ in single_losses]
+    for (_, a), (_, b) in zip(ddp_losses, single_losses, strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)  # step 1: same weights; steps 2-8: averaged grads
+
+
+@needs_two_cores
+def test_a_crash_in_rank_1_fails_the_one_run_naming_rank_1_within_seconds(
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(CRASH)
+    mark, planted = uuid.uuid4().hex, tmp_path / "planted_at"
+    path = f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)
+    env = _env(mlflow_server, experiment_name, PYTHONPATH=path, PLANTED_AT=str(planted))
+    env["DEVICEBENCH_TEST_MARK"] = mark
+    job = run_cli(["cifar", "--nproc", "2", "--batch_size", "4", *SMALL], env, timeout_s=240)
+    ended = time.time()
+
+    assert job.returncode == 1, job.stderr
+    line = one_error_line(job.stderr)
+    assert "rank 1 of 2 failed: RuntimeError: planted fault in rank 1" in line, line
+    assert ended - float(planted.read_text()) < 15  # torchrun's monitor stops the job, no timeout waited out
+    assert not _leftovers(mark)
+    [run] = runs_of(mlflow_server.url, experiment_name)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["devicebench.failed_rank"] == "1"
+    assert run.data.tags["devicebench.error"] == "rank 1 of 2: RuntimeError: planted fault in rank 1"
+    assert f"run {run.info.run_id} ended FAILED" in line
+
+
+def test_more_processes_than_cores_is_one_line_exit_2_and_a_failed_run(
+    mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    """No silent fewer processes: the job is refused before any starts, and its run says why."""
+    too_many = usable_cores() + 1
+    proc = run_cli(["cifar", "--nproc", str(too_many), *SMALL], _env(mlflow_server, experiment_name))
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc.stderr)
+    assert (
+        f"--nproc: nproc={too_many} on cpu: this host gives this process {usable_cores()} usable core" in line
+    )
+    [run] = runs_of(mlflow_server.url, experiment_name)
+    assert run.info.status == "FAILED" and "nproc" in run.data.tags["devicebench.error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--loader", "tensor"], "--loader: loader=tensor holds the whole split on every device"),
+        (["--nnodes", "2"], "--rdzv_endpoint: nnodes=2 needs node 0's address as host:port"),
+        (["--nnodes", "2", "--node_rank", "2", "--rdzv_endpoint", "h:1"], "--node_rank: 2 is out of range"),
+        (["--nnodes", "2", "--rdzv_endpoint", "node0"], "--rdzv_endpoint: 'node0' is not host:port"),
+    ],
+)
+def test_a_job_that_cannot_be_set_up_is_refused_before_any_run(args: list[str], says: str) -> None:
+    proc = run_cli(["cifar", "--nproc", "2", *args], devicebench_env("sqlite:////nonexistent/never.db"))
+    assert proc.returncode == 2
+    assert says in one_error_line(proc.stderr)
+
+
+def test_world_size_is_not_the_work_one_config_at_every_size_is_one_series() -> None:
+    from devicebench.config import config_key
+    from devicebench.configs import CifarConfig
+
+    base = config_key("cifar", CifarConfig())
+    assert config_key("cifar", CifarConfig(nproc=8, nnodes=2, rdzv_endpoint="h:1")) == base
+    assert config_key("cifar", CifarConfig(batch_size=8)) != base
+
+
+def test_blame_names_the_rank_that_failed_on_its_own() -> None:
+    """A peer's broken connection is a consequence; a signal with no report is a rank killed outright."""
+    own = {"rank": 1, "code": 1, "message": "RuntimeError: x", "time": 2.0, "peer": False}
+    peer = {"rank": 0, "code": 1, "message": "Connection closed by peer", "time": 1.0, "peer": True}
+    assert blame({0: peer, 1: own}, {0: (1, ""), 1: (1, "")}) == Failure(1, "RuntimeError: x", 1)
+    assert blame({0: peer}, {0: (1, ""), 1: (-9, "SIGKILL")}) == Failure(1, "killed by SIGKILL", 1)
+    early = {**own, "rank": 0, "time": 1.0, "code": 2, "message": "--device: no"}
+    assert blame({0: early, 1: own}, {}) == Failure(0, "--device: no", 2)
+    assert blame({}, {3: (1, "")}) == Failure(3, "exited with code 1 without a report", 1)
+
+
+def test_torchrun_flags_one_node_meets_itself_several_meet_at_node_0() -> None:
+    assert torchrun_args(2, 1, 0, "", "j")[0] == "--standalone"
+    many = torchrun_args(8, 2, 1, "10.0.0.5:29500", "j")
+    assert {"--rdzv-backend=static", "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=29500"} <= set(
+        many
+    )
+    assert "--max-restarts=0" in many
+
+
+@pytest.mark.gpu
+def test_nccl_job_on_every_visible_gpu(mlflow_server: MlflowServer, experiment_name: str) -> None:
+    """One process per visible GPU, NCCL between them, the run on rank 0's; the ranks' GPUs differ."""
+    gpus = torch.cuda.device_count()
+    if gpus < 2:
+        pytest.skip("an NCCL job needs 2 or more visible GPUs")
+    args = ["cifar", "--device", "cuda", "--nproc", str(gpus), "--batch_size", "64", *SMALL]
+    proc = run_cli(args, _env(mlflow_server, experiment_name), timeout_s=300, real=True)
+    assert proc.returncode == 0, proc.stderr
+    [run] = runs_of(mlflow_server.url, experiment_name)
+    assert run.data.tags["devicebench.dist.backend"] == "nccl"
+    assert run.data.metrics["dist/world_size"] == gpus
+    assert run.data.tags["devicebench.device.resolved"] == "cuda:0"  # rank 0's GPU; rank r takes cuda:r
