@@ -15,6 +15,7 @@ from devicebench.report import cost
 from devicebench.report.compare import Comparison, Grid
 from devicebench.report.content import describe, varying_params
 from devicebench.report.pairs import Pair
+from devicebench.report.scaling import Series
 from devicebench.report.sides import Side
 from devicebench.schema import fmt_speedup, gflops
 from devicebench.stats import quantile
@@ -22,6 +23,7 @@ from devicebench.stats import quantile
 SPEEDUP_PNG = "speedup_by_workload.png"
 GFLOPS_PNG = "matmul_gflops.png"
 COST_PNG = "cost_vs_time.png"
+SCALING_PNG = "scaling.png"
 
 
 def _plt() -> Any:
@@ -166,6 +168,37 @@ def cost_time_chart(sides: Sequence[Side], path: Path) -> bool:
     return True
 
 
+def scaling_chart(series: Sequence[Series], path: Path, varying: dict[str, list[str]]) -> bool:
+    """Job throughput against world size per series, beside its ideal line (base throughput × N / N_base),
+    both axes log: perfect scaling is a straight line, and the gap to it reads the same at every N."""
+    drawn = [s for s in series if s.base is not None]
+    if not drawn:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for s in drawn:
+        pts = [(p.world_size, p.throughput) for p in s.points if p.throughput is not None]
+        xs = [n for n, _ in pts]
+        ys = [t.median for _, t in pts]
+        err = [[t.median - t.lo for _, t in pts], [t.hi - t.median for _, t in pts]]
+        label = f"{s.workload} {describe(s.points[0].side, varying)} on {s.label}"
+        line = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        ideal = [n for n in s.world_sizes if n >= (s.base_n or 1)]
+        ax.plot(ideal, [s.ideal(n) for n in ideal], linestyle="--", color=line[0].get_color(), alpha=0.6)
+    ax.plot([], [], linestyle="--", color="grey", label="ideal: base throughput × N / N_base")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    sizes = sorted({n for s in drawn for n in s.world_sizes})
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.set_xlabel("world size N (processes; one GPU each on CUDA)")
+    ax.set_ylabel("training samples/s (job, median of repeats)")
+    ax.set_title("Scaling: throughput against world size (dashed: ideal)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(plt, fig, path)
+    return True
+
+
 def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
     """Write every chart that has data; returns file name → title, in report order."""
     charts: dict[str, str] = {}
@@ -175,6 +208,8 @@ def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
         charts[GFLOPS_PNG] = "GFLOP/s against matrix size per device and dtype"
     if cost_time_chart(comp.all_sides, out / COST_PNG):
         charts[COST_PNG] = "cost per epoch against time per epoch per device and shape"
+    if scaling_chart(comp.scaling, out / SCALING_PNG, varying_params(comp.all_sides)):
+        charts[SCALING_PNG] = "throughput against world size per config and device model, with the ideal line"
     for i, grid in enumerate(comp.grids, 1):
         name = f"crossover_{i}_{grid.workload}.png"
         money = " and where it pays in money" if crossover_chart(grid, out / name) > 1 else ""

@@ -1,9 +1,11 @@
 """Runs → sides → pairs → speedups, plus the tables that explain them (hosts, crossover, regressions).
 
 Runs with the same `devicebench.config_key` did the same work. Within one key, runs on the same device and
-hardware model are repeats of one *side* (sides.py); a *pair* is two sides of one key (pairs.py). Nothing
-is dropped: keys with one side are listed as unpaired, unfinished runs are listed apart. This module
-puts them together into one `Comparison`, and keeps the crossover grids, which need `NOT_WORK`.
+hardware model are repeats of one *side* (sides.py); a *pair* is two sides of one key at one world size
+(pairs.py); a *scaling series* is the sides of one key and device model at several world sizes
+(scaling.py). Nothing is dropped: sides with neither a partner nor a series are listed as unpaired,
+unfinished runs are listed apart. This module puts them together into one `Comparison`, and keeps the
+crossover grids, which need `NOT_WORK`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from devicebench.report import verdicts
 from devicebench.report.pairs import Pair, build_pairs, make_pair
 from devicebench.report.query import RunRecord
 from devicebench.report.regressions import Regression, find_regressions, measures, newest_group
+from devicebench.report.scaling import Series, build_series
 from devicebench.report.sides import (
     MEMORY_METRICS,
     QUALITY_METRICS,
@@ -43,10 +46,12 @@ __all__ = [  # the names the report and its tests import from here, wherever the
     "Grid",
     "Pair",
     "Regression",
+    "Series",
     "Side",
     "Stat",
     "build_grids",
     "build_pairs",
+    "build_series",
     "build_sides",
     "compare",
     "find_regressions",
@@ -59,8 +64,11 @@ __all__ = [  # the names the report and its tests import from here, wherever the
     "wait_share",
 ]
 
+# params the job derives from the work and its world size (batch_size × processes): logged beside the
+# config, not part of it, so they tell no two configs apart
+JOB_PARAMS = frozenset({"global_batch_size"})
 # params that say where or how a run worked, not what work it measured: the config key's own rule
-NOT_WORK = not_work()
+NOT_WORK = not_work() | JOB_PARAMS
 GRID_AXES = ("width", "batch_size")
 
 
@@ -145,6 +153,7 @@ class Comparison:
     regressions: list[Regression] | None = None
     regression_groups: int = 0
     threshold: float = 0.1
+    scaling: list[Series] = field(default_factory=list)  # configs run at two world sizes or more
 
     @property
     def all_sides(self) -> list[Side]:
@@ -182,6 +191,12 @@ def compare(
     grids = build_grids(pairs)
     for p in pairs:
         p.verdicts = verdicts.explain(p)
+    scaling = build_series(sides)
+    for series in scaling:
+        for point in series.points:
+            point.verdicts = verdicts.explain_scaling(series, point)
+    in_series = {id(s) for series in scaling for s in series.sides}
+    unpaired = [s for s in unpaired if id(s) not in in_series]  # a series is their comparison
     comp = Comparison(
         list(runs),
         finished,
@@ -192,6 +207,7 @@ def compare(
         grids,
         host_tables(finished),
         threshold=threshold,
+        scaling=scaling,
     )
     if baseline == "previous":
         earlier = [r for r in earlier_runs if r.status == "FINISHED"]

@@ -14,8 +14,19 @@ from typing import NamedTuple
 
 from devicebench.report import money
 from devicebench.report.compare import NOT_WORK, Comparison
-from devicebench.report.fmt import NONE, fmt_memory, fmt_q, fmt_s, fmt_share, fmt_stat_s, fmt_x
+from devicebench.report.fmt import (
+    NONE,
+    fmt_efficiency,
+    fmt_memory,
+    fmt_q,
+    fmt_rate,
+    fmt_s,
+    fmt_share,
+    fmt_stat_s,
+    fmt_x,
+)
 from devicebench.report.pairs import Pair
+from devicebench.report.scaling import Series
 from devicebench.report.sides import Side
 from devicebench.schema import gflops
 
@@ -170,6 +181,47 @@ def pair_rows(
     return [pair_row(p, varying).cells(with_verdict) for p in pairs]
 
 
+# --------------------------------------------------------------------------------------------- scaling rows
+
+SCALING_HEADERS = [
+    "workload",
+    "config",
+    "device",
+    "processes",
+    "throughput (samples/s)",
+    "speedup",
+    "over N=",
+    "efficiency",
+    "all-reduce share",
+    "runs",
+    "verdict",
+]
+
+
+def scaling_rows(series: Sequence[Series], varying: dict[str, list[str]]) -> list[list[str]]:
+    """The scaling table's cells: one row per world size of each series, smallest first."""
+    rows = []
+    for s in series:
+        config = describe(s.points[0].side, varying)
+        for p in s.points:
+            rows.append(
+                [
+                    s.workload,
+                    config,
+                    s.label,
+                    str(p.world_size),
+                    fmt_rate(p.throughput),
+                    fmt_x(p.speedup),
+                    s.base_text,
+                    fmt_efficiency(p.efficiency),
+                    fmt_share(p.comm_share),
+                    str(len(p.side.runs)),
+                    "; ".join(p.verdicts) or NONE,
+                ]
+            )
+    return rows
+
+
 # --------------------------------------------------------------------------------------------- sections
 
 
@@ -177,7 +229,8 @@ def _summary(doc: Doc, comp: Comparison, meta: dict[str, str]) -> None:
     doc.h(1, "devicebench compare")
     doc.p(
         f"{len(comp.runs)} runs read ({len(comp.finished)} finished, {len(comp.unfinished)} failed/killed/running); "
-        f"{len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a partner device."
+        f"{len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a partner device"
+        + (f", {len(comp.scaling)} scaling series." if comp.scaling else ".")
     )
     doc.table(["selection", "value"], [[k, v] for k, v in meta.items() if v])
     if any(s.data == "synthetic" for s in comp.all_sides):
@@ -191,11 +244,32 @@ def _speedups(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
         "price ratio = other's hourly price / base's; cost ratio = other's cost of the same work / base's "
         "(below 1× the other side is cheaper), from the prices the runs logged. "
         "data wait = share of training time spent waiting for the next batch."
+        + (
+            " Data-parallel jobs pair like with like: both sides ran the same number of processes."
+            if any(s.world_size > 1 for s in comp.all_sides)
+            else ""
+        )
     )
     if comp.pairs:
         doc.table([*PAIR_HEADERS, "verdict"], pair_rows(comp.pairs, varying))
     else:
         doc.p("No config ran on two devices yet: run the same config with another --device to get a speedup.")
+
+
+def _scaling(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
+    """Configs run at several world sizes: what each doubling of processes bought."""
+    if not comp.scaling:
+        return
+    doc.h(2, "Scaling")
+    doc.p(
+        "Runs of one config on one device model that differ only in world size (the processes of a "
+        "data-parallel job; one GPU each on CUDA). throughput = the job's training samples per second "
+        "(median of repeats; range from their spread); speedup = throughput / the throughput at the "
+        "smallest world size present (over N=: 1 wherever a run of 1 exists); efficiency = speedup / "
+        "(N / that world size): 1.00 is perfect scaling, below 0.70 gets a verdict. all-reduce share = "
+        "steps × one all-reduce / training time, an upper bound (DDP overlaps it with the backward pass)."
+    )
+    doc.table(SCALING_HEADERS, scaling_rows(comp.scaling, varying))
 
 
 def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
@@ -336,6 +410,7 @@ def build_doc(comp: Comparison, meta: dict[str, str], charts: dict[str, str]) ->
     varying = varying_params(comp.all_sides)
     _summary(doc, comp, meta)
     _speedups(doc, comp, varying)
+    _scaling(doc, comp, varying)
     _price_performance(doc, comp, varying)
     _matmul(doc, comp)
     _quality(doc, comp, varying)

@@ -41,6 +41,24 @@ def fmt_x(x: float | None) -> str:
     return fmt_speedup(x)
 
 
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def fmt_rate(s: Stat | None) -> str:
+    """A throughput (samples per second) with the repeats' range, like `fmt_stat_s` for times."""
+    if s is None:
+        return NONE
+    if s.n == 1:
+        return _rate(s.median)
+    return f"{_rate(s.median)} ({_rate(s.lo)}–{_rate(s.hi)}, n={s.n})"
+
+
+def fmt_efficiency(x: float | None) -> str:
+    """A scaling efficiency (speedup / ideal speedup) as a plain fraction: 1.00 is perfect scaling."""
+    return NONE if x is None or not math.isfinite(x) else f"{x:.2f}"
+
+
 def fmt_share(s: Stat | None) -> str:
     return NONE if s is None else f"{s.median:.0%}"
 

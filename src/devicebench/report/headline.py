@@ -3,7 +3,8 @@
 A report run's overview page shows its metrics and its description (the `mlflow.note.content` tag,
 rendered as Markdown). So the headline numbers become metrics (`speedup/<pair>` per CPU/GPU pair,
 `cost_ratio/<pair>` beside it where both sides logged a price, `speedup/best`, `speedup/worst`,
-`pairs`, `regressions`) and a short summary becomes the description.
+`pairs`, `regressions`, and `scaling/<series>/efficiency_<N>` per world size of each scaling series)
+and a short summary becomes the description.
 Both read the speedups the comparison already holds (`Pair.headline`, the pair rows of content.py);
 nothing is computed twice, so the UI, the terminal and report.html cannot disagree.
 """
@@ -14,16 +15,18 @@ import math
 import re
 
 from devicebench.report.compare import Comparison
-from devicebench.report.content import Doc, Table, pair_row, varying_params
+from devicebench.report.content import Doc, Table, describe, pair_row, varying_params
 from devicebench.report.fmt import NONE, fmt_x
 from devicebench.report.markdown import to_markdown
 from devicebench.report.pairs import Pair
+from devicebench.report.scaling import Series
 from devicebench.schema import MAX_TAG_VALUE
 
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 MAX_PAIR_NAME = 100  # of MLflow's 250 characters per metric name: enough to tell pairs apart in a chart list
 NOTE_HEADERS = ["workload", "config", "base", "other", "speedup", "why"]
 MAX_REGRESSION_LINES = 5
+MAX_SCALING_LINES = 5
 # MLflow allows alphanumerics, _ - . / and space in metric names (a colon nowhere on Windows);
 # `/` would nest the pair a level deeper in the UI's metric groups, so it goes too
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.\- ]+")
@@ -44,9 +47,31 @@ def metric_part(text: str) -> str:
 
 
 def pair_name(p: Pair, varying: dict[str, list[str]]) -> str:
-    """Workload, the params that tell its configs apart, and the two devices."""
+    """Workload, the params that tell its configs apart, the two devices, and the processes of each
+    side's job where more than one (pairs are like with like, so one number)."""
     params = " ".join(f"{k}={p.base.params.get(k, '')}" for k in varying.get(p.workload) or [])
-    return metric_part(" ".join(x for x in (p.workload, params, p.base.device, "vs", p.other.device) if x))
+    world = f"{p.base.world_size} processes" if p.base.world_size > 1 else ""
+    parts = (p.workload, params, p.base.device, "vs", p.other.device, world)
+    return metric_part(" ".join(x for x in parts if x))
+
+
+def series_name(s: Series, varying: dict[str, list[str]]) -> str:
+    """Workload, the params that tell its configs apart, the device kind and its model."""
+    params = " ".join(f"{k}={s.params.get(k, '')}" for k in varying.get(s.workload) or [])
+    return metric_part(" ".join(x for x in (s.workload, params, s.device, s.device_name) if x))
+
+
+def scaling_metrics(comp: Comparison) -> dict[str, float]:
+    """`scaling/<series>/efficiency_<N>` for every world size of every series whose efficiency is known
+    (the base's is 1.0 by definition, logged so a series reads whole in the UI's chart)."""
+    varying = varying_params(comp.all_sides)
+    names = unique_names([series_name(s, varying) for s in comp.scaling])
+    return {
+        f"scaling/{name}/efficiency_{p.world_size}": p.efficiency
+        for name, s in zip(names, comp.scaling, strict=True)
+        for p in s.points
+        if p.efficiency is not None
+    }
 
 
 def unique_names(names: list[str], cap: int = MAX_PAIR_NAME) -> list[str]:
@@ -83,6 +108,7 @@ def headline_metrics(comp: Comparison) -> dict[str, float]:
         metrics["speedup/worst"] = min(map(_speedup, pairs))
     if comp.regressions is not None:
         metrics["regressions"] = float(len(comp.regressions))
+    metrics.update(scaling_metrics(comp))
     return metrics
 
 
@@ -103,6 +129,11 @@ def verdict_lines(comp: Comparison) -> list[str]:
             lines.append(f"**worst {fmt_x(worst.headline)}** ({_where(worst, varying)})")
     else:
         lines.append("No config ran on both a CPU and a GPU: run the same config with another --device.")
+    said = [(s, v) for s in comp.scaling for v in s.verdicts]
+    for s, v in said[:MAX_SCALING_LINES]:
+        lines.append(f"**scaling** {s.workload} {describe(s.points[0].side, varying)} on {s.label}: {v}")
+    if len(said) > MAX_SCALING_LINES:
+        lines.append(f"_{len(said) - MAX_SCALING_LINES} more scaling verdicts in report.html_")
     if comp.regressions:
         lines.append(f"**{len(comp.regressions)} regression(s)** beyond {comp.threshold:.0%}:")
         lines.extend(f"`{g.line()}`" for g in comp.regressions[:MAX_REGRESSION_LINES])

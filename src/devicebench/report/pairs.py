@@ -1,6 +1,6 @@
-"""Sides → pairs → speedups: two sides of one config key (CPU vs GPU, or two GPU models).
+"""Sides → pairs → speedups: two sides of one config key (CPU vs GPU, or two GPU models) at one world size.
 
-Nothing is dropped: keys with one side are returned as unpaired.
+Nothing is dropped: sides without a partner at their world size are returned as unpaired.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from devicebench.report.sides import THROUGHPUT_METRICS, Side
 
 @dataclass
 class Pair:
-    """Two sides of one config: `speedup` = base time / other time (> 1: `other` is faster)."""
+    """Two sides of one config at one world size: `speedup` = base time / other time (> 1: `other` is
+    faster)."""
 
     base: Side
     other: Side
@@ -114,15 +115,31 @@ def make_pair(base: Side, other: Side) -> Pair:
 
 
 def build_pairs(sides_by_key: dict[str, list[Side]]) -> tuple[list[Pair], list[Side]]:
-    """Every pair of sides within a key (CPU as the base where present); keys with one side are unpaired."""
+    """Every pair of sides within a key and a world size (CPU as the base where present); sides with no
+    partner at their world size are unpaired.
+
+    Like with like: a CPU job of 1 process is paired with a GPU job of 1, a CPU job of 4 with a GPU job
+    of 4, never across. A "speedup" of 8 GPUs over 1 CPU process would credit the device with what the
+    extra processes did; how a config gains from more processes is the scaling series' question
+    (scaling.py), asked on one device model at a time.
+    """
     pairs: list[Pair] = []
     unpaired: list[Side] = []
     for sides in sides_by_key.values():
-        if len(sides) < 2:
-            unpaired.extend(sides)
-            continue
-        pairs.extend(make_pair(a, b) for a, b in combinations(sides, 2))
+        for world in sorted({s.world_size for s in sides}):
+            alike = [s for s in sides if s.world_size == world]
+            if len(alike) < 2:
+                unpaired.extend(alike)
+                continue
+            pairs.extend(make_pair(a, b) for a, b in combinations(alike, 2))
     pairs.sort(
-        key=lambda p: (p.workload, not p.is_cpu_gpu, p.base.label, p.other.label, param_order(p.base.params))
+        key=lambda p: (
+            p.workload,
+            not p.is_cpu_gpu,
+            p.base.world_size,
+            p.base.label,
+            p.other.label,
+            param_order(p.base.params),
+        )
     )
     return pairs, unpaired

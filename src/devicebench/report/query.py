@@ -69,6 +69,15 @@ class RunRecord:
         return self.tag("device.resolved") or self.tag("device") or "?"
 
     @property
+    def world_size(self) -> int:
+        """The processes of the job (`devicebench.world_size`): 1 for runs logged before data-parallel
+        runs existed (they lack the tag, and ran one process) and for a tag that is not a count."""
+        try:
+            return max(int(self.tag("world_size") or 1), 1)
+        except ValueError:
+            return 1
+
+    @property
     def device_name(self) -> str:
         """The hardware model: what makes `cuda:0` on an A10 different from `cuda:0` on an H100."""
         if self.device.startswith("cpu"):

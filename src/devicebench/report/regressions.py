@@ -64,6 +64,13 @@ def newest_group(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[RunRe
     return newest, earlier
 
 
+def _group(run: RunRecord) -> tuple[str, str, str, str]:
+    """(workload, config key, device, host), the device saying the job's processes when more than one:
+    a night at 1 process judged against nights at 8 would be a "regression" of the world size."""
+    device = run.device if run.world_size == 1 else f"{run.device} ({run.world_size} processes)"
+    return run.workload, run.config_key, device, run.host
+
+
 def find_regressions(
     runs: Sequence[RunRecord], threshold: float, earlier_runs: Sequence[RunRecord] = ()
 ) -> tuple[list[Regression], int]:
@@ -75,12 +82,12 @@ def find_regressions(
     """
     groups: dict[tuple[str, str, str, str], list[RunRecord]] = defaultdict(list)
     for r in runs:
-        groups[(r.workload, r.config_key, r.device, r.host)].append(r)
+        groups[_group(r)].append(r)
     history: dict[tuple[str, str, str, str], list[RunRecord]] = defaultdict(list)
     chosen = {r.run_id for r in runs}
     for r in earlier_runs:
         if r.run_id not in chosen:
-            history[(r.workload, r.config_key, r.device, r.host)].append(r)
+            history[_group(r)].append(r)
     found: list[Regression] = []
     checked = 0
     for group, rs in sorted(groups.items()):

@@ -1,8 +1,10 @@
 """Runs → sides: the repeats of one config on one device model, summarised as medians with their spread.
 
-Runs with the same `devicebench.config_key` did the same work. Within one key, runs on the same device and
-hardware model are repeats of one *side*. Every figure is a median of repeats with its spread, because a
-single timing of a GPU is a coin toss.
+Runs with the same `devicebench.config_key` did the same work. Within one key, runs on the same device,
+hardware model, shape and world size are repeats of one *side*. The world size (processes of a
+data-parallel job) is not part of the key, on purpose: the runs of one config at 1, 2, 4, 8 processes
+form a scaling series (scaling.py); but a job of 8 processes is never a repeat of one of 1. Every figure
+is a median of repeats with its spread, because a single timing of a GPU is a coin toss.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ COST_METRICS = (
     "cost/usd_per_1k_samples",
     "cost/gflop_per_usd",
 )
-SUMMARY_METRICS = TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS + COST_METRICS
+# data-parallel jobs (issue 18): the upper bound on the share of training spent in all-reduce, and its time
+DIST_METRICS = ("dist/comm_share", "dist/allreduce_s")
+SUMMARY_METRICS = (
+    TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS + COST_METRICS + DIST_METRICS
+)
 
 
 # --------------------------------------------------------------------------------------------- stats
@@ -79,10 +85,12 @@ class Side:
     # (backend, dtype, size) -> {"time": Stat, "unsynced": Stat}
     matmul: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
     shape: str = ""  # the OCI shape the runs were priced on (or ran on): its own side, at its own price
+    world_size: int = 1  # processes in each run's job: a side of 8 is never a repeat of a side of 1
 
     @property
     def label(self) -> str:
-        what = ", ".join(x for x in (self.device_name, self.shape) if x)
+        job = f"{self.world_size} processes" if self.world_size > 1 else ""
+        what = ", ".join(x for x in (self.device_name, self.shape, job) if x)
         return f"{self.device} ({what})" if what else self.device
 
     @property
@@ -119,10 +127,17 @@ def wait_share(run: RunRecord) -> float | None:
 
 
 def summarise(
-    workload: str, key: str, device: str, name: str, runs: list[RunRecord], shape: str = ""
+    workload: str,
+    key: str,
+    device: str,
+    name: str,
+    runs: list[RunRecord],
+    shape: str = "",
+    world_size: int = 1,
 ) -> Side:
     """Medians and spreads of everything the report shows, over one side's repeats."""
-    side = Side(workload, key, device, name, sorted(runs, key=lambda r: r.start_time), shape=shape)
+    ordered = sorted(runs, key=lambda r: r.start_time)
+    side = Side(workload, key, device, name, ordered, shape=shape, world_size=world_size)
     for m in SUMMARY_METRICS:
         s = Stat.of(r.metrics[m] for r in runs if m in r.metrics)
         if s is not None:
@@ -157,17 +172,19 @@ def shape_of(run: RunRecord) -> str:
 
 
 def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
-    """config_key → its sides (one per device, hardware model and shape), CPU first."""
-    groups: dict[tuple[str, str], dict[tuple[str, str, str], list[RunRecord]]] = defaultdict(
+    """config_key → its sides (one per device, hardware model, shape and world size), CPU first, then
+    by world size."""
+    groups: dict[tuple[str, str], dict[tuple[str, str, str, int], list[RunRecord]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in runs:
-        groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][(*side_of(r), shape_of(r))].append(r)
+        side = (*side_of(r), shape_of(r), r.world_size)
+        groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][side].append(r)
     out: dict[str, list[Side]] = {}
     for (workload, key), by_side in groups.items():
         sides = [
-            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs, shape)
-            for (_, n, shape), rs in by_side.items()
+            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs, shape, world)
+            for (_, n, shape, world), rs in by_side.items()
         ]
-        out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.device, s.device_name, s.shape))
+        out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.world_size, s.device, s.device_name, s.shape))
     return out

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from devicebench.report.compare import Comparison
 from devicebench.report.content import describe, pair_row, varying_params
-from devicebench.report.fmt import NONE, fmt_stat_s, fmt_x
+from devicebench.report.fmt import NONE, fmt_efficiency, fmt_stat_s, fmt_x
+from devicebench.report.scaling import Series
 
 HEADERS = ["workload", "config", "base", "other", "speedup", "price", "cost", "wait", "verdict"]
 MAX_WIDTH = 48  # a column is cut here; report.md has every cell whole
@@ -19,6 +20,16 @@ def _table(rows: list[list[str]]) -> list[str]:
         return "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     return [line(HEADERS), line(["-" * w for w in widths]), *map(line, rows)]
+
+
+def scaling_line(s: Series, varying: dict[str, list[str]]) -> str:
+    """One series in a line: the efficiency at each world size, and its verdicts."""
+    effs = ", ".join(f"{fmt_efficiency(p.efficiency)} at {p.world_size}" for p in s.points)
+    verdict = f": {'; '.join(s.verdicts)}" if s.verdicts else ""
+    return (
+        f"scaling: {s.workload} {describe(s.points[0].side, varying)} on {s.label}: efficiency {effs} "
+        f"(over N={s.base_text}){verdict}"
+    )
 
 
 def terminal_table(comp: Comparison, limit: int = 40) -> str:
@@ -47,4 +58,7 @@ def terminal_table(comp: Comparison, limit: int = 40) -> str:
         )
     if len(comp.unpaired) > limit:
         lines.append(f"... {len(comp.unpaired) - limit} more configs without a partner in report.md")
+    lines.extend(scaling_line(s, varying) for s in comp.scaling[:limit])
+    if len(comp.scaling) > limit:
+        lines.append(f"... {len(comp.scaling) - limit} more scaling series in report.md")
     return "\n".join(lines)

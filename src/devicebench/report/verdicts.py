@@ -3,7 +3,9 @@
 A number alone says *that* a GPU gained little; these rules say *why*, from what the workloads measured
 apart on purpose (data wait vs compute, synchronised vs unsynchronised time, quality per device).
 Each rule is a small function of one pair that returns a one-line reason or None; `RULES` is their order
-in the report. The thresholds are module constants so a test (or a reader) can see what "clearly" means.
+in the report. A scaling series (scaling.py) has its own rules, of one series and one of its world sizes,
+in `SCALING_RULES`. The thresholds are module constants so a test (or a reader) can see what "clearly"
+means.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from devicebench.schema import fmt_speedup
 if TYPE_CHECKING:
     from devicebench.report.pairs import Pair
     from devicebench.report.query import RunRecord
+    from devicebench.report.scaling import Point, Series
     from devicebench.report.sides import Side, Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
@@ -25,6 +28,8 @@ QUALITY_ABS = 0.05  # accuracy / mIoU differ by more than 5 points...
 UNSYNCED_FACTOR = 2.0  # synchronised time more than 2x the unsynchronised one: the naive timer lies
 NOISY_SPREAD = 0.5  # repeats spread over more than 50 % of their median
 COMPUTE_BOUND_SPEEDUP = 5.0
+SCALING_EFFICIENCY = 0.7  # a job of N processes training under 0.7 × N times as fast as one process
+COMM_MINOR_SHARE = 0.1  # all-reduce at most 10 % of training (an upper bound) cannot explain poor scaling
 
 
 def synthetic_data(pair: Pair) -> str | None:
@@ -242,6 +247,38 @@ RULES: tuple[Callable[[Pair], str | None], ...] = (
 def explain(pair: Pair) -> list[str]:
     """Every rule that applies to the pair, in RULES order (the first is the headline verdict)."""
     return [line for rule in RULES if (line := rule(pair))]
+
+
+def poor_scaling(series: Series, point: Point) -> str | None:
+    """A data-parallel job well short of N times the base's throughput: the extra processes cost more
+    than they gave.
+
+    `dist/comm_share` is an upper bound on the time spent communicating (DDP overlaps the all-reduce with
+    the backward pass). Where the runs logged it and it is small, communication cannot be the reason, and
+    the verdict says so rather than blame it; where it is large or unknown, communication is the usual
+    cause, and more work per all-reduce (a larger batch) or fewer processes is the fix.
+    """
+    eff, base = point.efficiency, series.base_n
+    if eff is None or base is None or point.world_size == base or eff >= SCALING_EFFICIENCY:
+        return None
+    at = f"at {point.world_size} {series.unit}"
+    over = "" if base == 1 else f" over {base}"
+    comm = point.comm_share
+    if comm is not None and comm.median < COMM_MINOR_SHARE:
+        return (
+            f"scales poorly {at} (efficiency {eff:.2f}{over}) though all-reduce took at most "
+            f"{comm.median:.0%} of training: not communication; look at data wait and the slowest rank"
+        )
+    share = f"; all-reduce up to {comm.median:.0%} of training" if comm is not None else ""
+    return f"communication-bound {at} (efficiency {eff:.2f}{over}{share}): larger batch or fewer processes"
+
+
+SCALING_RULES: tuple[Callable[[Series, Point], str | None], ...] = (poor_scaling,)
+
+
+def explain_scaling(series: Series, point: Point) -> list[str]:
+    """Every scaling rule that applies at one world size of a series, in SCALING_RULES order."""
+    return [line for rule in SCALING_RULES if (line := rule(series, point))]
 
 
 def is_regression(newest: float, baseline: Stat, threshold: float) -> bool:

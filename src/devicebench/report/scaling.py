@@ -1,0 +1,156 @@
+"""Scaling series: one config on one device model at several world sizes (issue 18).
+
+A data-parallel job of N processes should train N times as fast as a job of 1; how close it comes is
+what a series answers. Runs of one config key share a series when they ran on the same device kind and
+hardware model and differ only in world size (several OCI shapes of that model are one series: a 1-GPU
+run on a VM and an 8-GPU run on a bare-metal shape are the same GPU, and that is the comparison people
+ask for). Per world size: the median job throughput with its spread, the speedup over the smallest
+world size present (1 wherever a run of 1 exists), the efficiency = speedup / (N / N_base), and the
+all-reduce share where the runs logged it. verdicts.py says where the efficiency falls short, and why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from devicebench.report.fmt import NONE
+from devicebench.report.pairs import param_order
+from devicebench.report.sides import Side, Stat, side_of, summarise
+
+THROUGHPUT = "throughput/train_samples_per_s"  # the JOB's: every rank's samples / the slowest rank's time
+COMM_SHARE = "dist/comm_share"  # steps × one all-reduce / training time: an upper bound (DDP overlaps it)
+
+
+@dataclass
+class Point:
+    """The runs of a series at one world size, and how they compare with the series' base."""
+
+    side: Side
+    speedup: float | None = None  # throughput / the base's throughput (medians)
+    efficiency: float | None = None  # speedup / (N / N_base): 1.0 is perfect scaling
+    verdicts: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.side.world_size
+
+    @property
+    def throughput(self) -> Stat | None:
+        return self.side.metrics.get(THROUGHPUT)
+
+    @property
+    def comm_share(self) -> Stat | None:
+        return self.side.metrics.get(COMM_SHARE)
+
+
+@dataclass
+class Series:
+    """One config on one device kind and model, at two world sizes or more (smallest first)."""
+
+    workload: str
+    config_key: str
+    device: str  # the device kind: cuda, cpu
+    device_name: str
+    points: list[Point]
+    sides: list[Side]  # the report's sides it was built from (one per shape and world size)
+    base_n: int | None = None  # the world size speedups are over; None: no point has a throughput
+
+    @property
+    def world_sizes(self) -> list[int]:
+        return [p.world_size for p in self.points]
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device == "cpu"
+
+    @property
+    def unit(self) -> str:
+        """What one process holds: a GPU each on CUDA, a share of the cores elsewhere."""
+        return "GPUs" if self.device == "cuda" else "processes"
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} ({self.device_name})" if self.device_name else self.device
+
+    @property
+    def params(self) -> dict[str, str]:
+        return self.points[0].side.params
+
+    @property
+    def base(self) -> Point | None:
+        return next((p for p in self.points if p.world_size == self.base_n), None)
+
+    @property
+    def base_text(self) -> str:
+        """What the speedups are over, saying so when the series has no run of 1 process."""
+        if self.base_n is None:
+            return NONE
+        if self.base_n == 1:
+            return "1"
+        return f"{self.base_n} (smallest here; no run of 1)"
+
+    @property
+    def verdicts(self) -> list[str]:
+        return [v for p in self.points for v in p.verdicts]
+
+    def ideal(self, n: int) -> float | None:
+        """The throughput perfect scaling would give at `n`: base throughput × n / N_base."""
+        base = self.base
+        if base is None or base.throughput is None:
+            return None
+        return base.throughput.median * n / base.world_size
+
+
+def _series_key(side: Side) -> tuple[str, str, str, str]:
+    return side.workload, side.config_key, side_of(side.runs[0])[0], side.device_name
+
+
+def _merge(sides: list[Side]) -> Side:
+    """The sides of one world size (several shapes of one model) as one, their runs summarised together."""
+    if len(sides) == 1:
+        return sides[0]
+    first = sides[0]
+    return summarise(
+        first.workload,
+        first.config_key,
+        ", ".join(sorted({s.device for s in sides})),
+        first.device_name,
+        [r for s in sides for r in s.runs],
+        ", ".join(sorted({s.shape for s in sides if s.shape})),
+        first.world_size,
+    )
+
+
+def _speedups(series: Series) -> None:
+    """Speedup and efficiency per point, over the smallest world size whose throughput is known."""
+    base = next((p for p in series.points if p.throughput is not None and p.throughput.median > 0), None)
+    if base is None or base.throughput is None:
+        return
+    series.base_n = base.world_size
+    for p in series.points:
+        if p.throughput is None or p.world_size < base.world_size:
+            continue
+        p.speedup = p.throughput.median / base.throughput.median
+        p.efficiency = p.speedup / (p.world_size / base.world_size)
+
+
+def build_series(sides_by_key: dict[str, list[Side]]) -> list[Series]:
+    """Every config and device model that ran at two world sizes or more, with each point's speedup and
+    efficiency (verdicts are added by compare, as for pairs)."""
+    groups: dict[tuple[str, str, str, str], list[Side]] = defaultdict(list)
+    for sides in sides_by_key.values():
+        for s in sides:
+            groups[_series_key(s)].append(s)
+    out: list[Series] = []
+    for (workload, key, kind, name), sides in groups.items():
+        by_n: dict[int, list[Side]] = defaultdict(list)
+        for s in sides:
+            by_n[s.world_size].append(s)
+        if len(by_n) < 2:
+            continue
+        points = [Point(_merge(ss)) for _, ss in sorted(by_n.items())]
+        series = Series(workload, key, kind, name, points, sides)
+        _speedups(series)
+        out.append(series)
+    return sorted(out, key=lambda s: (s.workload, param_order(s.params), s.config_key, not s.is_cpu, s.label))
