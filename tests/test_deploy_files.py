@@ -1,17 +1,21 @@
 """Checks of deploy/: Kubernetes manifests as real client objects, the MLflow kubernetes backend config
 as MLflow itself reads it, systemd units with `systemd-analyze verify`, and the OCI cloud-init file
 against cloud-init's own JSON schema (deploy/oci/cloud-config.schema.json, taken unchanged from
-Debian's cloud-init 22.4.2 package: cloudinit/config/schemas/schema-cloud-config-v1.json)."""
+Debian's cloud-init 22.4.2 package: cloudinit/config/schemas/schema-cloud-config-v1.json). The
+multi-node PyTorchJob is checked against the Kubeflow Training Operator's own CRD schema
+(deploy/k8s/pytorchjob.schema.yaml, its header says where from), its pods as core v1 pods."""
 
 from __future__ import annotations
 
 import configparser
 import copy
+import functools
 import json
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +321,8 @@ def test_cloud_init_installs_the_units_the_repository_ships() -> None:
 def test_every_document_a_shipped_file_points_to_exists() -> None:
     """Deploy files send readers to docs (`see docs/x.md`, `Documentation=file:///opt/devicebench/...`);
     a pointer to a file that was renamed or removed strands the reader on the one night it matters."""
-    pointer = re.compile(r"(?:file:///opt/devicebench/|\b)((?:docs/)?[\w./-]+\.md)\b")
+    # a web address (https://git.k8s.io/.../x.md in the CRD schema's descriptions) is not a repository file
+    pointer = re.compile(r"(?:file:///opt/devicebench/|(?<![\w./:-]))((?:docs/)?[\w./-]+\.md)\b")
     missing = set()
     for path in [*ROOT.glob("deploy/**/*"), *ROOT.glob("docker/*"), ROOT / "MLproject", ROOT / "Makefile"]:
         if path.is_file():
@@ -325,3 +330,233 @@ def test_every_document_a_shipped_file_points_to_exists() -> None:
                 if not (ROOT / doc).is_file():
                     missing.add(f"{path.relative_to(ROOT)} -> {doc}")
     assert not missing, sorted(missing)
+
+
+# --- Beyond one node: deploy/k8s/pytorchjob.yaml (Kubeflow Training Operator) and indexed-job.yaml ---
+
+
+@functools.cache
+def _pytorchjob_schema() -> dict[str, Any]:
+    return _strict(load_yaml(K8S / "pytorchjob.schema.yaml"))
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema as the API server applies it with strict field validation (kubectl's default):
+    a field the schema does not declare is an error, not silently pruned; only subtrees marked
+    x-kubernetes-preserve-unknown-fields keep unknown fields."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def crd_errors(manifest: dict[str, Any]) -> list[str]:
+    """Where `manifest` breaks the PyTorchJob CRD's openAPIV3Schema, one line each ([] when valid)."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(_pytorchjob_schema())
+    return sorted(
+        f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+        for e in validator.iter_errors(manifest)
+    )
+
+
+def _replicas(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return job["spec"]["pytorchReplicaSpecs"]
+
+
+def test_pytorchjob_is_valid_against_the_operators_crd_schema() -> None:
+    job = load_yaml(K8S / "pytorchjob.yaml")
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert crd_errors(job) == []
+    assert set(_replicas(job)) == {"Master", "Worker"}
+    assert _replicas(job)["Master"]["replicas"] == 1, "one Master: node 0, where rank 0 owns the run"
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 0, "a dead rank must end the job, not restart it"
+    assert {r["restartPolicy"] for r in _replicas(job).values()} == {"Never"}
+
+
+def _set(obj: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        obj = obj[key]
+    if value is _DELETE:
+        del obj[last]
+    else:
+        obj[last] = value
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"),
+    [
+        ("spec.nprocPerNod", "8", "'nprocPerNod' was unexpected"),  # a typo
+        ("spec.nprocPerNode", 8, "spec.nprocPerNode: 8 is not of type 'string'"),
+        ("spec.pytorchReplicaSpecs.Worker.replicas", "one", "replicas: 'one' is not of type 'integer'"),
+        ("spec.runPolicy.backofLimit", 0, "'backofLimit' was unexpected"),
+        ("spec.pytorchReplicaSpecs", _DELETE, "'pytorchReplicaSpecs' is a required property"),
+        ("spec.runPolicy.schedulingPolicy", {"minResources": {"cpu": "lots"}}, "does not match"),
+    ],
+)
+def test_crd_schema_check_rejects_a_broken_pytorchjob(path: str, value: Any, needle: str) -> None:
+    job = copy.deepcopy(load_yaml(K8S / "pytorchjob.yaml"))
+    _set(job, path, value)
+    errors = crd_errors(job)
+    assert any(needle in e for e in errors), errors
+
+
+def test_pytorchjob_pod_templates_are_valid_gpu_pods_like_the_cronjobs() -> None:
+    job = load_yaml(K8S / "pytorchjob.yaml")
+    cron = load_yaml(K8S / "cronjob.yaml")
+    cron_container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    secret_keys = set(load_yaml(K8S / "secret.example.yaml")["stringData"])
+    for role, replica in _replicas(job).items():
+        template = k8s_model(replica["template"], "V1PodTemplateSpec")
+        pod = template.spec
+        (container,) = pod.containers
+        # the operator reads the rendezvous port from this container and port name only
+        assert container.name == "pytorch", role
+        assert [(p.name, p.container_port) for p in container.ports] == [("pytorchjob-port", 23456)], role
+        assert container.image == cron_container["image"], "the same trainer image as the CronJob"
+        assert container.resources.limits["nvidia.com/gpu"] == job["spec"]["nprocPerNode"], role
+        assert pod.security_context.run_as_non_root is True
+        shm = {v.name: v for v in pod.volumes}[
+            next(m.name for m in container.volume_mounts if m.mount_path == "/dev/shm")
+        ]
+        assert shm.empty_dir.medium == "Memory", role
+        assert {m.name for m in container.volume_mounts} <= {v.name for v in pod.volumes}
+        refs = [e.value_from.secret_key_ref for e in container.env if e.value_from]
+        assert {r.name for r in refs} == {"devicebench-tracking"}, "the CronJob's Secret"
+        assert {r.key for r in refs} == {
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+        }
+        assert {r.key for r in refs} <= secret_keys
+
+
+def test_pod_template_check_rejects_a_broken_container() -> None:
+    job = copy.deepcopy(load_yaml(K8S / "pytorchjob.yaml"))
+    template = copy.deepcopy(_replicas(job)["Worker"]["template"])
+    container = template["spec"]["containers"][0]
+    container["volumeMount"] = container.pop("volumeMounts")
+    with pytest.raises(AssertionError, match="volumeMount"):
+        k8s_model(template, "V1PodTemplateSpec")
+
+
+def _run_pod_command(container: dict[str, Any], env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
+    """Run the container's `sh -c` script as its pod would, with a stand-in `devicebench` on PATH that
+    reports the arguments and environment it was started with."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "devicebench"
+    stub.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n"
+    )
+    stub.chmod(0o755)
+    assert container["command"] == ["sh", "-c"]
+    (script,) = container["args"]
+    proc = subprocess.run(
+        ["sh", "-c", script],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _cifar_config(argv: list[str]) -> Any:
+    """The config the CLI builds from `argv`, through the CLI's own parser and checks."""
+    from devicebench.cli import build_parser
+    from devicebench.config import config_from_args
+    from devicebench.configs import CifarConfig
+
+    assert argv[0] == "cifar", argv
+    return config_from_args(CifarConfig, build_parser("cifar").parse_args(argv))
+
+
+def test_pytorchjob_pods_run_one_node_each_of_the_same_job(tmp_path: Path) -> None:
+    """Each pod's command, with the variables the operator sets (RANK = the pod's index, Master 0 and
+    Worker i as i + 1; MASTER_ADDR = <job>-master-0; MASTER_PORT = the pytorchjob-port), is a valid
+    `devicebench cifar` for its node: same job size, its own node rank, node 0's address."""
+    job = load_yaml(K8S / "pytorchjob.yaml")
+    name = job["metadata"]["name"]
+    nodes = sum(r["replicas"] for r in _replicas(job).values())
+    pods = [("Master", 0, 0)] + [("Worker", i, i + 1) for i in range(_replicas(job)["Worker"]["replicas"])]
+    seen = set()
+    for role, _index, rank in pods:
+        container = _replicas(job)[role]["template"]["spec"]["containers"][0]
+        port = container["ports"][0]["containerPort"]
+        operator_env = {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(nodes * int(job["spec"]["nprocPerNode"])),
+            "MASTER_ADDR": f"{name}-master-0",
+            "MASTER_PORT": str(port),
+            "PET_NPROC_PER_NODE": job["spec"]["nprocPerNode"],
+            "PET_NODE_RANK": str(rank),
+            "PET_NNODES": str(nodes),
+        }
+        ran = _run_pod_command(container, operator_env, tmp_path)
+        assert "RANK" not in ran["env"] and "WORLD_SIZE" not in ran["env"], "torchrun sets them per process"
+        cfg = _cifar_config(ran["argv"])
+        assert cfg.device == "cuda"
+        assert cfg.nnodes == nodes, "--nnodes must equal Master + Worker replicas"
+        assert (
+            cfg.nproc
+            == int(job["spec"]["nprocPerNode"])
+            == int(container["resources"]["limits"]["nvidia.com/gpu"])
+        )
+        assert cfg.node_rank == rank
+        assert cfg.rdzv_endpoint == f"{name}-master-0:{port}"
+        assert cfg.loader == "dataloader", "each process reads its shard through a DistributedSampler"
+        seen.add(cfg.node_rank)
+    assert seen == set(range(nodes))
+
+
+def test_indexed_job_is_the_same_job_without_the_operator(tmp_path: Path) -> None:
+    with open(K8S / "indexed-job.yaml") as f:
+        service_doc, job_doc = yaml.safe_load_all(f)
+    service = k8s_model(service_doc, "V1Service")
+    job = k8s_model(job_doc, "V1Job")
+    name = job.metadata.name
+    assert service.spec.cluster_ip == "None", "headless: DNS names the pods, not a virtual IP"
+    assert service.spec.selector == {"job-name": name}, "the label the Job controller puts on its pods"
+    assert service.metadata.namespace == job.metadata.namespace
+    assert job.spec.completion_mode == "Indexed"
+    assert job.spec.completions == job.spec.parallelism, "every node at once"
+    assert job.spec.backoff_limit == 0
+    pod = job.spec.template.spec
+    assert pod.subdomain == service.metadata.name and pod.restart_policy == "Never"
+    (container,) = pod.containers
+    assert {m.name for m in container.volume_mounts} <= {v.name for v in pod.volumes}
+    pytorchjob = load_yaml(K8S / "pytorchjob.yaml")
+    assert container.image == _replicas(pytorchjob)["Master"]["template"]["spec"]["containers"][0]["image"]
+    seen = set()
+    for index in range(job.spec.completions):
+        ran = _run_pod_command(
+            job_doc["spec"]["template"]["spec"]["containers"][0],
+            {"JOB_COMPLETION_INDEX": str(index)},
+            tmp_path,
+        )
+        cfg = _cifar_config(ran["argv"])
+        assert cfg.nnodes == job.spec.completions
+        assert cfg.node_rank == index
+        assert cfg.nproc == int(container.resources.limits["nvidia.com/gpu"])
+        # node 0's host name: <job>-0 (Indexed Job) under the Service's subdomain
+        host, port = cfg.rdzv_endpoint.rsplit(":", 1)
+        assert host == f"{name}-0.{service.metadata.name}"
+        assert int(port) in {p.port for p in service.spec.ports}
+        seen.add(cfg.node_rank)
+    assert seen == set(range(job.spec.completions))

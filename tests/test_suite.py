@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from devicebench.errors import UsageError
-from devicebench.suite import load_plan
+from devicebench.suite import _run_items, load_plan, unavailable_reason
 from servers import ABSENT_GPU, MlflowServer, devicebench_env, run_cli, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,10 +135,105 @@ def test_bad_plans_are_refused_with_one_line_naming_file_and_key(
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("name", ["demo", "cpu_vs_gpu", "crossover", "nightly"])
+@pytest.mark.parametrize("name", ["demo", "cpu_vs_gpu", "crossover", "nightly", "scaling"])
 def test_shipped_plans_are_valid(name: str) -> None:
     plan = load_plan(ROOT / "experiments" / f"{name}.yaml")
     assert plan.runs
+
+
+def test_scaling_plan_is_one_series_of_four_world_sizes_on_cuda() -> None:
+    """experiments/scaling.yaml: 1, 2, 4 and 8 processes of one config (one config key, so the report
+    pairs them as a series), on CUDA, skipping what the host lacks, through the DataLoader (a
+    DistributedSampler shards it; loader=tensor has no sampler)."""
+    from devicebench.config import build_config, config_key
+    from devicebench.configs import CifarConfig
+
+    plan = load_plan(ROOT / "experiments" / "scaling.yaml")
+    assert plan.skip_unavailable and plan.report
+    assert [r.params["nproc"] for r in plan.runs] == ["1", "2", "4", "8"]
+    assert {r.entry for r in plan.runs} == {"cifar"}
+    assert {r.params["device"] for r in plan.runs} == {"cuda"}
+    assert {r.params["loader"] for r in plan.runs} == {"dataloader"}
+    keys = {config_key("cifar", build_config(CifarConfig, r.params)) for r in plan.runs}
+    assert len(keys) == 1, "the four world sizes must share one config key"
+
+
+def _refuse_to_run(item: object) -> dict[str, str]:
+    # _run_items asks for a child's environment right before it starts the child: no process here
+    raise _WouldRun(item)
+
+
+class _WouldRun(Exception):
+    pass
+
+
+def test_skip_unavailable_names_an_nproc_beyond_this_hosts_cores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """More processes than this process may use cores: skipped, in one line that says why. In process,
+    with no child started: an item that is not skipped fails the test instead of training."""
+    from devicebench.device import usable_cores
+
+    cores = usable_cores()
+    path = write(
+        tmp_path,
+        f"""
+        name: too_many
+        skip_unavailable: true
+        runs:
+          - entry: cifar
+            params: {{device: cpu, data: synthetic}}
+            matrix: {{nproc: [{cores + 1}, {cores + 5}]}}
+        report: false
+        """,
+    )
+    outcome = _run_items(load_plan(path), set(), _refuse_to_run)
+    assert [i.params["nproc"] for i in outcome.skipped] == [str(cores + 1), str(cores + 5)]
+    assert outcome.finished == 0 and not outcome.failed
+    noun = "core" if cores == 1 else "cores"
+    out = capsys.readouterr().out
+    assert f"[1/2] cifar device=cpu data=synthetic nproc={cores + 1} ... skipped: " in out
+    assert f"skipped: nproc={cores + 1} but {cores} usable cpu {noun} on this host" in out
+    assert f"skipped: nproc={cores + 5} but {cores} usable cpu {noun} on this host" in out
+
+
+def test_without_skip_unavailable_too_many_processes_still_run(tmp_path: Path) -> None:
+    """No skip_unavailable: the item is started (and the CLI refuses it, exit 2, as a listed failure)."""
+    from devicebench.device import usable_cores
+
+    path = write(
+        tmp_path,
+        f"name: t\nruns: [{{entry: cifar, params: {{device: cpu, nproc: {usable_cores() + 1}}}}}]\n",
+    )
+    with pytest.raises(_WouldRun):
+        _run_items(load_plan(path), set(), _refuse_to_run)
+
+
+def test_an_nproc_the_host_has_is_not_skipped(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "name: t\nskip_unavailable: true\nruns: [{entry: cifar, params: {device: cpu, nproc: 1}}]\n",
+    )
+    with pytest.raises(_WouldRun):
+        _run_items(load_plan(path), set(), _refuse_to_run)
+
+
+@pytest.mark.parametrize(
+    ("device", "nproc", "capacity", "reason"),
+    [
+        ("cuda", 8, ("cuda", 1), "nproc=8 but 1 cuda device on this host"),
+        ("cuda", 8, ("cuda", 4), "nproc=8 but 4 cuda devices on this host"),
+        ("auto", 2, ("cpu", 1), "nproc=2 but 1 usable cpu core on this host"),
+        ("mps", 2, ("mps", 1), "nproc=2 but 1 mps device on this host"),
+        ("cuda", 4, None, "no cuda device on this host"),
+        ("cuda", 4, ("cuda", 4), None),
+        ("cpu", 1, ("cpu", 1), None),
+    ],
+)
+def test_unavailable_reason_words(
+    device: str, nproc: int, capacity: tuple[str, int] | None, reason: str | None
+) -> None:
+    assert unavailable_reason(device, nproc, capacity) == reason
 
 
 def test_crossover_dry_run_prints_the_grid(tmp_path: Path) -> None:

@@ -28,15 +28,36 @@ from devicebench.settings import redact_uri
 __all__ = ["Plan", "PlannedRun", "load_plan", "run", "run_plan"]
 
 
-def _device_available(device: str) -> bool:
-    from devicebench.device import resolve_device
+def _capacity(device: str) -> tuple[str, int] | None:
+    """What `device` resolves to here and how many data-parallel processes it takes on this node
+    (device.max_processes), or None when this host has no such device."""
+    from devicebench.device import max_processes, resolve_device
     from devicebench.errors import DeviceUnavailable
 
     try:
-        resolve_device(device)
+        resolved = resolve_device(device)
     except DeviceUnavailable:
-        return False
-    return True
+        return None
+    return resolved.type, max_processes(resolved)
+
+
+def unavailable_reason(device: str, nproc: int, capacity: tuple[str, int] | None) -> str | None:
+    """Why an item cannot run on this host, in the words of its skip line, or None when it can.
+
+    Only `nproc` is compared: it counts processes on *this* node, and a multi-node job's other nodes
+    are other hosts. The CLI refuses the same item with exit 2; a plan that allows skipping says why
+    it skipped instead of listing a failure.
+    """
+    if capacity is None:
+        return f"no {device} device on this host"
+    kind, most = capacity
+    if nproc <= most:
+        return None
+    if kind == "cpu":
+        have = f"{most} usable cpu core{'s' if most != 1 else ''}"
+    else:
+        have = f"{most} {kind} device{'s' if most != 1 else ''}"
+    return f"nproc={nproc} but {have} on this host"
 
 
 def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
@@ -156,22 +177,26 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
 
 
 def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[str, str]]) -> Outcome:
-    """Each item in turn: kept if an earlier launch finished it, skipped if its device is absent and the
-    plan allows that, otherwise run in its own process; one progress line per item, with an ETA."""
-    outcome, available, durations, total = Outcome(), {}, [], len(plan.runs)
+    """Each item in turn: kept if an earlier launch finished it, skipped if the plan allows that and this
+    host lacks its device or the devices for its nproc, otherwise run in its own process; one progress
+    line per item, with an ETA."""
+    outcome, capacity, durations, total = Outcome(), {}, [], len(plan.runs)
     for item in plan.runs:
         prefix = f"[{item.index}/{total}] {item.label}"
         if item.item_id in done:
             print(f"{prefix} ... already finished, kept", flush=True)
             outcome.finished += 1
             continue
-        device = item.params.get("device", "cpu")
-        if device not in available:
-            available[device] = _device_available(device)
-        if not available[device] and plan.skip_unavailable:
-            print(f"{prefix} ... skipped: no {device} device on this host", flush=True)
-            outcome.skipped.append(item)
-            continue
+        if plan.skip_unavailable:
+            device = item.params.get("device", "cpu")
+            if device not in capacity:
+                capacity[device] = _capacity(device)
+            # load_plan checked nproc against the workload's config; matmul has none (one process)
+            reason = unavailable_reason(device, int(item.params.get("nproc", "1")), capacity[device])
+            if reason:
+                print(f"{prefix} ... skipped: {reason}", flush=True)
+                outcome.skipped.append(item)
+                continue
         t0 = time.monotonic()
         proc = _run_child(item.argv(), env_for(item))
         durations.append(time.monotonic() - t0)
