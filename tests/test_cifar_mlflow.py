@@ -103,7 +103,8 @@ def test_mlflow_run_cifar_on_synthetic_data(
     run = _finished_run(mlflow_server.url, experiment_name)
     # every default as the CLI logs it (no `''` for an empty one, no `0` for 0.0); a -P value as given
     cli_logs = to_params(build_config(CifarConfig, {k: str(v) for k, v in params.items()}))
-    assert run.data.params == {**cli_logs, "momentum": "0.90"}
+    # and the batch one optimizer step sees: batch_size is per process (one process here)
+    assert run.data.params == {**cli_logs, "momentum": "0.90", "global_batch_size": "32"}
     tags, metrics = run.data.tags, run.data.metrics
     assert tags["devicebench.workload"] == "cifar" and tags["devicebench.data"] == "synthetic"
     assert len(tags["devicebench.init_weights"]) == 16

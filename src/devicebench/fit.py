@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -26,6 +25,7 @@ from devicebench import precision, training
 from devicebench.distributed import World
 from devicebench.schema import tag
 from devicebench.timing import Timer
+from devicebench.totals import Totals, dist_metrics
 from devicebench.tracking import Tracker
 from devicebench.workloads import Context
 
@@ -158,50 +158,6 @@ class Task:
     guard: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # around data reads
 
 
-@dataclass(frozen=True)
-class Totals:
-    """Sums over a run's epochs and evaluations: what the summary metrics and the results report."""
-
-    train_s: float
-    data_wait_s: float
-    train_samples: int
-    eval_s: float
-    train_samples_per_s: float
-    eval_samples_per_s: float
-
-    @classmethod
-    def of(cls, epochs: list[training.EpochResult], evals: list[training.EvalResult]) -> Totals:
-        train_s, eval_s = sum(e.seconds for e in epochs), sum(e.seconds for e in evals)
-        train_samples = sum(e.samples for e in epochs)
-        return cls(
-            train_s=train_s,
-            data_wait_s=sum(e.data_wait_s for e in epochs),
-            train_samples=train_samples,
-            eval_s=eval_s,
-            train_samples_per_s=train_samples / train_s if train_s > 0 else math.nan,
-            eval_samples_per_s=sum(e.samples for e in evals) / eval_s if eval_s > 0 else math.nan,
-        )
-
-    def timings(self) -> dict[str, float]:
-        """The fields every workload's result reports, by name."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "train_samples"}
-
-    def of_job(self, ranks: list[dict[str, float]]) -> Totals:
-        """The job's training figures from every rank's (this rank's evaluation stays: every rank
-        evaluates the whole set): the job trains as fast as its slowest rank, on all ranks' samples."""
-        if len(ranks) < 2:
-            return self
-        slowest = max(ranks, key=lambda r: r["train_s"])
-        samples = int(sum(r["train_samples"] for r in ranks))
-        return dataclasses.replace(
-            self,
-            train_s=slowest["train_s"],
-            data_wait_s=slowest["data_wait_s"],
-            train_samples=samples,
-            train_samples_per_s=samples / slowest["train_s"] if slowest["train_s"] > 0 else math.nan,
-        )
-
-
 @dataclass
 class Fitted:
     """What `fit` did: the model as trained (compiled where asked) and its records."""
@@ -222,26 +178,9 @@ class Fitted:
         return Totals.of(self.epochs, self.evals).of_job(self.ranks)
 
     def dist_metrics(self) -> dict[str, float]:
-        """What a job of several processes adds: its size, each rank's throughput, the slowest rank, and
-        the measured all-reduce with the share of training it could at most have taken."""
-        if len(self.ranks) < 2:
-            return {}
-        values = {"dist/world_size": float(len(self.ranks))}
-        for r, fig in enumerate(self.ranks):
-            values[f"dist/rank/{r}/train_s"] = fig["train_s"]
-            values[f"dist/rank/{r}/data_wait_s"] = fig["data_wait_s"]
-            if fig["train_s"] > 0:
-                values[f"dist/rank/{r}/train_samples_per_s"] = fig["train_samples"] / fig["train_s"]
-        values["dist/slowest_rank"] = float(
-            max(range(len(self.ranks)), key=lambda r: self.ranks[r]["train_s"])
-        )
-        if self.allreduce_s is not None:
-            values["dist/allreduce_s"] = self.allreduce_s
-            train_s = self.totals().train_s
-            steps = sum(e.steps for e in self.epochs)
-            if train_s > 0:
-                values["dist/comm_share"] = min(steps * self.allreduce_s / train_s, 1.0)
-        return values
+        """What a job of several processes adds to the summary (totals.dist_metrics)."""
+        steps = sum(e.steps for e in self.epochs)
+        return dist_metrics(self.ranks, self.allreduce_s, steps, self.totals().train_s)
 
 
 def _place(model: torch.nn.Module, opts: Options) -> tuple[torch.nn.Module, torch.nn.Module]:

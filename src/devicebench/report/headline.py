@@ -15,7 +15,8 @@ import math
 import re
 
 from devicebench.report.compare import Comparison
-from devicebench.report.content import Doc, Table, describe, pair_row, varying_params
+from devicebench.report.content import describe, pair_row, varying_params
+from devicebench.report.doc import Doc, Table
 from devicebench.report.fmt import NONE, fmt_x
 from devicebench.report.markdown import to_markdown
 from devicebench.report.pairs import Pair

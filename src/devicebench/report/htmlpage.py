@@ -10,7 +10,7 @@ import base64
 import html
 from pathlib import Path
 
-from devicebench.report.content import Doc, Heading, Image, Paragraph, Table
+from devicebench.report.doc import Doc, Heading, Image, Paragraph, Table
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}

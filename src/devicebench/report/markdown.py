@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devicebench.report.content import Doc, Heading, Image, Paragraph, Table
+from devicebench.report.doc import Doc, Heading, Image, Paragraph, Table
 
 
 def _cell(text: str) -> str:

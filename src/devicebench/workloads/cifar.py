@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import torch
 
-from devicebench import fit, precision, training
+from devicebench import figures, fit, precision, training
 from devicebench.configs import CifarConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.loader import SamplerFor, no_sampler
@@ -221,7 +221,7 @@ def _log_artifacts(cfg: Config, tracker: Tracker, done: fit.Fitted, data: fit.Da
     cm = done.evals[-1].confusion
     tracker.log_table(per_class_table(cm, data.classes), "per_class.json")
     tracker.log_table(confusion_table(cm, data.classes), "confusion_matrix.json")
-    fig = training.confusion_figure(cm, data.classes, f"CIFAR-10 {cfg.model} ({cfg.data}): test confusion")
+    fig = figures.confusion_figure(cm, data.classes, f"CIFAR-10 {cfg.model} ({cfg.data}): test confusion")
     tracker.log_figure(fig, "confusion_matrix.png")
     plt.close(fig)  # type: ignore[arg-type]
     example = _input_example(data.eval_set, data.eval_loader)

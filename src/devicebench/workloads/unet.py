@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from devicebench import fit, precision, training
+from devicebench import figures, fit, precision, training
 from devicebench.configs import UNetConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.loader import SamplerFor, data_loader, no_sampler
@@ -306,7 +306,7 @@ def _log_artifacts(
     ev = done.evals[-1]
     tracker.log_table(per_class_table(ev.confusion, data.classes), "per_class.json")
     tracker.log_table(confusion_table(ev.confusion, data.classes), "confusion_matrix.json")
-    fig = training.confusion_figure(ev.confusion, data.classes, f"UNet ({cfg.data}): validation pixels")
+    fig = figures.confusion_figure(ev.confusion, data.classes, f"UNet ({cfg.data}): validation pixels")
     tracker.log_figure(fig, "confusion_matrix.png")
     plt.close(fig)  # type: ignore[arg-type]
 

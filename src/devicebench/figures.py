@@ -1,0 +1,39 @@
+"""The figures a training run logs beside its tables (matplotlib, headless): imported only when logging."""
+
+from __future__ import annotations
+
+import torch
+
+
+def confusion_figure(cm: torch.Tensor, class_names: list[str], title: str) -> object:
+    """A row-normalised confusion matrix (recall per true class) as a matplotlib figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = cm.double()
+    norm = (m / m.sum(dim=1, keepdim=True).clamp(min=1)).numpy()
+    n = len(class_names)
+    size = max(5.0, 0.45 * n + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(n), class_names, rotation=90)
+    ax.set_yticks(range(n), class_names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title)
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                ax.text(
+                    j,
+                    i,
+                    int(m[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if norm[i, j] > 0.5 else "black",
+                )
+    fig.tight_layout()
+    return fig

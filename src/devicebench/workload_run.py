@@ -1,0 +1,210 @@
+"""One `devicebench <workload>` run, from parsed flags to an ended MLflow run (the CLI's biggest job).
+
+Parse → check the store → start the run → resolve the device → work → log → end the run. With `nproc > 1`
+or `nnodes > 1` this process launches a job instead (launch.py) and each of its ranks comes back here:
+rank 0 runs the single-process path, with its run, the other ranks train without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
+from devicebench.schema import tag
+from devicebench.settings import redact_uri
+
+PROG = "devicebench"
+
+
+def run_workload(name: str, args: argparse.Namespace) -> int:
+    """The run of `name` with the flags in `args`; the CLI's exit code."""
+    from devicebench.config import config_from_args
+    from devicebench.configs import CONFIGS
+    from devicebench.costs import log_costs
+    from devicebench.launch import record_run, worker_rank
+    from devicebench.prices import pricing_for
+    from devicebench.schema import check_device_spelling
+    from devicebench.settings import load_settings, preflight_store
+
+    cfg = config_from_args(CONFIGS[name], args)  # bad input is refused here, before torch is imported
+    check_device_spelling(cfg.device)
+    settings = load_settings()
+    # a bad price table is refused here too, before any run exists
+    pricing = pricing_for(cfg.price_per_hour, settings.price_per_hour, settings.prices_path)
+    rank = worker_rank()
+    if rank is None or rank == 0:  # a rank other than 0 never talks to the store
+        preflight_store(settings)
+
+    from devicebench.workloads import Context, load, progress_enabled
+
+    module = load(name)
+    world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
+    if rank is None and world_size > 1:
+        return _launch_job(name, cfg, settings, module)
+    if rank:
+        return _work_as_rank(module, cfg, settings)
+    with _open_run(name, cfg, settings, module, world_size) as tracker:
+        # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
+        # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
+        # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
+        started = time.perf_counter()
+        if rank == 0:
+            record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
+        if getattr(cfg, "system_metrics", False):
+            tracker.start_system_metrics()
+        world, device = _join(cfg.device, rank)
+        price = _log_host(tracker, device, settings, cfg, pricing)
+        if world.distributed:
+            tracker.set_tags({tag("dist.backend"): world.backend(device)})
+        ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled(), world=world)
+        try:
+            result = _work(module, cfg, ctx, tracker)
+        finally:
+            world.leave()
+        total_s = time.perf_counter() - started
+        tracker.log_metrics({"time/total_s": total_s})
+        log_costs(tracker, price, name, total_s, result, cfg)  # what the work cost, from the same wall time
+        on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
+        print(
+            f"{PROG}: {name} run {tracker.run_id} finished on {on} -> {redact_uri(settings.tracking_uri)}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _open_run(name: str, cfg: Any, settings: Any, module: Any, world_size: int) -> Any:
+    """The run's context (run_context): its params, tags, name and the plan that started it, if any.
+
+    A training config also logs `global_batch_size`: `batch_size` is per process, and the batch one
+    optimizer step sees is what a scaling series keeps in mind."""
+    from devicebench.config import config_key, to_params
+    from devicebench.handoff import Handoff
+    from devicebench.naming import run_name
+    from devicebench.tracking import run_context
+
+    params = to_params(cfg)
+    tags = {tag("device"): cfg.device, tag("config_key"): config_key(name, cfg)}
+    tags[tag("data")] = getattr(cfg, "data", module.DATA)
+    if hasattr(cfg, "nproc"):
+        tags[tag("world_size")] = str(world_size)
+        params["global_batch_size"] = str(cfg.batch_size * world_size)
+    handoff = Handoff.from_env(os.environ)  # set when a plan started this run
+    if handoff:
+        tags.update(handoff.tags())
+    return run_context(
+        settings,
+        name,
+        params,
+        tags=tags,
+        run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
+        parent_run_id=(handoff and handoff.parent_run_id) or None,
+    )
+
+
+def _join(requested: str, rank: int | None) -> tuple[Any, Any]:
+    """(this process's World, its device), resolved, made current, and the process group joined."""
+    from devicebench.device import activate, resolve_device
+    from devicebench.distributed import World
+
+    world = World.from_env() if rank is not None else World()
+    device = world.device(resolve_device(requested))
+    activate(device)
+    world.join(device)
+    return world, device
+
+
+def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
+    """A rank other than 0: the same work, its stdout silenced (rank 0 prints the run's lines) and
+    nothing logged; its figures reach rank 0 through the process group."""
+    from devicebench.launch import worker_rank
+    from devicebench.tracking import null_tracker
+    from devicebench.workloads import Context
+
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
+    world, device = _join(cfg.device, worker_rank())
+    ctx = Context(device=device, data_root=settings.data_dir, progress=False, world=world)
+    try:
+        _work(module, cfg, ctx, null_tracker())
+    finally:
+        world.leave()
+    return 0
+
+
+def _launch_job(name: str, cfg: Any, settings: Any, module: Any) -> int:
+    """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
+    it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
+    from devicebench.config import to_params
+    from devicebench.device import resolve_device, usable_cores
+    from devicebench.launch import check_job, launch
+
+    try:
+        check_job(cfg, resolve_device(cfg.device))
+    except UsageError as e:
+        if cfg.node_rank == 0:
+            with _open_run(name, cfg, settings, module, cfg.nproc * cfg.nnodes):
+                raise
+        raise e from None
+    argv = [a for k, v in to_params(cfg).items() for a in (f"--{k}", v)]
+    return launch(name, argv, cfg, settings, usable_cores())
+
+
+def _planned_device(requested: str) -> str:
+    """The device the run will resolve to, for its name (`auto` -> `cuda:0`); when it cannot resolve, the
+    request as typed: the error itself is raised inside the run, which then ends FAILED."""
+    from devicebench.device import resolve_device
+
+    try:
+        return str(resolve_device(requested))
+    except UsageError:  # DeviceUnavailable: raised again inside the run, which reports it
+        return requested
+
+
+def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any, pricing: Any) -> Any:
+    """The resolved device and the host fingerprint, as tags and host.json; for training, the cores the
+    run could use against its threads and loader processes (an oversubscribed CPU baseline is named).
+    Returns this host's price (or why it has none), priced from the same fingerprint: the OCI metadata
+    service is asked once."""
+    from devicebench.costs import log_price
+    from devicebench.device import cpu_budget, device_name, host_fingerprint
+    from devicebench.prices import resolve_price
+
+    host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
+    if settings.host_label:
+        host["label"] = settings.host_label  # what the report groups by, not the container's hostname
+    tracker.set_tags(
+        {
+            tag("device.resolved"): str(device),
+            tag("device.name"): device_name(device),
+            **{tag(f"host.{k}"): v for k, v in host.items()},
+        }
+    )
+    if hasattr(cfg, "num_workers"):
+        workers = cfg.num_workers if getattr(cfg, "loader", "dataloader") == "dataloader" else 0
+        budget = cpu_budget(int(host["torch_threads"]), workers)
+        tracker.set_tags({tag(k): v for k, v in budget.items()})
+    tracker.log_dict(host, "host.json")
+    price = resolve_price(pricing, host)
+    log_price(tracker, price)
+    return price
+
+
+def _work(module: Any, cfg: Any, ctx: Any, tracker: Any) -> Any:
+    """The workload itself, returning its result; a permission problem or an out-of-memory becomes one
+    line naming the fix."""
+    from devicebench.tracking import one_line
+
+    try:
+        return module.run(cfg, ctx, tracker)
+    except PermissionError as e:  # a data dir, list or file the user pointed at that we may not read
+        raise DataUnavailable(
+            f"permission denied: {e.filename or one_line(e)}; give this user access or choose another path"
+        ) from None
+    except Exception as e:  # out of memory: one line naming the parameters to lower, exit 2, run FAILED
+        oom = OutOfMemory.from_exception(e, getattr(module, "MEMORY_PARAMS", ()))
+        if oom is None:
+            raise
+        raise oom from None
