@@ -30,4 +30,4 @@ server: $(VENV)/.installed ## start the MLflow tracking server locally (settings
 
 ui: $(VENV)/.installed ## open the MLflow UI on the embedded store (sqlite:///mlflow.db)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/mlflow ui \
-		--backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port $${MLFLOW_UI_PORT:-5000}
+		--backend-store-uri sqlite:///mlflow.db --workers 1 --host 127.0.0.1 --port $${MLFLOW_UI_PORT:-5000}

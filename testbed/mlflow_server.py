@@ -57,6 +57,9 @@ class MlflowServer:
     log_path: Path | None = None
     env: dict[str, str] | None = None
     proc: subprocess.Popen | None = None
+    # One uvicorn worker: a test or a screenshot is one client at a time (requests still run concurrently
+    # in the worker's thread pool), and each extra worker imports MLflow's server again (~7 CPU-s a start).
+    workers: int = 1
 
     @property
     def url(self) -> str:
@@ -75,7 +78,7 @@ class MlflowServer:
             "--port",
             str(self.port),
             "--workers",
-            "2",
+            str(self.workers),
             *self.extra_args,
         ]
 

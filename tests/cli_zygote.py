@@ -6,7 +6,8 @@ in its own forked process with its own environment, working directory, stdout an
 code, through the same `devicebench.cli.main` the console script calls. What a fork cannot show (warnings
 printed while importing) is covered by the tests that start the real console script.
 
-Protocol, one JSON object a line on stdin: {"args": [...], "env": {...}, "cwd": "...", "out": "DIR"}.
+Protocol, one JSON object a line on stdin: {"args": [...], "env": {...}, "cwd": "...", "out": "DIR"},
+and optionally "script": a Python file run as `python SCRIPT ARGS...` instead of the CLI (the fault driver).
 The child writes DIR/stdout, DIR/stderr and, last, DIR/rc (atomically); the parent answers nothing.
 """
 
@@ -60,10 +61,8 @@ def child(request: dict) -> None:
             target = os.open(out / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(target, fd)
             os.close(target)
-        from devicebench.cli import main
-
         try:
-            code = main(request["args"])
+            code = _run(request)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
         except BaseException:
@@ -77,6 +76,19 @@ def child(request: dict) -> None:
             tmp.write_text(str(code))
             tmp.replace(Path(request["out"]) / "rc")
         os._exit(code if isinstance(code, int) else 1)
+
+
+def _run(request: dict) -> int:
+    """The command: the CLI's `main`, or the request's script as `__main__` (its exit code)."""
+    if request.get("script"):
+        import runpy
+
+        sys.argv = [request["script"], *request["args"]]
+        runpy.run_path(request["script"], run_name="__main__")
+        return 0
+    from devicebench.cli import main
+
+    return main(request["args"])
 
 
 def main() -> None:

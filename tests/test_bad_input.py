@@ -410,6 +410,7 @@ class AuthServer:
                 self.tmp,
                 f"sqlite:///{self.tmp / 'auth.db'}",
                 MLFLOW_AUTH="true",
+                MLFLOW_WORKERS="1",  # one client at a time; each worker imports MLflow's server again
                 MLFLOW_AUTH_ADMIN_USERNAME="admin",
                 MLFLOW_AUTH_ADMIN_PASSWORD=AUTH_PASSWORD,
                 MLFLOW_FLASK_SERVER_SECRET_KEY="bad-input-test-key",

@@ -56,7 +56,7 @@ def _next_commands_see_the_runs(out: str, uri: str, env: dict[str, str], tmp_pat
     (every experiment) finds them."""
     ui = next(ln for ln in out.splitlines() if ln.startswith("open the MLflow UI on these runs: "))
     ui_cmd = shlex.split(ui.split(": ", 1)[1])
-    assert ui_cmd[1:] == ["ui", "--backend-store-uri", uri], ui
+    assert ui_cmd[1:] == ["ui", "--backend-store-uri", uri, "--workers", "1"], ui
     port = free_port()
     fresh_shell = {
         "PATH": "/usr/bin:/bin",

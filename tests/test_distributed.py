@@ -179,12 +179,14 @@ def test_blame_names_the_rank_that_failed_on_its_own() -> None:
 
 
 def test_torchrun_flags_one_node_meets_itself_several_meet_at_node_0() -> None:
-    assert torchrun_args(2, 1, 0, "", "j")[0] == "--standalone"
-    many = torchrun_args(8, 2, 1, "10.0.0.5:29500", "j")
+    assert torchrun_args(2, 1, 0, "")[0] == "--standalone"
+    many = torchrun_args(8, 2, 1, "10.0.0.5:29500")
     assert {"--rdzv-backend=static", "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=29500"} <= set(
         many
     )
-    assert "--max-restarts=0" in many
+    assert "--max-restarts=0" in many and "--rdzv-id=devicebench" in many  # the same id on every node
+    node0 = torchrun_args(8, 2, 0, "10.0.0.5:29500")
+    assert [a for a in many if "node-rank" not in a] == [a for a in node0 if "node-rank" not in a]
 
 
 @pytest.mark.gpu

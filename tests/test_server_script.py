@@ -56,14 +56,15 @@ class ScriptServer(MlflowServer):
 
 
 def start_script_server(tmp: Path, backend_uri: str, **settings: str) -> ScriptServer:
+    """The script's server; MLFLOW_WORKERS as the caller says (2, compose's default, where several
+    workers matter: the concurrency test), else 1 (each worker imports MLflow's server, ~7 CPU-s)."""
     server = ScriptServer(backend_uri, tmp / "artifacts", log_path=tmp / "server.log")
     server.env = script_env(
         MLFLOW_BACKEND_STORE_URI=backend_uri,
         MLFLOW_ARTIFACTS_DESTINATION=str(server.artifacts_dir),
         MLFLOW_HOST="127.0.0.1",
         MLFLOW_PORT=str(server.port),
-        MLFLOW_WORKERS="2",
-        **settings,
+        **{"MLFLOW_WORKERS": "1", **settings},
     )
     try:
         server.start(timeout_s=120)
@@ -141,7 +142,8 @@ def old_schema_db() -> Iterator[tuple[str, str, str]]:
 def pg_server(
     old_schema_db: tuple[str, str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ScriptServer]:
-    server = start_script_server(tmp_path_factory.mktemp("script-pg"), old_schema_db[0])
+    # compose's two workers: the eight concurrent runs below reach both processes
+    server = start_script_server(tmp_path_factory.mktemp("script-pg"), old_schema_db[0], MLFLOW_WORKERS="2")
     yield server
     server.stop()
 

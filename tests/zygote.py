@@ -49,13 +49,14 @@ class Zygote:
         assert self.proc.stdout.readline().strip() == "ready", "the zygote did not start"
 
     def run(
-        self, args: list[str], env: dict[str, str], cwd: Path | None, timeout_s: float
+        self, args: list[str], env: dict[str, str], cwd: Path | None, timeout_s: float, script: str = ""
     ) -> subprocess.CompletedProcess:
-        """One command; a command still running at `timeout_s` is killed and TimeoutExpired raised."""
+        """One command (`devicebench ARGS`, or `python SCRIPT ARGS`); a command still running at
+        `timeout_s` is killed and TimeoutExpired raised."""
         out = Path(tempfile.mkdtemp(prefix="cmd-", dir=self.scratch))
         with self.lock:
             assert self.proc.stdin is not None
-            request = {"args": args, "env": env, "cwd": str(cwd or out), "out": str(out)}
+            request = {"args": args, "env": env, "cwd": str(cwd or out), "out": str(out), "script": script}
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         deadline = time.monotonic() + timeout_s
@@ -66,7 +67,7 @@ class Zygote:
             time.sleep(0.05)
         rc = int((out / "rc").read_text())
         return subprocess.CompletedProcess(
-            ["devicebench", *args], rc, (out / "stdout").read_text(), (out / "stderr").read_text()
+            [script or "devicebench", *args], rc, (out / "stdout").read_text(), (out / "stderr").read_text()
         )
 
     @staticmethod

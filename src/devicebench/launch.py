@@ -81,9 +81,10 @@ class Failure:
     code: int
 
 
-def torchrun_args(nproc: int, nnodes: int, node_rank: int, endpoint: str, job_id: str) -> list[str]:
+def torchrun_args(nproc: int, nnodes: int, node_rank: int, endpoint: str) -> list[str]:
     """torchrun's flags: one node rendezvouses with itself on a free port (`--standalone`); several meet
-    at node 0's host:port with static ranks, so node 0 holds global rank 0 and with it the run.
+    at node 0's host:port with static ranks, so node 0 holds global rank 0 and with it the run (the
+    rendezvous id prefixes the keys they meet under: the same on every node, the endpoint is the job's).
     No restarts: a benchmark that silently reran a failed rank would time something else."""
     common = [f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1"]
     if nnodes == 1:
@@ -94,7 +95,7 @@ def torchrun_args(nproc: int, nnodes: int, node_rank: int, endpoint: str, job_id
         f"--nnodes={nnodes}",
         f"--node-rank={node_rank}",
         "--rdzv-backend=static",
-        f"--rdzv-id={job_id}",
+        "--rdzv-id=devicebench",
         f"--master-addr={host}",
         f"--master-port={port}",
     ]
@@ -116,7 +117,7 @@ def launch(workload: str, argv: Sequence[str], cfg: Any, settings: Any, cores: i
 
     job = Path(tempfile.mkdtemp(prefix="devicebench-job-"))  # 0700: it may name the run
     env = {JOB_DIR: str(job), **worker_env(cfg.nproc, cores)}
-    args = torchrun_args(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint, job.name)
+    args = torchrun_args(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint)
     parsed = parse_args([*args, "-m", "devicebench"])
     parsed.training_script_args = [workload, *argv]  # given to argparse, `--nproc` would read as its own
     saved = {k: os.environ.get(k) for k in env}

@@ -243,7 +243,8 @@ def next_commands(tracking_uri: str) -> list[str]:
     compare = f"compare all runs again: {_venv_command('devicebench')} compare"
     if not tracking_uri.startswith("sqlite:"):
         return [f"open the MLflow UI: {uri}", compare]
-    ui = f"{_venv_command('mlflow')} ui --backend-store-uri {uri}"
+    # one worker: one person's browser; MLflow's default 4 each import its server (seconds, ~0.5 GB each)
+    ui = f"{_venv_command('mlflow')} ui --backend-store-uri {uri} --workers 1"
     if tracking_uri == "sqlite:///mlflow.db" and Path("Makefile").is_file():
         ui = f"make ui   (or: {ui})"
     return [f"open the MLflow UI on these runs: {ui}", compare]
