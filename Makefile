@@ -20,17 +20,18 @@ export GIT_PYTHON_REFRESH := quiet
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-# --no-compile, then compileall on every core: pip compiles ~17,000 files one at a time (3:05 on a 2-core
-# VM); this takes 1:17 + 0:52. The bytecode must exist up front: where PYTHONDONTWRITEBYTECODE is set
-# nothing is cached on import, and every process then compiles torch and MLflow again (25 s, not 8 s,
-# to import both). Packages' own test folders are left out; a few files not in this interpreter's syntax
-# (torch's test helpers) fail and are skipped.
+# Bytecode is written as modules are first imported, into this project's own .venv, whatever the shell
+# says: where PYTHONDONTWRITEBYTECODE is set (some CI images set it) nothing was ever cached, and every
+# process compiled torch and MLflow again (25 s, not 7 s, to import both; `make test` took 18 min).
+# Hence `pip install --no-compile`: pip compiles ~17,000 files one at a time (3:05 on a 2-core VM), most
+# of which no command here imports; the first import compiles what is used (~40 CPU-s, once).
+export PYTHONDONTWRITEBYTECODE :=
+
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.11-3.13 found; run with PYTHON=/path/to/python3.12" >&2; exit 2; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -e '.[dev,server]'
-	-@$(PY) -m compileall -qq -j 0 -x '/tests?/' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	@touch $@
 
 setup: $(VENV)/.installed ## create .venv with the project, torch and the dev tools
@@ -38,10 +39,11 @@ setup: $(VENV)/.installed ## create .venv with the project, torch and the dev to
 demo: $(VENV)/.installed ## run the demo plan on the embedded SQLite store, offline, then print the report path
 	$(BIN)/devicebench suite experiments/demo.yaml $(if $(filter real,$(DATA)),--data real,)
 
-# Two workers, one test file each at a time: most tests wait on servers and subprocesses, and a file's
+# Three workers on two cores, one test file each at a time: tests wait on servers and subprocesses, and
+# with two workers a core sat idle a third of the time (8:35 with three, 9:22 with two, here); a file's
 # module-scoped server stays with one worker. `pytest tests/x.py` alone runs serially.
 test: $(VENV)/.installed ## run the test suite (real mlflow servers, real PostgreSQL where it answers)
-	$(BIN)/pytest -n 2 --dist loadfile --durations=15
+	$(BIN)/pytest -n 3 --dist loadfile --durations=15
 
 lint: $(VENV)/.installed ## ruff check and format check
 	$(BIN)/ruff check .
