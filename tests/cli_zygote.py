@@ -50,10 +50,13 @@ def child(request: dict) -> None:
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the parent ignores it; commands may wait on children
+        if request.get("sigint"):  # as a fresh interpreter whose SIGINT was not ignored: Ctrl-C raises
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setpgid(0, 0)  # a group of its own: a timed-out command is killed with its children
         out = Path(request["out"])
         out.mkdir(parents=True, exist_ok=True)
-        (out / "pid").write_text(str(os.getpid()))
+        (out / "pid.tmp").write_text(str(os.getpid()))
+        (out / "pid.tmp").replace(out / "pid")  # atomic: a reader never sees it half-written
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

@@ -38,6 +38,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, run_cli, runs_of
+from zygote import Forked, shared
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "fault_driver.py"
@@ -95,7 +96,7 @@ class Gate:
             "DEVICEBENCH_OCI_TIMEOUT_S": "60",
         }
 
-    def wait(self, proc: subprocess.Popen, timeout_s: float = 45) -> None:
+    def wait(self, proc: Forked, timeout_s: float = 45) -> None:
         """Until the run reaches the gate; fails early with its output if the process ends instead."""
         deadline = time.monotonic() + timeout_s
         while not self.arrived.wait(0.1):
@@ -134,18 +135,12 @@ def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def start_driver(workdir: Path, env: dict[str, str], sigint: bool = False) -> subprocess.Popen:
-    """The driver in its own process; `sigint` restores SIGINT's default so Python maps it to Ctrl-C
-    (a shell starts background jobs with SIGINT ignored, and the child would inherit that)."""
+def start_driver(workdir: Path, env: dict[str, str], sigint: bool = False) -> Forked:
+    """The driver in its own process, forked from the warm zygote (tests/zygote.py: no interpreter
+    importing MLflow first); `sigint` makes SIGINT raise KeyboardInterrupt in it, as Ctrl-C does (a shell
+    starts background jobs with SIGINT ignored, and the child would inherit that)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [str(VENV_BIN / "python"), str(DRIVER), str(workdir)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint else None,
-    )
+    return shared().start([str(workdir)], env, workdir, script=str(DRIVER), sigint=sigint)
 
 
 def start_cli(args: list[str], env: dict[str, str], cwd: Path, sigint: bool = False) -> subprocess.Popen:
@@ -273,7 +268,7 @@ def outage(server: MlflowServer, tmp_path_factory: pytest.TempPathFactory) -> It
             DEVICEBENCH_EXPERIMENT=o.late_experiment,
             DEVICEBENCH_SPOOL_DIR=str(o.spool),
         )
-        late = start_cli(SMALL_MATMUL, late_env, cwd=tmp)
+        late = shared().start(SMALL_MATMUL, late_env, tmp)
         gate.wait(late)
 
         # down
@@ -285,7 +280,7 @@ def outage(server: MlflowServer, tmp_path_factory: pytest.TempPathFactory) -> It
             DEVICEBENCH_SPOOL_DIR=str(o.early_spool),
         )
         t0 = time.monotonic()
-        baseline = start_cli([*SMALL_MATMUL, "--device", "gpu"], early_env, cwd=tmp)
+        baseline = shared().start([*SMALL_MATMUL, "--device", "gpu"], early_env, tmp)
         o.early = run_cli(SMALL_MATMUL, early_env, cwd=tmp, timeout_s=60)
         o.early_s = time.monotonic() - t0
         baseline.communicate(timeout=60)
@@ -445,7 +440,7 @@ def live_and_dead(server: MlflowServer, tmp_path_factory: pytest.TempPathFactory
                     raise AssertionError(f"a driver exited {proc.returncode} early: {proc.communicate()}")
             return min(read_int(o.dead_dir / "logged"), read_int(o.live_dir / "logged")) >= 10
 
-        wait_for(both, 90, "both drivers' first points")  # two interpreters starting at once on 2 cores
+        wait_for(both, 90, "both drivers' first points")
         dead.kill()  # SIGKILL: no handler runs, no end record is written
         dead.communicate(timeout=10)
         o.dead_logged, o.dead_attempted = read_int(o.dead_dir / "logged"), read_int(o.dead_dir / "attempted")
@@ -711,7 +706,6 @@ def test_eight_runs_at_once_on_a_fresh_sqlite_store_leave_it_usable(tmp_path: Pa
         FAULT_DRIVER_MAX_S="0",
         MLFLOW_LOGGING_LEVEL="WARNING",  # as the CLI sets it: MLflow logs its migrations at INFO
     )
-    from zygote import shared
 
     def drive(i: int) -> subprocess.CompletedProcess:
         (tmp_path / f"d{i}").mkdir()

@@ -48,27 +48,31 @@ class Zygote:
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready", "the zygote did not start"
 
-    def run(
-        self, args: list[str], env: dict[str, str], cwd: Path | None, timeout_s: float, script: str = ""
-    ) -> subprocess.CompletedProcess:
-        """One command (`devicebench ARGS`, or `python SCRIPT ARGS`); a command still running at
-        `timeout_s` is killed and TimeoutExpired raised."""
+    def start(
+        self, args: list[str], env: dict[str, str], cwd: Path | None, script: str = "", sigint: bool = False
+    ) -> Forked:
+        """Start one command (`devicebench ARGS`, or `python SCRIPT ARGS`) and return at once; `sigint`
+        makes SIGINT raise KeyboardInterrupt in it even where this process was started ignoring it."""
         out = Path(tempfile.mkdtemp(prefix="cmd-", dir=self.scratch))
         with self.lock:
             assert self.proc.stdin is not None
             request = {"args": args, "env": env, "cwd": str(cwd or out), "out": str(out), "script": script}
-            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.write(json.dumps({**request, "sigint": sigint}) + "\n")
             self.proc.stdin.flush()
-        deadline = time.monotonic() + timeout_s
-        while not (out / "rc").exists():
-            if time.monotonic() > deadline:
-                self._kill(out)
-                raise subprocess.TimeoutExpired(["devicebench", *args], timeout_s)
-            time.sleep(0.05)
-        rc = int((out / "rc").read_text())
-        return subprocess.CompletedProcess(
-            [script or "devicebench", *args], rc, (out / "stdout").read_text(), (out / "stderr").read_text()
-        )
+        return Forked(out, [script or "devicebench", *args])
+
+    def run(
+        self, args: list[str], env: dict[str, str], cwd: Path | None, timeout_s: float, script: str = ""
+    ) -> subprocess.CompletedProcess:
+        """One command, waited for; a command still running at `timeout_s` is killed and TimeoutExpired
+        raised."""
+        forked = self.start(args, env, cwd, script)
+        try:
+            stdout, stderr = forked.communicate(timeout_s)
+        except subprocess.TimeoutExpired:
+            self._kill(forked.out)
+            raise
+        return subprocess.CompletedProcess(forked.args, forked.returncode, stdout, stderr)
 
     @staticmethod
     def _kill(out: Path) -> None:
@@ -82,6 +86,52 @@ class Zygote:
                 self.proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
+
+
+class Forked:
+    """A command forked from the zygote, not yet waited for: what the fault tests use of subprocess.Popen
+    (pid, poll, send_signal, kill, communicate, returncode). One killed before it could write its exit
+    code (SIGKILL) reads as -9, as Popen reports a process killed by signal 9."""
+
+    def __init__(self, out: Path, args: list[str]) -> None:
+        self.out, self.args = out, args
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        deadline = time.monotonic() + 30
+        while not (self.out / "pid").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.args} never started")
+            time.sleep(0.02)
+        return int((self.out / "pid").read_text())
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            if (self.out / "rc").exists():
+                self.returncode = int((self.out / "rc").read_text())
+            else:
+                try:
+                    os.kill(self.pid, 0)  # the zygote reaps its children: a dead one is gone at once
+                except ProcessLookupError:  # it may have written its code just before it went
+                    rc = self.out / "rc"
+                    self.returncode = int(rc.read_text()) if rc.exists() else -signal.SIGKILL
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.05)
+        return (self.out / "stdout").read_text(), (self.out / "stderr").read_text()
 
 
 _SHARED: Zygote | None = None
