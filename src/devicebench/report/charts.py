@@ -84,13 +84,7 @@ def gflops_chart(sides: Sequence[Side], path: Path) -> bool:
     for label in sorted(series):
         pts = sorted(series[label].items())
         ax.plot([n for n, _ in pts], [max(v) for _, v in pts], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("matrix size n")
-    ax.set_ylabel("GFLOP/s (median of synchronised repeats)")
-    ax.set_title("Matrix multiply throughput")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    _log_log(ax, "matrix size n", "GFLOP/s (median of synchronised repeats)", "Matrix multiply throughput")
     _save(plt, fig, path)
     return True
 
@@ -186,17 +180,27 @@ def scaling_chart(series: Sequence[Series], path: Path, varying: dict[str, list[
         ideal = [n for n in s.world_sizes if n >= (s.base_n or 1)]
         ax.plot(ideal, [s.ideal(n) for n in ideal], linestyle="--", color=line[0].get_color(), alpha=0.6)
     ax.plot([], [], linestyle="--", color="grey", label="ideal: base throughput × N / N_base")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    _log_log(
+        ax,
+        "world size N (processes; one GPU each on CUDA)",
+        "training samples/s (job, median of repeats)",
+        "Scaling: throughput against world size (dashed: ideal)",
+    )
     sizes = sorted({n for s in drawn for n in s.world_sizes})
     ax.set_xticks(sizes, [str(n) for n in sizes])
-    ax.set_xlabel("world size N (processes; one GPU each on CUDA)")
-    ax.set_ylabel("training samples/s (job, median of repeats)")
-    ax.set_title("Scaling: throughput against world size (dashed: ideal)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
     _save(plt, fig, path)
     return True
+
+
+def _log_log(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
+    """Both throughput charts: powers of two along x, decades along y, a grid and a small legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
