@@ -175,6 +175,8 @@ def test_blame_names_the_rank_that_failed_on_its_own() -> None:
     assert blame({0: peer}, {0: (1, ""), 1: (-9, "SIGKILL")}) == Failure(1, "killed by SIGKILL", 1)
     early = {**own, "rank": 0, "time": 1.0, "code": 2, "message": "--device: no"}
     assert blame({0: early, 1: own}, {}) == Failure(0, "--device: no", 2)
+    alike = {**early, "rank": 1, "time": 0.5}  # every rank found the same data missing: name rank 0
+    assert blame({0: early, 1: alike}, {}) == Failure(0, "--device: no", 2)
     assert blame({}, {3: (1, "")}) == Failure(3, "exited with code 1 without a report", 1)
 
 

@@ -256,7 +256,8 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
                 scaler=scaler,
                 **opts.amp,
             )
-        res.mean_loss = float(opts.world.mean(torch.tensor(res.mean_loss, device=opts.device)))
+        if opts.world.distributed:  # the job's epoch loss: the mean over ranks (equal batches on each)
+            res.mean_loss = float(opts.world.mean(torch.tensor(res.mean_loss, device=opts.device)))
         done.epochs.append(res)
         step += res.steps
         tracker.log_metrics({"train/epoch_loss": res.mean_loss, "time/epoch_s": res.seconds}, step=epoch)

@@ -164,11 +164,13 @@ def _reports(job: Path) -> dict[int, dict[str, Any]]:
 
 def blame(reports: Mapping[int, Mapping[str, Any]], exits: Mapping[int, tuple[int, str]]) -> Failure:
     """The rank that failed first on its own: a rank's own error before one killed by a signal before
-    one that only saw its peer go (a collective's broken connection), earliest first within each."""
+    one that only saw its peer go (a collective's broken connection), earliest first within each. Ranks
+    that all failed alike (the same missing data on every rank) are named by the lowest of them."""
     own = sorted((r["time"], rank) for rank, r in reports.items() if not r.get("peer"))
     if own:
-        rank = own[0][1]
-        return Failure(rank, reports[rank]["message"], int(reports[rank]["code"]))
+        first = reports[own[0][1]]["message"]
+        rank = min(rank for _, rank in own if reports[rank]["message"] == first)
+        return Failure(rank, first, int(reports[rank]["code"]))
     for rank, (code, sig) in sorted(exits.items()):
         if rank not in reports and code < 0:
             return Failure(rank, f"killed by {sig}", 1)
