@@ -128,6 +128,25 @@ def test_a_crash_in_rank_1_fails_the_one_run_naming_rank_1_within_seconds(
     assert f"run {run.info.run_id} ended FAILED" in line
 
 
+@needs_two_cores
+def test_two_nodes_meet_at_node_0_and_make_one_run(mlflow_server: MlflowServer, experiment_name: str) -> None:
+    """Two launchers on this host as nodes 0 and 1 of one job (the PyTorchJob's command, one process
+    each): they meet at node 0's host:port, node 0 holds rank 0 and the run, node 1 touches no store."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from servers import free_port
+
+    job = ["cifar", "--nproc", "1", "--nnodes", "2", "--rdzv_endpoint", f"127.0.0.1:{free_port()}", *SMALL]
+    env = _env(mlflow_server, experiment_name)
+    with ThreadPoolExecutor(2) as pool:
+        nodes = list(pool.map(lambda r: run_cli([*job, "--node_rank", str(r)], env, timeout_s=240), (1, 0)))
+    assert [n.returncode for n in nodes] == [0, 0], [n.stderr for n in nodes]
+    assert "finished on cpu ×2 (gloo)" in nodes[1].stderr and not nodes[0].stderr.strip()
+    [run] = runs_of(mlflow_server.url, experiment_name)
+    assert run.info.status == "FINISHED" and run.data.metrics["dist/world_size"] == 2
+    assert run.info.run_name.startswith("cifar · cpu ×2 (2 nodes)")
+
+
 def test_more_processes_than_cores_is_one_line_exit_2_and_a_failed_run(
     mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
