@@ -731,3 +731,25 @@ def test_eight_runs_at_once_on_a_fresh_sqlite_store_leave_it_usable(tmp_path: Pa
     finished = [r for r in runs_of(uri, "eight") if r.info.status == "FINISHED"]
     assert len(finished) == len(ok) >= 1
     print(f"\nfresh sqlite, 8 runs at once: {len(ok)}/8 finished in {took:.1f} s, the store is usable")
+
+
+def test_a_sigterm_after_the_command_returned_is_not_raised_into_shutdown() -> None:
+    """torchrun stops a failed job's other ranks with SIGTERM; one that lands while rank 0 is already
+    exiting (its line written, atexit running) printed a traceback under it. Once the command returned,
+    SIGTERM is not raised; a new run in the same process is interruptible again."""
+    from devicebench.errors import Interrupted
+    from devicebench.tracking import _install_signal_handlers
+    from devicebench.tracking.runs import exiting
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        _install_signal_handlers()
+        exiting()
+        os.kill(os.getpid(), signal.SIGTERM)  # would raise Interrupted here
+        time.sleep(0.05)
+        _install_signal_handlers()  # what run_context does first
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -84,7 +84,9 @@ def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
 def _fail(message: str, code: int, error: BaseException | None = None) -> int:
     """One line on stderr; a rank of a job reports to its launcher instead, which names the rank."""
     from devicebench.launch import record_failure, worker_rank
+    from devicebench.tracking.runs import exiting
 
+    exiting()  # no SIGTERM may cut this line short or follow it with a traceback
     if worker_rank() is not None:
         record_failure(error, message, code)
         return code
@@ -192,6 +194,15 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; translate our exceptions to one line and an exit code."""
+    try:
+        return _main(argv)
+    finally:
+        from devicebench.tracking.runs import exiting
+
+        exiting()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     debug = os.environ.get("DEVICEBENCH_DEBUG") == "1"
     # MLflow logs store migrations at INFO on stderr; our stderr is for our one line.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")

@@ -48,11 +48,19 @@ def _install_signal_handlers() -> None:
         if not _FINISHING.is_set():
             raise Interrupted(signum)
 
+    _FINISHING.clear()  # a new run in this process: a SIGTERM interrupts it again
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
     if sys.excepthook is not _quiet_peer_gone:
         _DEFAULT_EXCEPTHOOK[:] = [sys.excepthook]
         sys.excepthook = _quiet_peer_gone
+
+
+def exiting() -> None:
+    """The command is done and the process on its way out: a SIGTERM from now on (torchrun stopping a
+    job's ranks after one failed, a scheduler's late stop) is not raised. Raised during interpreter
+    shutdown, it printed a traceback after the command's one line."""
+    _FINISHING.set()
 
 
 def _quiet_peer_gone(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
