@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-# The launcher's mark on its workers' environment (devicebench/launch.py sets it); torchrun sets the rest.
-JOB_DIR = "DEVICEBENCH_JOB_DIR"
+from devicebench.launch import worker_rank
+
 # How long a collective may wait for a slow or dead peer before raising: the launcher's monitor ends
 # the job within a second of a rank's death, so this only bounds a hang that monitor cannot see.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
@@ -49,7 +49,7 @@ class World:
 
         Only a worker of devicebench's own launcher joins a job: a pod of a Kubeflow PyTorchJob also has
         RANK and WORLD_SIZE in its environment (for its node), and must start the launcher, not join."""
-        if not environ.get(JOB_DIR) or "RANK" not in environ:
+        if worker_rank(environ) is None:  # the launcher's mark (launch.JOB_DIR) and torchrun's RANK
             return cls()
         return cls(
             rank=int(environ["RANK"]),

@@ -235,7 +235,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     done = Fitted(model, module, init_weights, _warm_up(model, data, task, opts, tracker))
     done.allreduce_s = opts.world.allreduce_seconds(module, opts.device)
     training.reset_peak_memory(opts.device)
-    shared = training.LossLog(tracker, task.log_every, reduce=opts.world.mean)
+    shared = training.LossLog(tracker, task.log_every)
     step = 0
     for epoch in range(1, opts.epochs + 1):
         loss_log = shared if task.loss_log is None else task.loss_log(tracker, epoch, step)

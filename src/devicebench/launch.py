@@ -29,8 +29,9 @@ from typing import Any
 
 from devicebench.errors import Interrupted, UsageError
 from devicebench.schema import MAX_TAG_VALUE, tag
+from devicebench.tracking.journal import _write_atomic
 
-JOB_DIR = "DEVICEBENCH_JOB_DIR"  # the same name as distributed.JOB_DIR (that module imports torch)
+JOB_DIR = "DEVICEBENCH_JOB_DIR"  # the launcher's mark on its workers' environment; torchrun sets the rest
 RUN_FILE = "run.json"
 # What a collective raises on the ranks that outlive a dead peer: a consequence, never the root cause.
 _PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "DistBackendError")
@@ -48,7 +49,7 @@ def worker_rank(environ: Mapping[str, str] = os.environ) -> int | None:
 
 def record_run(run_id: str) -> None:
     """Rank 0, as soon as its run exists: the launcher ends it FAILED if the job fails later."""
-    _write(Path(os.environ[JOB_DIR]) / RUN_FILE, {"run_id": run_id})
+    _write_atomic(Path(os.environ[JOB_DIR]) / RUN_FILE, json.dumps({"run_id": run_id}))
 
 
 def record_failure(error: BaseException | None, message: str, code: int) -> None:
@@ -60,13 +61,7 @@ def record_failure(error: BaseException | None, message: str, code: int) -> None
     peer = any(s in message or s == kind for s in _PEER_SIGNS) or kind in ("DistNetworkError", "DistError")
     report = {"rank": rank, "code": code, "message": message, "time": time.time(), "peer": peer}
     with contextlib.suppress(OSError):
-        _write(Path(os.environ[JOB_DIR]) / f"rank-{rank}.json", report)
-
-
-def _write(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    tmp.replace(path)
+        _write_atomic(Path(os.environ[JOB_DIR]) / f"rank-{rank}.json", json.dumps(report))
 
 
 # --------------------------------------------------------------------------------------------- launcher
