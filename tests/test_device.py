@@ -6,6 +6,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from devicebench.device import (
     check_device_spelling,
     cpu_budget,
     host_fingerprint,
+    indexed,
     no_cuda_reason,
     oci_metadata,
     require_native_bf16,
@@ -215,6 +217,28 @@ def test_a_resolved_gpu_becomes_the_current_device(monkeypatch: pytest.MonkeyPat
     assert chosen == [torch.device("cuda", 1)]
     activate(torch.device("cpu"))
     assert len(chosen) == 1
+
+
+def test_a_bare_cuda_gets_its_index_once_where_it_is_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """H100 host, 2026-11-24: `matmul.run` given `torch.device("cuda")` raised in its isolated child
+    ("Expected a torch.device with a specified index"). Every way in gives the index: the CLI's
+    resolution, `auto`, and a `Context` built by a caller of the Python API; matmul's child spec too."""
+    from devicebench.config import build_config
+    from devicebench.workloads import Context
+    from devicebench.workloads.matmul import Config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert resolve_device("cuda") == torch.device("cuda", 1)
+    assert resolve_device("auto") == torch.device("cuda", 1)
+    assert indexed(torch.device("cuda")) == torch.device("cuda", 1)
+    assert indexed(torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert indexed(torch.device("cpu")) == torch.device("cpu")
+    ctx = Context(torch.device("cuda"), Path("."), False)
+    assert ctx.device == torch.device("cuda", 1)
+    cfg = build_config(Config, {"device": "cuda", "sizes": "64", "backends": "torch"})
+    assert [spec.device for spec in cfg.series(str(ctx.device))] == ["cuda:1"]
 
 
 @pytest.mark.gpu

@@ -21,7 +21,9 @@ from devicebench.errors import DataUnavailable, UsageError
 if TYPE_CHECKING:
     from devicebench.workloads.matmul_series import SeriesSpec
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # cifar and unet: autocast dtypes and TF32
+# cifar and unet: `default` is PyTorch's out-of-the-box math (TF32 convolutions on an Ampere or newer GPU,
+# IEEE matmuls), what users' own code runs; fp32 is strict IEEE, tf32 TF32 everywhere, bf16/fp16 autocast.
+PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
 CIFAR_MODELS = ("tutorial", "resnet18")  # devicebench/models/cifar_net.py builds them
 NUMPY_DTYPES = ("float64", "float32")  # what NumPy's matmul does (no bfloat16, no fast float16)
 ISOLATION = {
@@ -40,7 +42,12 @@ def _train_seed() -> int:
 
 
 def _precision() -> str:
-    return param("fp32", "autocast precision where the device supports it", choices=PRECISIONS)
+    return param(
+        "default",
+        "numerics: default (PyTorch's own: TF32 convolutions on Ampere+), fp32 (strict IEEE), tf32, "
+        "bf16 or fp16 (autocast)",
+        choices=PRECISIONS,
+    )
 
 
 def _channels_last() -> bool:

@@ -84,7 +84,7 @@ def resolve_device(requested: str) -> torch.device:
         return torch.device("cpu")
     if value == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
+            return indexed(torch.device("cuda"))
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
@@ -105,6 +105,18 @@ def resolve_device(requested: str) -> torch.device:
             + ", ".join(f"cuda:{i}" for i in range(count))
         )
     return torch.device("cuda", index)
+
+
+def indexed(device: torch.device) -> torch.device:
+    """`device` with its index: a bare `cuda` becomes the current CUDA device, `cuda:N` and others stay.
+
+    Much of torch takes a bare `cuda` (tensors, `.to`), but not all of it: `torch.cuda.set_device` in an
+    isolated matmul child, CUDA events and NCCL's `device_id` want an index, and the figures must say which
+    GPU ran. So the index is fixed once, where the device is resolved, and never left to each caller.
+    """
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def max_processes(device: torch.device) -> int:

@@ -30,6 +30,14 @@ class Context:
     progress: bool
     world: World | None = None  # this rank's place in a torchrun job; None: a single process
 
+    def __post_init__(self) -> None:
+        """A bare `cuda` from a caller of the Python API gets its index here, as the CLI's does in
+        `resolve_device`: a workload never passes an unindexed CUDA device on (device.indexed says why)."""
+        if self.device.type == "cuda" and self.device.index is None:
+            from devicebench.device import indexed
+
+            object.__setattr__(self, "device", indexed(self.device))
+
 
 def load(name: str) -> ModuleType:
     """The workload module for `name` (imported lazily: `devicebench matmul` need not import torchvision)."""
