@@ -18,6 +18,7 @@ from devicebench.device import (
     host_fingerprint,
     indexed,
     no_cuda_reason,
+    numpy_blas,
     oci_metadata,
     require_native_bf16,
     resolve_device,
@@ -171,6 +172,46 @@ def test_fingerprint_names_every_cpu_thread_pool_and_the_usable_cores(
     assert int(facts["blas_threads"]) >= 1
     assert facts["env.OMP_WAIT_POLICY"] == "PASSIVE"
     assert "env.MKL_NUM_THREADS" not in facts
+
+
+# What NumPy 2.5.2's manylinux wheel (the H100 host's) records and loads, copied from its files.
+NUMPY_25_CONFIG = {
+    "Build Dependencies": {
+        "blas": {
+            "name": "scipy-openblas",
+            "found": True,
+            "version": "0.3.34.0.0",
+            "detection method": "pkgconfig",
+            "openblas configuration": "OpenBLAS 0.3.34.0.0  USE64BITINT DYNAMIC_ARCH NO_AFFINITY Haswell",
+        },
+        "lapack": {"name": "scipy-openblas", "found": True, "version": "0.3.34.0.0"},
+    }
+}
+NUMPY_25_MAPS = (
+    "7f2a00000000-7f2a00200000 r-xp 00000000 fd:00 1234 "
+    "/usr/local/lib/python3.12/dist-packages/numpy.libs/libscipy_openblas64_-61654e39.so\n"
+    "7f2a10000000-7f2a10100000 r-xp 00000000 fd:00 1235 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0\n"
+)
+
+
+def test_blas_is_named_from_numpy_itself_where_threadpoolctl_does_not_know_numpy_2s_openblas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """H100 host, 2026-11-24: numpy 2.5.2 beside a system threadpoolctl older than 3.5, and every run
+    logged `host.blas = none`. NumPy's build record and the loaded library name it instead."""
+    asked = []
+    facts = numpy_blas(NUMPY_25_CONFIG, NUMPY_25_MAPS, lambda lib: asked.append(lib) or 16)
+    assert facts == {"blas": "openblas 0.3.34.0.0", "blas_threads": "16"}
+    assert asked == ["/usr/local/lib/python3.12/dist-packages/numpy.libs/libscipy_openblas64_-61654e39.so"]
+    assert numpy_blas({"Build Dependencies": {}}, NUMPY_25_MAPS) == {}
+    # This process for real, with threadpoolctl answering as an old one does for NumPy 2 (no BLAS pool).
+    import numpy as np
+    import threadpoolctl
+
+    np.ones((8, 8)) @ np.ones((8, 8))
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: [])
+    real = thread_facts()
+    assert real["blas"].startswith("openblas ") and int(real["blas_threads"]) >= 1, real
 
 
 def test_cpu_budget_says_when_threads_and_loader_workers_exceed_the_cores() -> None:

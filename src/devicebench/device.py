@@ -15,6 +15,7 @@ import platform
 import re
 import socket
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -266,7 +267,9 @@ def thread_facts() -> dict[str, str]:
 
     NumPy's BLAS is read with threadpoolctl (it knows OpenBLAS, MKL and BLIS); torch reports its own
     intra-op and inter-op pools. Only environment variables that were set appear, so their presence
-    alone says someone tuned the pools.
+    alone says someone tuned the pools. A threadpoolctl older than 3.5 does not know the OpenBLAS that
+    NumPy 2 wheels ship (`libscipy_openblas64_`): the H100 host's system threadpoolctl logged
+    `blas = none` on every run. NumPy's own build record and the loaded library answer then.
     """
     from threadpoolctl import threadpool_info
 
@@ -286,8 +289,63 @@ def thread_facts() -> dict[str, str]:
             facts["blas_threads"] = str(pool.get("num_threads"))
         elif pool.get("user_api") == "openmp" and "torch" in str(pool.get("filepath", "")):
             facts["openmp"] = f"{pool.get('prefix')} ({pool.get('num_threads')} threads)"
+    if facts["blas"] == "none":
+        facts.update(numpy_blas())
     facts.update({f"env.{k}": os.environ[k] for k in THREAD_ENV if os.environ.get(k)})
     return facts
+
+
+# OpenBLAS's thread-count function under each symbol name a NumPy wheel's build may export.
+_OPENBLAS_THREADS = (
+    "scipy_openblas_get_num_threads64_",
+    "openblas_get_num_threads64_",
+    "openblas_get_num_threads",
+)
+
+
+def numpy_blas(
+    config: dict | None = None, maps: str | None = None, threads: Callable[[str], int | None] | None = None
+) -> dict[str, str]:
+    """`blas` and `blas_threads` from NumPy's build record (`numpy.__config__.CONFIG`, NumPy >= 1.25) and
+    the BLAS library this process has loaded (/proc/self/maps), asked for its thread count; {} when
+    NumPy names no BLAS. `config`, `maps` and `threads` are injectable for tests."""
+    if config is None:
+        import numpy as np
+
+        config = getattr(np.__config__, "CONFIG", {})
+    blas = ((config or {}).get("Build Dependencies") or {}).get("blas") or {}
+    name = str(blas.get("name") or "")
+    if not name or not blas.get("found", True):
+        return {}
+    kind = (
+        "openblas" if "openblas" in name else "mkl" if "mkl" in name else "blis" if "blis" in name else name
+    )
+    facts = {"blas": " ".join(x for x in (kind, str(blas.get("version") or "")) if x)}
+    if maps is None:
+        with contextlib.suppress(OSError):
+            maps = Path("/proc/self/maps").read_text()
+    library = next(
+        (line.split()[-1] for line in (maps or "").splitlines() if kind in line.rsplit("/", 1)[-1]), ""
+    )
+    count = (threads or _blas_threads)(library) if library else None
+    if count:
+        facts["blas_threads"] = str(count)
+    return facts
+
+
+def _blas_threads(library: str) -> int | None:
+    """The thread count of an already-loaded OpenBLAS, asked through its own C function."""
+    import ctypes
+
+    rtld_noload = 4  # glibc's RTLD_NOLOAD: use the copy already loaded, never load a second one
+    with contextlib.suppress(OSError):
+        lib = ctypes.CDLL(library, mode=rtld_noload)
+        for symbol in _OPENBLAS_THREADS:
+            fn = getattr(lib, symbol, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                return int(fn())
+    return None
 
 
 def cpu_budget(torch_threads: int, loader_workers: int) -> dict[str, str]:
