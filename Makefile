@@ -14,7 +14,7 @@ PY := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 export GIT_PYTHON_REFRESH := quiet
 
-.PHONY: setup demo test lint format bench gpu-check compare screenshots clean help
+.PHONY: setup demo test lint format bench gpu-check wheelhouse compare screenshots clean help
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -58,6 +58,11 @@ bench: $(VENV)/.installed ## print the benchmark figures, each a ratio measured 
 
 gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo and a short CPU-vs-GPU plan on cuda (< 10 min)
 	$(PY) -m benchmarks.gpu_check
+
+# Wheels for a GPU host without internet that keeps its own torch (README: On a GPU host without internet).
+# Needs only pip and a package index here, not .venv. PYV: the host's Python; DEST: where the wheels go.
+wheelhouse: ## wheels for an offline GPU host that keeps its torch (PYV=3.12 DEST=wheelhouse)
+	PYTHON=$(or $(PYTHON),python3) bash deploy/offline/wheelhouse.sh $(or $(DEST),wheelhouse) $(or $(PYV),3.12)
 
 compare: $(VENV)/.installed ## compare CPU and GPU runs in the configured store (ARGS="--since 7d ...")
 	$(BIN)/devicebench compare $(ARGS)

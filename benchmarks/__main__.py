@@ -5,7 +5,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-MODULES = ("benchmarks.bench_matmul", "benchmarks.bench_cifar", "benchmarks.bench_compare")
+MODULES = (
+    "benchmarks.bench_matmul",
+    "benchmarks.bench_cifar",
+    "benchmarks.bench_overhead",
+    "benchmarks.bench_compare",
+)
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ from devicebench.training import LossLog, train_epoch
 
 def test_a_flush_logs_the_finite_points_then_names_the_first_bad_step() -> None:
     tracker = MemoryTracker()
-    log = LossLog(tracker, every=1, flush_points=100)
+    log = LossLog(tracker, every=1, flush_steps=100)
     for step, value in enumerate([1.0, 0.5, float("nan"), 0.2], start=1):
         log.add(torch.tensor(value), step)
     with pytest.raises(Diverged, match=r"^diverged at step 3$"):

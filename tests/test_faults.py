@@ -569,7 +569,7 @@ def test_the_cli_ends_killed_with_the_signal_exit_code_and_one_line(
 
 
 def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread: None) -> None:
-    """LossLog sends its points in batches of 50; a SIGTERM after 7 logged steps must not drop those 7."""
+    """LossLog brings losses to the host in batches of 1024 steps; a SIGTERM after 7 logged steps must not drop those 7."""
     import torch
 
     from devicebench import training

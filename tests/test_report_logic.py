@@ -290,6 +290,34 @@ def test_thread_count_mismatch_is_said_for_cpu_timings_only() -> None:
     assert "cuda:0: 16 torch / 16 BLAS threads" in verdicts.thread_mismatch(p), "NumPy ran on its CPU"
 
 
+def test_strict_fp32_on_a_gpu_with_tf32_says_what_default_would_change() -> None:
+    """precision=fp32 on an H100 is IEEE everywhere; PyTorch's default (what users run) is TF32 convs."""
+    ieee = {"devicebench.fp32_math": "ieee", "devicebench.host.gpu_capability": "9.0"}
+    fp32 = {"precision": "fp32"}
+    p = pair(
+        [rec("cpu", metrics=train(10.0), params=fp32, tags=ieee)],
+        [rec("cuda:0", metrics=train(1.0), params=fp32, tags=ieee)],
+    )
+    assert verdicts.strict_fp32_on_tf32_gpu(p) == (
+        "cuda:0 ran strict IEEE fp32 on a GPU with TF32: precision=default (PyTorch's own math, TF32 "
+        "convolutions) is what users' code runs and is typically faster, so this understates their speedup"
+    )
+    assert verdicts.strict_fp32_on_tf32_gpu(p) in verdicts.explain(p)
+    v100 = {**ieee, "devicebench.host.gpu_capability": "7.0"}
+    p = pair([rec("cpu", params=fp32, tags=ieee)], [rec("cuda:0", params=fp32, tags=v100)])
+    assert verdicts.strict_fp32_on_tf32_gpu(p) is None, "a V100 has no TF32: IEEE is all it runs"
+    tf32_conv = {"devicebench.fp32_math": "tf32-conv", "devicebench.host.gpu_capability": "9.0"}
+    p = pair([rec("cpu", tags=ieee)], [rec("cuda:0", params={"precision": "default"}, tags=tf32_conv)])
+    assert verdicts.strict_fp32_on_tf32_gpu(p) is None
+    # Runs logged before host.gpu_capability existed: the GPU's name tells.
+    old = {"devicebench.fp32_math": "ieee", "devicebench.host.gpu_name": "NVIDIA H100 80GB HBM3"}
+    p = pair([rec("cpu", params=fp32)], [rec("cuda:0", params=fp32, tags=old)])
+    assert verdicts.strict_fp32_on_tf32_gpu(p) is not None
+    old_v100 = {**old, "devicebench.host.gpu_name": "Tesla V100-SXM2-16GB"}
+    p = pair([rec("cpu", params=fp32)], [rec("cuda:0", params=fp32, tags=old_v100)])
+    assert verdicts.strict_fp32_on_tf32_gpu(p) is None
+
+
 def test_synthetic_data_rule() -> None:
     syn = {"devicebench.data": "synthetic"}
     p = pair([rec("cpu", metrics=train(10.0), tags=syn)], [rec("cuda:0", metrics=train(1.0), tags=syn)])

@@ -403,6 +403,7 @@ def host_fingerprint(device: torch.device, oci_url: str, oci_timeout_s: float) -
         props = torch.cuda.get_device_properties(gpu)
         fp["gpu_name"] = props.name
         fp["gpu_memory_gb"] = f"{props.total_memory / 2**30:.1f}"
+        fp["gpu_capability"] = f"{props.major}.{props.minor}"  # 8.0+ has TF32 (the report says so)
         fp.update(gpu_identity(gpu))
     fp.update(oci_metadata(oci_url, oci_timeout_s))
     return fp

@@ -239,7 +239,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     step = 0
     for epoch in range(1, opts.epochs + 1):
         loss_log = shared if task.loss_log is None else task.loss_log(tracker, epoch, step)
-        loss_log.reduce = opts.world.mean
+        loss_log.reduce = opts.world.mean  # the job's losses, epoch mean included: the mean over ranks
         _new_epoch(data.train_loader, epoch)
         with task.guard():
             res = training.train_epoch(
@@ -256,8 +256,6 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
                 scaler=scaler,
                 **opts.amp,
             )
-        if opts.world.distributed:  # the job's epoch loss: the mean over ranks (equal batches on each)
-            res.mean_loss = float(opts.world.mean(torch.tensor(res.mean_loss, device=opts.device)))
         done.epochs.append(res)
         step += res.steps
         tracker.log_metrics({"train/epoch_loss": res.mean_loss, "time/epoch_s": res.seconds}, step=epoch)

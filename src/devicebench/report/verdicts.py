@@ -10,6 +10,7 @@ means.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -210,6 +211,35 @@ def oversubscribed(pair: Pair) -> str | None:
     return None
 
 
+# Ampere and newer data-centre and workstation GPUs, for runs logged before `host.gpu_capability` was.
+_TF32_NAMES = re.compile(r"\b(A\d{2,3}|A[1-9]\d{3}|H\d{3}|GH\d{3}|L\d{1,2}S?|B\d{3}|RTX [345]0\d0)\b")
+
+
+def has_tf32(run: RunRecord) -> bool:
+    """Whether the run's GPU has TF32 (compute capability 8.0 or newer), from its fingerprint."""
+    capability = run.tag("host.gpu_capability")
+    if capability:
+        return capability.split(".")[0].isdigit() and int(capability.split(".")[0]) >= 8
+    return bool(_TF32_NAMES.search(run.tag("host.gpu_name")))
+
+
+def strict_fp32_on_tf32_gpu(pair: Pair) -> str | None:
+    """A GPU side that ran strict IEEE fp32 (`precision=fp32`) on a GPU with TF32 measured slower math than
+    PyTorch's own default, which runs cuDNN convolutions in TF32 (ResNet-18 bs 128 on an H100: ~7,000
+    img/s IEEE against ~11,300 with the defaults): users' unchanged code gets more than this speedup."""
+    for side in (pair.base, pair.other):
+        if side.is_cpu or side.workload == "matmul" or side.params.get("precision") != "fp32":
+            continue
+        runs = [r for r in side.runs if r.tag("fp32_math") == "ieee" and has_tf32(r)]
+        if runs:
+            return (
+                f"{side.device} ran strict IEEE fp32 on a GPU with TF32: precision=default (PyTorch's own "
+                "math, TF32 convolutions) is what users' code runs and is typically faster, so this "
+                "understates their speedup"
+            )
+    return None
+
+
 def _threads(run: RunRecord) -> str:
     return f"{run.tag('host.torch_threads', '?')} torch / {run.tag('host.blas_threads', '?')} BLAS threads"
 
@@ -235,6 +265,7 @@ RULES: tuple[Callable[[Pair], str | None], ...] = (
     launch_bound,
     gpu_slower,
     unsynced_underreport,
+    strict_fp32_on_tf32_gpu,
     quality_mismatch,
     compute_bound,
     thread_mismatch,
