@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicebench.errors import StoreUnavailable, UsageError
+from devicebench.redact import redact
 from devicebench.schema import MAX_EXPERIMENT
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: the embedded SQLite store
@@ -41,20 +42,6 @@ class Settings:
     host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
     prices_path: str = ""  # DEVICEBENCH_PRICES: the user's price table instead of experiments/prices.yaml
     price_per_hour: float = 0.0  # DEVICEBENCH_PRICE_PER_HOUR: this host's price; 0 = look it up
-
-
-def redact_uri(uri: str) -> str:
-    """The URI with any password replaced by `***`: what messages and tags may show."""
-    try:
-        parts = urllib.parse.urlsplit(uri)
-    except ValueError:
-        return uri
-    if not parts.password:
-        return uri
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -180,7 +167,7 @@ def _preflight_sqlite(uri: str) -> None:
     except OSError as e:
         why = f"{e.strerror}: {e.filename}" if e.strerror else str(e)
         raise StoreUnavailable(
-            f"tracking store {uri} cannot be written ({why}); choose a writable path in MLFLOW_TRACKING_URI"
+            f"tracking store {redact(uri)} cannot be written ({why}); choose a writable path in MLFLOW_TRACKING_URI"
         ) from None
 
 
@@ -189,7 +176,7 @@ def _preflight_database(uri: str, default_port: int, timeout_s: float) -> None:
         parts = urllib.parse.urlsplit(uri)
         host, port = parts.hostname, parts.port or default_port
     except ValueError as e:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} is not a valid URI ({e})") from None
+        raise StoreUnavailable(f"tracking store {redact(uri)} is not a valid URI ({e})") from None
     if not host:  # a Unix socket (host=/run/postgresql in the query, or the driver's default)
         return
     outcome: list[BaseException | None] = []
@@ -205,15 +192,15 @@ def _preflight_database(uri: str, default_port: int, timeout_s: float) -> None:
     worker.start()
     worker.join(timeout_s + 0.5)
     if not outcome:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} did not answer within {timeout_s:.0f} s")
+        raise StoreUnavailable(f"tracking store {redact(uri)} did not answer within {timeout_s:.0f} s")
     error = outcome[0]
     if isinstance(error, socket.gaierror):
         raise StoreUnavailable(
-            f"tracking store {redact_uri(uri)}: host {host!r} not found ({error.strerror}); fix MLFLOW_TRACKING_URI"
+            f"tracking store {redact(uri)}: host {host!r} not found ({error.strerror}); fix MLFLOW_TRACKING_URI"
         )
     if error is not None:
         reason = getattr(error, "strerror", None) or error
         raise StoreUnavailable(
-            f"tracking store {redact_uri(uri)} is not reachable at {host}:{port} ({reason}); "
+            f"tracking store {redact(uri)} is not reachable at {host}:{port} ({reason}); "
             "start the database or fix MLFLOW_TRACKING_URI"
         )

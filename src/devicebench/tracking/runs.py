@@ -19,8 +19,9 @@ from typing import Any
 
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
 from devicebench.naming import is_generated
+from devicebench.redact import redact
 from devicebench.schema import tag
-from devicebench.settings import Settings, redact_uri
+from devicebench.settings import Settings
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.store import (
@@ -109,7 +110,12 @@ def run_context(
     # journalled would have no local trace if the store went away or the process were killed.
     journal = Journal.create(settings)
     run_id = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
-    tracker = MlflowTracker(settings, run_id, journal)
+    try:
+        tracker = MlflowTracker(settings, run_id, journal)
+    except BaseException as e:  # the journal could not be bound (a full disk): end the run here
+        _end_without_journal(client, run_id, one_line(e))
+        journal.remove()
+        raise
     try:
         tracker.set_tags(start_tags)
         tracker.log_params(params)
@@ -159,6 +165,14 @@ def _open_run(
         raise
 
 
+def _end_without_journal(client: Any, run_id: str, error: str) -> None:
+    """End a run FAILED straight through the client: its journal could not be written, so no `sync`
+    would ever end it, and it must not stay RUNNING."""
+    with contextlib.suppress(Exception):
+        client.set_tag(run_id, tag("error"), error)
+        client.set_terminated(run_id, "FAILED")
+
+
 def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> None:
     """`mlflow run` creates its run under a random name (`capable-squid-859`); give it the scheme every
     other launch path uses, unless a person chose the name (`mlflow run --run-name`)."""
@@ -169,7 +183,7 @@ def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> None:
 def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:
     """What a run that ended with operations left in its journal tells its caller."""
     why = sqlite_busy_hint(settings.tracking_uri, tracker.last_error or "")
-    why = why or f"tracking store {redact_uri(settings.tracking_uri)} unreachable"
+    why = why or f"tracking store {redact(settings.tracking_uri)} unreachable"
     return SpooledError(
         f"{why} at the end of run {tracker.run_id}: "
         f"results spooled to {tracker.journal.dir}; replay with `devicebench sync`"

@@ -18,7 +18,8 @@ import urllib.request
 from pathlib import Path
 
 from devicebench.errors import StoreUnavailable, UsageError
-from devicebench.settings import Settings, redact_uri
+from devicebench.redact import redact
+from devicebench.settings import Settings
 from devicebench.tracking.locks import file_lock
 from devicebench.tracking.protocol import one_line
 
@@ -51,16 +52,16 @@ def _check_http_store(uri: str, timeout_s: float) -> None:
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
             raise StoreUnavailable(
-                f"tracking server {redact_uri(uri)} refused the credentials (HTTP {e.code}); "
+                f"tracking server {redact(uri)} refused the credentials (HTTP {e.code}); "
                 "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (e.g. in .env)"
             ) from None
         raise StoreUnavailable(
-            f"tracking server {redact_uri(uri)} answered HTTP {e.code} to a test request"
+            f"tracking server {redact(uri)} answered HTTP {e.code} to a test request"
         ) from None
     except (OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         raise StoreUnavailable(
-            f"tracking store {redact_uri(uri)} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
+            f"tracking store {redact(uri)} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
         ) from None
 
 
@@ -81,9 +82,9 @@ def _check_other_store(uri: str, timeout_s: float) -> None:
     t.start()
     t.join(timeout_s)
     if not outcome:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} did not answer within {timeout_s:.0f} s")
+        raise StoreUnavailable(f"tracking store {redact(uri)} did not answer within {timeout_s:.0f} s")
     if outcome[0] is not None:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} is not usable: {one_line(outcome[0])}")
+        raise StoreUnavailable(f"tracking store {redact(uri)} is not usable: {one_line(outcome[0])}")
 
 
 def check_store(settings: Settings) -> None:
@@ -140,7 +141,7 @@ _MIGRATION_ERRORS = ("duplicate column name", "_alembic_tmp_", "Online migration
 
 def _half_migrated_error(uri: str, path: Path, detail: str) -> StoreUnavailable:
     return StoreUnavailable(
-        f"the embedded SQLite store {redact_uri(uri)} was left half-migrated by an interrupted schema "
+        f"the embedded SQLite store {redact(uri)} was left half-migrated by an interrupted schema "
         f"upgrade ({detail}); MLflow cannot open or upgrade it: delete {path} if it holds no runs you need "
         "(a store broken while being created is empty), otherwise restore it from a backup"
     )
@@ -158,7 +159,7 @@ def prepare_sqlite_store(uri: str, timeout_s: float) -> None:
     if path is None:
         _check_other_store(uri, timeout_s)
         return
-    what = f"the embedded SQLite store {redact_uri(uri)}"
+    what = f"the embedded SQLite store {redact(uri)}"
     with file_lock(path.with_name(path.name + ".lock"), timeout_s, what, hint=PARALLEL):
         left = _half_migrated(path)
         if left:
@@ -179,7 +180,9 @@ def sqlite_busy_hint(uri: str, error: str) -> str | None:
     """
     if not uri.startswith("sqlite:") or "locked" not in error.lower():
         return None
-    return f"the embedded SQLite store {redact_uri(uri)} is locked by concurrent writers ({error[:200]}); {PARALLEL}"
+    return (
+        f"the embedded SQLite store {redact(uri)} is locked by concurrent writers ({error[:200]}); {PARALLEL}"
+    )
 
 
 def configure_mlflow_client(settings: Settings) -> None:
