@@ -249,9 +249,9 @@ def run(args: argparse.Namespace) -> int:
     from devicebench.settings import preflight_store
     from devicebench.tracking import check_store, configure_mlflow_client
 
-    preflight_store(settings)
+    preflight_store(settings, read_only=args.no_log)
     configure_mlflow_client(settings)
-    check_store(settings)
+    check_store(settings, read_only=args.no_log)
     t0 = time.perf_counter()
     selection, earlier = _read(settings, query, baseline)
     print(f"compare: {selection.read_line()}")

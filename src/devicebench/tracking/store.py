@@ -87,12 +87,17 @@ def _check_other_store(uri: str, timeout_s: float) -> None:
         raise StoreUnavailable(f"tracking store {redact(uri)} is not usable: {one_line(outcome[0])}")
 
 
-def check_store(settings: Settings) -> None:
-    """Fail within `store_timeout_s` with a line naming the URI when the store does not answer."""
+def check_store(settings: Settings, read_only: bool = False) -> None:
+    """Fail within `store_timeout_s` with a line naming the URI when the store does not answer.
+
+    `read_only`: the caller only reads (`compare --no-log`), so an existing SQLite store is queried as
+    it is, without the lock file and the schema upgrade that need a writable folder."""
     _client_env_defaults(settings)
     uri = settings.tracking_uri
     if uri.startswith(("http://", "https://")):
         _check_http_store(uri, max(settings.store_timeout_s, 0.5))
+    elif uri.startswith("sqlite:") and read_only:
+        _check_other_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
     elif uri.startswith("sqlite:"):
         prepare_sqlite_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
     else:

@@ -86,8 +86,9 @@ def make_loaders(
     """The train loader (shuffled, seeded) and the test loader (in file order) for `cfg.loader`.
     loader=tensor holds the whole split on the device and takes no sampler."""
     from devicebench.data.cifar import TensorLoader
-    from devicebench.data.loader import data_loader
+    from devicebench.data.loader import check_batch_size, data_loader
 
+    check_batch_size(cfg.batch_size, len(train), "training images")
     if cfg.loader == "tensor":
         return (
             TensorLoader(train.data, train.targets, cfg.batch_size, device, shuffle=True, seed=cfg.seed),

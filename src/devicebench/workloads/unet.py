@@ -103,6 +103,9 @@ def make_loaders(
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
     """Training batches shuffled by a generator seeded with `seed` (same order on every device);
     validation batches in list order, never shuffled (the notebook shuffled them)."""
+    from devicebench.data.loader import check_batch_size
+
+    check_batch_size(cfg.batch_size, len(train), "training images")
     common: dict[str, Any] = {
         "batch_size": cfg.batch_size,
         "device": device,
