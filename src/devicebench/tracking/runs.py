@@ -28,7 +28,7 @@ from devicebench.tracking.store import (
     check_store,
     configure_mlflow_client,
     ensure_experiment,
-    sqlite_busy_hint,
+    store_error_hint,
 )
 from devicebench.tracking.tracker import MlflowTracker
 
@@ -159,7 +159,7 @@ def _open_run(
         return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
     except BaseException as e:
         journal.remove()
-        hint = sqlite_busy_hint(settings.tracking_uri, one_line(e))
+        hint = store_error_hint(settings.tracking_uri, one_line(e))
         if hint:
             raise StoreUnavailable(hint) from None
         raise
@@ -182,7 +182,7 @@ def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> None:
 
 def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:
     """What a run that ended with operations left in its journal tells its caller."""
-    why = sqlite_busy_hint(settings.tracking_uri, tracker.last_error or "")
+    why = store_error_hint(settings.tracking_uri, tracker.last_error or "")
     why = why or f"tracking store {redact(settings.tracking_uri)} unreachable"
     return SpooledError(
         f"{why} at the end of run {tracker.run_id}: "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -190,6 +191,19 @@ def sqlite_busy_hint(uri: str, error: str) -> str | None:
     )
 
 
+def store_full_hint(uri: str, error: str) -> str | None:
+    """For a store whose disk is full, a sentence saying so (it was called "unreachable"); else None."""
+    low = error.lower()
+    if "database or disk is full" not in low and "no space left" not in low:
+        return None
+    return f"the tracking store {redact(uri)} is full (its disk has no space left)"
+
+
+def store_error_hint(uri: str, error: str) -> str | None:
+    """What a store error means, in one sentence, where we know: a locked SQLite store, a full disk."""
+    return sqlite_busy_hint(uri, error) or store_full_hint(uri, error)
+
+
 def configure_mlflow_client(settings: Settings) -> None:
     """Point MLflow at our store and make its HTTP client fail fast: our sender does the retrying."""
     _client_env_defaults(settings)
@@ -205,6 +219,9 @@ def _client_env_defaults(settings: Settings) -> None:
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our CLI prints its own line
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage pings from benchmark hosts
+    # MLflow logs every database error with its traceback before raising it (12 tracebacks, 506 lines
+    # for a store whose disk filled up mid-run); we report each one in one line, so it need not
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def ensure_experiment(settings: Settings, name: str | None = None) -> str:
