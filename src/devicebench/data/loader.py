@@ -24,17 +24,6 @@ def no_sampler(dataset: Dataset, shuffle: bool) -> Sampler[Any] | None:
     return None
 
 
-def check_batch_size(batch_size: int, count: int, what: str) -> None:
-    """Refuse a batch larger than the data: `--batch_size 1000000000000` on 200 images logged a batch of
-    1e12 and trained on batches of 200, a FINISHED run whose logged parameter was not the work done."""
-    from devicebench.errors import UsageError
-
-    if count and batch_size > count:
-        raise UsageError(
-            f"{batch_size} is larger than the {count:,} {what}; use at most {count:,}", param="batch_size"
-        )
-
-
 def data_loader(
     dataset: Dataset,
     batch_size: int,

@@ -86,9 +86,8 @@ def make_loaders(
     """The train loader (shuffled, seeded) and the test loader (in file order) for `cfg.loader`.
     loader=tensor holds the whole split on the device and takes no sampler."""
     from devicebench.data.cifar import TensorLoader
-    from devicebench.data.loader import check_batch_size, data_loader
+    from devicebench.data.loader import data_loader
 
-    check_batch_size(cfg.batch_size, len(train), "training images")
     if cfg.loader == "tensor":
         return (
             TensorLoader(train.data, train.targets, cfg.batch_size, device, shuffle=True, seed=cfg.seed),
@@ -182,6 +181,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
         return (train_ds, test_ds, *loaders)
 
     data = fit.load_data(opts, load)
+    fit.log_batch_used(tracker, cfg.batch_size, data.train_set)
     target = _Target(cfg.target_accuracy)
     task = _task(cfg, data.classes, precision.optimizer_options(ctx.device), target)
     done = fit.fit(opts, data, task, tracker)

@@ -103,9 +103,6 @@ def make_loaders(
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
     """Training batches shuffled by a generator seeded with `seed` (same order on every device);
     validation batches in list order, never shuffled (the notebook shuffled them)."""
-    from devicebench.data.loader import check_batch_size
-
-    check_batch_size(cfg.batch_size, len(train), "training images")
     common: dict[str, Any] = {
         "batch_size": cfg.batch_size,
         "device": device,
@@ -208,6 +205,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
         return train_ds, val_ds, train_loader, val_loader
 
     data = fit.load_data(opts, load)
+    fit.log_batch_used(tracker, cfg.batch_size, data.train_set)
     print(
         f"UNet base {cfg.base_channels}{' bilinear' if cfg.bilinear else ''}, {len(data.train_set)} train / "
         f"{len(data.eval_set)} val images of {cfg.image_size}² ({cfg.data}) on {ctx.device}"
