@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from devicebench.config import NOT_KEYED, is_keyed, param
 from devicebench.errors import DataUnavailable, UsageError
+from devicebench.schema import MAX_EPOCHS, check_workers
 
 if TYPE_CHECKING:
     from devicebench.workloads.matmul_series import SeriesSpec
@@ -124,36 +125,10 @@ def _check_distributed(cfg: object) -> None:
             raise UsageError(f"{endpoint!r} is not host:port (port 1-65535)", param="rdzv_endpoint")
 
 
-# A run is a measurement of minutes to hours: a million epochs of even 8 images is days of a host's time,
-# and `--epochs 1000000000` was accepted and ran until killed.
-MAX_EPOCHS = 100_000
-WORKERS_PER_CORE = 4  # loader processes per usable core: I/O-bound decoding gains little beyond that
-
-
-def max_workers() -> int:
-    """The most DataLoader workers this host can run: each is a process with its own copy of the
-    dataset's state, and `--num_workers 10000` ended with the out-of-memory killer and no message."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(WORKERS_PER_CORE, WORKERS_PER_CORE * cores)
-
-
 def _check_lr(lr: float) -> None:
     """Kept for configs built without the CLI's parsing (a plan passes values through the same path)."""
     if lr <= 0:
         raise UsageError(f"{lr!r} is out of range; expected a number > 0", param="lr")
-
-
-def _check_workers(num_workers: int) -> None:
-    most = max_workers()
-    if num_workers > most:
-        raise UsageError(
-            f"{num_workers} is out of range; this host takes at most {most} "
-            f"({WORKERS_PER_CORE} per usable core)",
-            param="num_workers",
-        )
 
 
 @dataclass(frozen=True)
@@ -286,7 +261,7 @@ class CifarConfig:
 
     def validate(self) -> None:
         _check_lr(self.lr)
-        _check_workers(self.num_workers)
+        check_workers(self.num_workers)
         _check_distributed(self)
         if self.loader == "tensor" and self.nproc * self.nnodes > 1:
             raise UsageError(
@@ -353,7 +328,7 @@ class UNetConfig:
     def validate(self) -> None:
         """Checks that need more than one field, or the file system, before any run is created."""
         _check_lr(self.lr)
-        _check_workers(self.num_workers)
+        check_workers(self.num_workers)
         _check_distributed(self)
         if self.image_size % 2:
             raise UsageError(
