@@ -32,9 +32,11 @@
 # script writes one from the settings above into a private temporary directory. The password is
 # not written to it: MLflow reads MLFLOW_AUTH_ADMIN_PASSWORD from the environment itself.
 #
-# A PostgreSQL password is never on a command line (any local user can read those with `ps`): it is
-# taken out of the URIs and written to a 0600 pgpass file (PGPASSFILE, which libpq reads) in the same
-# private 0700 directory. That directory is removed when the server stops.
+# A store URI is never on a command line (any local user can read those with `ps`): it reaches
+# `mlflow server` and the schema upgrade as MLFLOW_BACKEND_STORE_URI. A PostgreSQL password, as
+# `user:password@` or `?password=`, is also taken out of the URIs and written to a 0600 pgpass file
+# (PGPASSFILE, which libpq reads) in the same private 0700 directory. That directory is removed when
+# the server stops.
 #
 # A SQL store is upgraded (`mlflow db upgrade`) before the server starts, so a newer image never
 # meets an old schema. Take a database backup before moving to a new MLflow version.
@@ -85,17 +87,22 @@ without_password() {
 import os, sys, urllib.parse
 uri = os.environ["DEVICEBENCH_URI"]
 p = urllib.parse.urlsplit(uri)
-if p.password is None:
+query = urllib.parse.parse_qsl(p.query, keep_blank_values=True)
+in_query = [v for k, v in query if k.lower() == "password"]
+password = urllib.parse.unquote(p.password) if p.password is not None else (in_query[-1] if in_query else None)
+if password is None:
     print(uri)
     sys.exit()
 def esc(s):
     return s.replace("\\", "\\\\").replace(":", "\\:")
-fields = [p.hostname or "localhost", str(p.port or 5432), "*", urllib.parse.unquote(p.username or ""),
-          urllib.parse.unquote(p.password)]
+fields = [p.hostname or "localhost", str(p.port or 5432), "*", urllib.parse.unquote(p.username or ""), password]
 fd = os.open(os.environ["PGPASSFILE"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 with os.fdopen(fd, "a") as f:
     f.write(":".join(esc(x) for x in fields) + "\n")
-print(urllib.parse.urlunsplit(p._replace(netloc=(p.username or "") + "@" + p.netloc.rsplit("@", 1)[1])))
+host = p.netloc.rsplit("@", 1)[-1]
+netloc = (p.username + "@" + host) if p.username else host
+rest = urllib.parse.urlencode([(k, v) for k, v in query if k.lower() != "password"])
+print(urllib.parse.urlunsplit(p._replace(netloc=netloc, query=rest)))
 '
 }
 
@@ -135,17 +142,19 @@ EOF
 esac
 
 [[ "$MLFLOW_BACKEND_STORE_URI" != postgresql* ]] || make_private_dir
-backend_uri="$(without_password "$MLFLOW_BACKEND_STORE_URI")"
-case "$backend_uri" in
+# The store's URI reaches `mlflow server` (which reads MLFLOW_BACKEND_STORE_URI itself) and the schema
+# upgrade through the environment only: `mlflow db upgrade URL` would put it on a command line.
+MLFLOW_BACKEND_STORE_URI="$(without_password "$MLFLOW_BACKEND_STORE_URI")"
+export MLFLOW_BACKEND_STORE_URI
+case "$MLFLOW_BACKEND_STORE_URI" in
     postgresql* | mysql* | sqlite* | mssql*)
         echo "mlflow-server: upgrading the tracking store schema" >&2
-        mlflow db upgrade "$backend_uri"
+        python -c 'import os; from mlflow.db import upgrade; upgrade.main([os.environ["MLFLOW_BACKEND_STORE_URI"]], prog_name="mlflow db upgrade")'
         ;;
 esac
 
 echo "mlflow-server: listening on ${MLFLOW_HOST}:${MLFLOW_PORT} (auth: ${MLFLOW_AUTH})" >&2
 server_args=(
-    --backend-store-uri "$backend_uri"
     --serve-artifacts
     --artifacts-destination "$MLFLOW_ARTIFACTS_DESTINATION"
     --host "$MLFLOW_HOST"

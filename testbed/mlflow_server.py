@@ -69,8 +69,6 @@ class MlflowServer:
         return [
             str(VENV_BIN / "mlflow"),
             "server",
-            "--backend-store-uri",
-            self.backend_uri,
             "--artifacts-destination",
             str(self.artifacts_dir),
             "--host",
@@ -86,7 +84,9 @@ class MlflowServer:
         log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - handed to the child process
         # No MLflow job runner: devicebench uses none, and it forks ~10 consumers that each import MLflow.
         quiet = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        env = {**os.environ, **quiet, **(self.env or {})}
+        # the store's URI in the environment, never on the command line (`ps` shows argv to every user):
+        # `mlflow server` reads MLFLOW_BACKEND_STORE_URI itself
+        env = {**os.environ, **quiet, "MLFLOW_BACKEND_STORE_URI": self.backend_uri, **(self.env or {})}
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         self.proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

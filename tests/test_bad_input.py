@@ -99,6 +99,16 @@ def voc_files(kind: str) -> Callable[[Path], dict[str, str]]:
     return setup
 
 
+def env_file(name: str, content: bytes, setting: str) -> Callable[[Path], dict[str, str]]:
+    """A setup that writes `name` into the case directory and points `setting` at it."""
+
+    def setup(tmp: Path) -> dict[str, str]:
+        (tmp / name).write_bytes(content)
+        return {setting: str(tmp / name)}
+
+    return setup
+
+
 def deleted_experiment(tmp: Path) -> dict[str, str]:
     from mlflow.tracking import MlflowClient
 
@@ -355,6 +365,66 @@ CASES = [
         M,
         "cannot be written",
         env={"MLFLOW_TRACKING_URI": "sqlite:////proc/devicebench-no-such-dir/m.db"},
+    ),
+    # issue 27: reproductions that exited 1 with a raw exception, or 0 with wrong data
+    Case(
+        "plan-impossible-date",
+        ("suite", "{tmp}/plan.yaml", "--dry-run"),
+        "plan.yaml: YAML: a value that is not valid (month must be in 1..12)",
+        setup=plan(f"name: x\ndescription: 2026-13-45\n{GOOD_RUN}"),
+    ),
+    Case(
+        "prices-impossible-date",
+        M,
+        "prices.yaml (DEVICEBENCH_PRICES): YAML: a value that is not valid (month must be in 1..12)",
+        setup=env_file("prices.yaml", b"version: 1\ndate: 2026-13-45\nshapes: {}\n", "DEVICEBENCH_PRICES"),
+    ),
+    Case(
+        "resume-unknown-run",
+        ("suite", "{tmp}/plan.yaml", "--resume", "0123456789abcdef0123456789abcdef"),
+        "--resume: no run '0123456789abcdef0123456789abcdef'",
+        setup=plan(f"name: x\n{GOOD_RUN}"),
+    ),
+    Case(
+        "tracking-uri-not-a-uri",
+        M,
+        "MLFLOW_TRACKING_URI='http://[::1' is not a valid URI",
+        env={"MLFLOW_TRACKING_URI": "http://[::1"},
+    ),
+    Case(
+        "tracking-uri-in-memory",
+        M,
+        "is an in-memory SQLite store",
+        env={"MLFLOW_TRACKING_URI": "sqlite:///:memory:"},
+    ),
+    Case(
+        "dotenv-binary",
+        M,
+        "dot.env: cannot be read (not UTF-8 text)",
+        setup=env_file("dot.env", bytes(range(128, 256)) * 3, "DEVICEBENCH_DOTENV"),
+    ),
+    Case(
+        "store-database-missing",
+        M,
+        "the database 'devicebench_no_such_db' does not exist",
+        env={"MLFLOW_TRACKING_URI": "postgresql://postgres:pw@127.0.0.1:5432/devicebench_no_such_db"},
+    ),
+    Case(
+        "cifar-workers-beyond-host",
+        (*CIFAR, "--num_workers", "10000"),
+        "--num_workers: 10000 is out of range",
+    ),
+    Case(
+        "cifar-billion-epochs",
+        (*CIFAR[:3], "--epochs", "1000000000"),
+        "--epochs: '1000000000' is out of range",
+    ),
+    Case("cifar-negative-lr", (*CIFAR, "--lr=-1"), "--lr: '-1' is out of range; expected a number > 0"),
+    Case(
+        "sync-spool-is-a-file",
+        ("sync",),
+        "DEVICEBENCH_SPOOL_DIR=",
+        setup=env_file("spool-file", b"not a folder", "DEVICEBENCH_SPOOL_DIR"),
     ),
     Case(
         "experiment-name-too-long",

@@ -36,7 +36,10 @@ def test_matmul_booleans_and_a_suite_repeat() -> None:
 
 
 def test_a_long_name_is_cut_to_mlflows_limit() -> None:
-    assert len(run_name("matmul", "cpu", cfg("matmul", sizes=",".join(["1000"] * 100)))) == 250
+    assert (
+        len(run_name("matmul", "cpu", cfg("matmul", sizes=",".join(str(1000 + i) for i in range(100)))))
+        == 250
+    )
 
 
 @pytest.mark.parametrize(

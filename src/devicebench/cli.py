@@ -82,15 +82,17 @@ def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
 
 
 def _fail(message: str, code: int, error: BaseException | None = None) -> int:
-    """One line on stderr; a rank of a job reports to its launcher instead, which names the rank."""
+    """One line on stderr, passwords redacted; a rank of a job reports to its launcher instead, which
+    names the rank."""
     from devicebench.launch import record_failure, worker_rank
+    from devicebench.redact import redact
     from devicebench.tracking.runs import exiting
 
     exiting()  # no SIGTERM may cut this line short or follow it with a traceback
     if worker_rank() is not None:
-        record_failure(error, message, code)
+        record_failure(error, redact(message), code)
         return code
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {redact(message)}", file=sys.stderr)
     return code
 
 
@@ -133,11 +135,12 @@ def _run_sync(args: argparse.Namespace) -> int:
     out = sync_spool(settings)
     died = f" ({out.died} ended FAILED: process died)" if out.died else ""
     live = f", {out.live} live run(s) skipped" if out.live else ""
+    broken = f", {out.broken} corrupt journal(s) skipped" if out.broken else ""
     print(
-        f"{PROG}: sync: {out.replayed} run(s) replayed{died}, {out.pending} still pending{live} "
+        f"{PROG}: sync: {out.replayed} run(s) replayed{died}, {out.pending} still pending{live}{broken} "
         f"in {settings.spool_dir}"
     )
-    return 1 if out.pending else 0
+    return 1 if out.pending or out.broken else 0
 
 
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:

@@ -37,6 +37,7 @@ def param(
     choices: Sequence[str] | None = None,
     min: float | None = None,
     max: float | None = None,
+    above: float | None = None,
     key: bool = True,
     unset: str | None = None,
 ) -> Any:
@@ -44,6 +45,8 @@ def param(
 
     `key=False` keeps a field out of the config key: it changes *where* or *how verbosely* a run works
     (data directory, seed, log interval), not what work it measures.
+    `above` is an exclusive lower bound (a learning rate must be > 0: `min=0` admitted 0 and told -1
+    that ">= 0" was allowed).
     `unset` is the word that stands for a text field's empty value (`auto`, `default`): the field holds
     "" as before, but the word is what is logged and what MLproject passes. `mlflow run` logs every
     parameter shell-quoted, so an empty default was logged as the literal `''` and MLflow's compare view
@@ -51,6 +54,7 @@ def param(
     """
     meta = {"help": help, "choices": tuple(choices) if choices else None, "min": min, "max": max, "key": key}
     meta["unset"] = unset
+    meta["above"] = above
     if unset is not None and default != "":
         raise TypeError("a field with an unset word defaults to its empty value")
     if isinstance(default, list | dict | set):
@@ -80,8 +84,9 @@ def _describe(f: dataclasses.Field, elem: Any, seq: bool) -> str:
         what = "true or false"
     elif elem in (int, float):
         kind = "an integer" if elem is int else "a number"
-        lo, hi = meta.get("min"), meta.get("max")
+        lo, hi, gt = meta.get("min"), meta.get("max"), meta.get("above")
         bounds = [f">= {_num(lo)}" if lo is not None else "", f"<= {_num(hi)}" if hi is not None else ""]
+        bounds.insert(0, f"> {_num(gt)}" if gt is not None else "")
         what = f"{kind} {' and '.join(b for b in bounds if b)}".strip()
     else:
         what = "a string"
@@ -106,7 +111,8 @@ def _convert_one(raw: str, f: dataclasses.Field, elem: Any, seq: bool) -> Any:
             raise UsageError(f"{raw!r} is not {allowed}", param=f.name) from None
         if not math.isfinite(value):  # `inf`, `1e309` and `nan` parse, but no parameter means them
             raise UsageError(f"{raw!r} is not a finite number; expected {allowed}", param=f.name)
-        if meta.get("min") is not None and value < meta["min"]:
+        too_low = meta.get("above") is not None and value <= meta["above"]
+        if too_low or (meta.get("min") is not None and value < meta["min"]):
             raise UsageError(f"{raw!r} is out of range; expected {allowed}", param=f.name)
         if meta.get("max") is not None and value > meta["max"]:
             raise UsageError(f"{raw!r} is out of range; expected {allowed}", param=f.name)
@@ -129,7 +135,9 @@ def convert(raw: Any, f: dataclasses.Field, cls: type) -> Any:
         items = [str(i) for i in items if str(i).strip()]
         if not items:
             raise UsageError(f"needs at least one value ({_describe(f, elem, seq)})", param=f.name)
-        return tuple(_convert_one(i, f, elem, seq) for i in items)
+        # once each, in the order given: `--sizes 64,64,64` is the work of `--sizes 64`, and must be
+        # logged and keyed as such (it got a config key of its own)
+        return tuple(dict.fromkeys(_convert_one(i, f, elem, seq) for i in items))
     if isinstance(raw, bool) and elem is bool:
         return raw
     return _convert_one(str(raw), f, elem, seq)

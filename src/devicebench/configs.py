@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from devicebench.config import NOT_KEYED, is_keyed, param
 from devicebench.errors import DataUnavailable, UsageError
+from devicebench.schema import MAX_EPOCHS, check_workers
 
 if TYPE_CHECKING:
     from devicebench.workloads.matmul_series import SeriesSpec
@@ -132,7 +133,7 @@ def _check_distributed(cfg: object) -> None:
 
 
 def _check_lr(lr: float) -> None:
-    """`min=0` admits 0, which no optimizer can train with."""
+    """Kept for configs built without the CLI's parsing (a plan passes values through the same path)."""
     if lr <= 0:
         raise UsageError(f"{lr!r} is out of range; expected a number > 0", param="lr")
 
@@ -213,9 +214,9 @@ class CifarConfig:
     the PyTorch tutorial's."""
 
     device: str = _train_device()
-    epochs: int = param(2, "passes over the training set (the tutorial: 2)", min=1)
+    epochs: int = param(2, "passes over the training set (the tutorial: 2)", min=1, max=MAX_EPOCHS)
     batch_size: int = param(4, "images per optimizer step, train and test (the tutorial: 4)", min=1)
-    lr: float = param(0.001, "SGD learning rate (> 0)", min=0)
+    lr: float = param(0.001, "SGD learning rate", above=0)
     momentum: float = param(0.9, "SGD momentum", min=0, max=1)
     seed: int = _train_seed()
     model: str = param(
@@ -236,7 +237,9 @@ class CifarConfig:
         "dataloader: the tutorial's transforms in worker processes; tensor: the dataset on the device",
         choices=("dataloader", "tensor"),
     )
-    num_workers: int = param(2, "DataLoader worker processes (loader=dataloader only)", min=0)
+    num_workers: int = param(
+        2, "DataLoader worker processes (loader=dataloader only; at most 4 per usable core)", min=0
+    )
     data: str = param(
         "cifar10",
         "cifar10: the real dataset; synthetic: a learnable offline look-alike",
@@ -265,6 +268,7 @@ class CifarConfig:
 
     def validate(self) -> None:
         _check_lr(self.lr)
+        check_workers(self.num_workers)
         _check_distributed(self)
         if self.loader == "tensor" and self.nproc * self.nnodes > 1:
             raise UsageError(
@@ -283,9 +287,9 @@ class UNetConfig:
     """`devicebench unet`'s parameters, in the order of the MLproject entry point's."""
 
     device: str = _train_device()
-    epochs: int = param(1, "passes over the training sample (the notebook: 1)", min=1)
+    epochs: int = param(1, "passes over the training sample (the notebook: 1)", min=1, max=MAX_EPOCHS)
     batch_size: int = param(16, "images per optimizer step, train and validation (the notebook: 16)", min=1)
-    lr: float = param(0.001, "Adam learning rate", min=0)
+    lr: float = param(0.001, "Adam learning rate", above=0)
     seed: int = _train_seed()
     image_size: int = param(
         256, "images resized to S×S (bilinear), masks too (nearest); even, multiples of 16 best", min=16
@@ -296,7 +300,9 @@ class UNetConfig:
     bilinear: bool = param(False, "bilinear upsampling instead of transposed convolutions (≈17 M params)")
     precision: str = _precision()
     channels_last: bool = _channels_last()
-    num_workers: int = param(2, "DataLoader worker processes decoding and resizing images", min=0)
+    num_workers: int = param(
+        2, "DataLoader worker processes decoding and resizing images (at most 4 per usable core)", min=0
+    )
     data: str = param(
         "voc2012",
         "voc2012: Pascal VOC 2012 in its standard layout; synthetic: learnable offline scenes",
@@ -329,6 +335,7 @@ class UNetConfig:
     def validate(self) -> None:
         """Checks that need more than one field, or the file system, before any run is created."""
         _check_lr(self.lr)
+        check_workers(self.num_workers)
         _check_distributed(self)
         if self.image_size % 2:
             raise UsageError(

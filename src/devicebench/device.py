@@ -227,17 +227,24 @@ def oci_metadata(url: str, timeout_s: float) -> dict[str, str]:
         "oci.shape": doc.get("shape"),
         "oci.region": doc.get("canonicalRegionName") or doc.get("region"),
         "oci.availability_domain": doc.get("availabilityDomain"),
-        "oci.ocpus": _positive(config.get("ocpus")),
-        "oci.memory_gb": _positive(config.get("memoryInGBs")),
+        "oci.ocpus": _positive(config.get("ocpus"), MAX_OCPUS),
+        "oci.memory_gb": _positive(config.get("memoryInGBs"), MAX_MEMORY_GB),
     }
     return {k: str(v) for k, v in out.items() if v}
 
 
-def _positive(value: object) -> float | None:
-    """A count from the metadata answer, or None for anything that is not a positive number."""
+# No instance is bigger than this (OCI's largest bare-metal shapes have a few hundred OCPUs and a few
+# TB): an answer beyond is not a size, and priced as one it made a $2.65e306/h run.
+MAX_OCPUS = 4096.0
+MAX_MEMORY_GB = 65536.0
+
+
+def _positive(value: object, most: float) -> float | None:
+    """A count from the metadata answer, or None for anything that is not a positive, sane number
+    (at most `most`)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if 0 < value < float("inf") else None
+    return float(value) if 0 < value <= most else None
 
 
 THREAD_ENV = (

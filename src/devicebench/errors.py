@@ -78,6 +78,13 @@ class Diverged(UsageError):
         super().__init__(f"diverged at step {step}")
 
 
+class SpoolUnwritable(UsageError):
+    """The spool folder cannot be written (a full disk): the run ends FAILED with the folder named.
+
+    Every operation is journalled before it is sent, so a run that cannot journal is not a run whose
+    results can be trusted to arrive: it stops, says where, and is not left RUNNING."""
+
+
 class SpooledError(Exception):
     """The run finished but the store went away: results are safe in the local spool, exit 3."""
 

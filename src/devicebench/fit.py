@@ -125,6 +125,19 @@ class Data:
         return [str(c) for c in self.train_set.classes]
 
 
+def log_batch_used(tracker: Tracker, batch_size: int, train_set: Any) -> None:
+    """Say so, and tag the run, when the batch is larger than the training data: every batch then holds
+    the whole set. `--batch_size 1000000000000` on 200 images logged a batch of 1e12 and nothing else;
+    the param stays as given (MLflow params are immutable), `devicebench.batch_size.used` is the truth."""
+    count = len(cast(Sized, train_set))
+    if 0 < count < batch_size:
+        tracker.set_tags({tag("batch_size.used"): str(count)})
+        print(
+            f"note: batch_size {batch_size:,} is larger than the {count:,} training images; every batch "
+            f"holds {count:,} (tagged devicebench.batch_size.used)"
+        )
+
+
 def load_data(opts: Options, load: Callable[[], tuple[Any, Any, Iterable, Iterable]]) -> Data:
     """`load()`'s (train set, eval set, train loader, eval loader), timed as the data load."""
     timer = Timer(opts.device)

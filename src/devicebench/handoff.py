@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from devicebench.children import SAFE_PATH
 from devicebench.schema import MAX_RUN_NAME, tag
 
 PARENT = "DEVICEBENCH_PARENT_RUN_ID"
@@ -72,4 +73,5 @@ def child_env(base: Mapping[str, str]) -> dict[str, str]:
     src = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(SAFE_PATH)  # and never the working directory: a numpy.py there is not ours to run
     return env

@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from devicebench.children import die_with_parent, python_argv
+
 ENTRY = "devicebench.isolated"
 
 
@@ -43,7 +45,10 @@ def call(target: str, payload: Any) -> Any:
         request, result = Path(d) / "request.pkl", Path(d) / "result.pkl"
         request.write_bytes(pickle.dumps((target, payload)))
         proc = subprocess.run(
-            [sys.executable, "-m", ENTRY, str(request), str(result)], stdin=subprocess.DEVNULL, check=False
+            python_argv("-m", ENTRY, str(request), str(result)),
+            stdin=subprocess.DEVNULL,
+            check=False,
+            preexec_fn=die_with_parent,  # nothing measures on after the run is gone
         )
         if not result.exists():
             if proc.returncode == -signal.SIGKILL:

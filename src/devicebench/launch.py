@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devicebench.children import SAFE_PATH
 from devicebench.errors import Interrupted, UsageError
 from devicebench.schema import MAX_TAG_VALUE, tag
 from devicebench.tracking.journal import _write_atomic
@@ -111,7 +112,8 @@ def launch(workload: str, argv: Sequence[str], cfg: Any, settings: Any, cores: i
     from torch.distributed.run import parse_args, run
 
     job = Path(tempfile.mkdtemp(prefix="devicebench-job-"))  # 0700: it may name the run
-    env = {JOB_DIR: str(job), **worker_env(cfg.nproc, cores)}
+    # torchrun builds the ranks' command line (`python -u -m devicebench`): -P goes in as its variable
+    env = {JOB_DIR: str(job), **worker_env(cfg.nproc, cores), **SAFE_PATH}
     args = torchrun_args(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint)
     parsed = parse_args([*args, "-m", "devicebench"])
     parsed.training_script_args = [workload, *argv]  # given to argparse, `--nproc` would read as its own
@@ -185,7 +187,9 @@ def _fail_job(settings: Any, job: Path, failure: Failure, world_size: int) -> in
     run = job / RUN_FILE
     run_id = json.loads(run.read_text())["run_id"] if run.is_file() else None
     ended = f"; run {run_id} ended FAILED" if run_id and _end_failed(settings, run_id, who, failure) else ""
-    print(f"devicebench: error: {who} failed: {failure.reason}{ended}", file=sys.stderr)
+    from devicebench.redact import redact
+
+    print(f"devicebench: error: {redact(f'{who} failed: {failure.reason}{ended}')}", file=sys.stderr)
     return failure.code if failure.code in (1, 2) else 1
 
 
@@ -198,7 +202,7 @@ def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
 
     journal = settings.spool_dir / run_id
     if journal.is_dir():
-        sync_journal(journal)
+        sync_journal(journal, settings.tracking_uri)
     try:
         client = MlflowClient(settings.tracking_uri)
         client.set_tag(run_id, tag("error"), f"{who}: {failure.reason}"[:MAX_TAG_VALUE])

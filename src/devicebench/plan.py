@@ -12,7 +12,6 @@ import hashlib
 import itertools
 import json
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from devicebench.children import python_argv
 from devicebench.config import build_config
 from devicebench.configs import CONFIGS
 from devicebench.errors import UsageError
@@ -66,7 +66,7 @@ class PlannedRun:
         return f"{self.entry} {shown}{rep}".strip()
 
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "devicebench", self.entry]
+        args = python_argv("-m", "devicebench", self.entry)
         for k, v in self.params.items():
             args += [f"--{k}", v]
         return args

@@ -7,6 +7,7 @@ report and the suite's plan validation read it without paying for either.
 
 from __future__ import annotations
 
+import os
 import re
 
 from devicebench.errors import UsageError
@@ -56,3 +57,30 @@ def check_device_spelling(requested: str) -> str:
     if not _DEVICE_RE.match(value):
         raise UsageError(f"unknown device {requested!r}; allowed: {DEVICE_CHOICES}", param="device")
     return value
+
+
+# A run is a measurement of minutes to hours: a million epochs of even 8 images is days of a host's time,
+# and `--epochs 1000000000` was accepted and ran until killed.
+MAX_EPOCHS = 100_000
+WORKERS_PER_CORE = 4  # loader processes per usable core: I/O-bound decoding gains little beyond that
+
+
+def max_workers() -> int:
+    """The most DataLoader workers this host can run: each is a process with its own copy of the
+    dataset's state, and `--num_workers 10000` ended with the out-of-memory killer and no message."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(WORKERS_PER_CORE, WORKERS_PER_CORE * cores)
+
+
+def check_workers(num_workers: int) -> None:
+    """Refuse more DataLoader workers than `max_workers` (cifar's and unet's `num_workers`)."""
+    most = max_workers()
+    if num_workers > most:
+        raise UsageError(
+            f"{num_workers} is out of range; this host takes at most {most} "
+            f"({WORKERS_PER_CORE} per usable core)",
+            param="num_workers",
+        )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicebench.errors import StoreUnavailable, UsageError
+from devicebench.redact import redact
 from devicebench.schema import MAX_EXPERIMENT
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: the embedded SQLite store
@@ -41,20 +42,6 @@ class Settings:
     host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
     prices_path: str = ""  # DEVICEBENCH_PRICES: the user's price table instead of experiments/prices.yaml
     price_per_hour: float = 0.0  # DEVICEBENCH_PRICE_PER_HOUR: this host's price; 0 = look it up
-
-
-def redact_uri(uri: str) -> str:
-    """The URI with any password replaced by `***`: what messages and tags may show."""
-    try:
-        parts = urllib.parse.urlsplit(uri)
-    except ValueError:
-        return uri
-    if not parts.password:
-        return uri
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -106,7 +93,14 @@ def load_dotenv_file(env: Mapping[str, str] | None = None) -> Path | None:
     if choice and not path.is_file():
         raise UsageError(f"setting DEVICEBENCH_DOTENV={choice!r}: no such file")
     if path.is_file():
-        for key, value in dotenv_values(path).items():
+        try:
+            values = dotenv_values(path)
+        except (UnicodeDecodeError, ValueError, OSError) as e:  # a binary or unreadable file
+            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else getattr(e, "strerror", None) or e
+            raise UsageError(
+                f"settings file {path}: cannot be read ({why}); fix it, or set DEVICEBENCH_DOTENV=none"
+            ) from None
+        for key, value in values.items():
             # Empty lines in a copied .env.example mean "unset", not "set to the empty string".
             if value and key not in os.environ:
                 os.environ[key] = value
@@ -128,6 +122,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise UsageError(
             f"setting DEVICEBENCH_EXPERIMENT is {len(experiment):,} characters; MLflow allows {MAX_EXPERIMENT}"
         )
+    if uri:
+        check_tracking_uri(uri)
     return Settings(
         tracking_uri=uri or DEFAULT_TRACKING_URI,
         tracking_uri_from_env=bool(uri),
@@ -145,7 +141,27 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
-def preflight_store(settings: Settings) -> None:
+def check_tracking_uri(uri: str) -> None:
+    """Refuse a tracking URI that cannot be a store, in one line, before anything opens it.
+
+    `http://[::1` raised a bare ValueError from deep in a client. An in-memory SQLite store is a new,
+    empty database in every process and every connection: MLflow printed two tracebacks creating its
+    schema in one, and a run there (or its `sync`, or `compare`) could never be read again."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        _ = parts.port  # parses the port: `host:port` with a bad port raises here
+    except ValueError as e:
+        raise UsageError(f"setting MLFLOW_TRACKING_URI={redact(uri)!r} is not a valid URI ({e})") from None
+    if parts.scheme.split("+", 1)[0].lower() == "sqlite":
+        path = uri.split("?", 1)[0].removeprefix(parts.scheme + ":").removeprefix("//")
+        if path in ("", "/", "/:memory:", ":memory:") or "mode=memory" in uri:
+            raise UsageError(
+                f"setting MLFLOW_TRACKING_URI={redact(uri)!r} is an in-memory SQLite store, which keeps no "
+                "run past its process; use a file (sqlite:///mlflow.db) or a tracking server"
+            )
+
+
+def preflight_store(settings: Settings, read_only: bool = False) -> None:
     """Refuse in well under a second a store that cannot work, before MLflow is asked to open it.
 
     MLflow retries a database engine it cannot create 15 times with growing sleeps, printing a warning
@@ -153,13 +169,38 @@ def preflight_store(settings: Settings) -> None:
     25-108 s and 25-37 lines before our one line. What can be known without MLflow is checked here: the
     database host resolves and accepts a connection; the SQLite file (or the directory it would be
     created in) is writable. Everything else (credentials, schema) is still the store probe's to judge.
+    `read_only` (`compare --no-log`): an SQLite file must exist and be readable, not writable.
     """
     uri = settings.tracking_uri
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
-    if scheme == "sqlite":
+    if scheme == "sqlite" and read_only:
+        _preflight_sqlite_readable(uri)
+    elif scheme == "sqlite":
         _preflight_sqlite(uri)
     elif scheme in DB_PORTS:
         _preflight_database(uri, DB_PORTS[scheme], max(settings.store_timeout_s, 0.5))
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    raw = uri.split("?", 1)[0].removeprefix("sqlite:").removeprefix("//")
+    if raw in ("", "/", "/:memory:"):
+        return None
+    return Path(raw[1:] if raw.startswith("/") else raw)  # sqlite:///rel.db is relative, ////abs absolute
+
+
+def _preflight_sqlite_readable(uri: str) -> None:
+    """A store that is only read: it must be there (reading must not create an empty one) and readable."""
+    path = _sqlite_file(uri)
+    if path is None:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise StoreUnavailable(
+            f"tracking store {redact(uri)} cannot be read ({e.strerror}: {path}); "
+            "point MLFLOW_TRACKING_URI at the store that holds the runs"
+        ) from None
 
 
 def _preflight_sqlite(uri: str) -> None:
@@ -180,7 +221,7 @@ def _preflight_sqlite(uri: str) -> None:
     except OSError as e:
         why = f"{e.strerror}: {e.filename}" if e.strerror else str(e)
         raise StoreUnavailable(
-            f"tracking store {uri} cannot be written ({why}); choose a writable path in MLFLOW_TRACKING_URI"
+            f"tracking store {redact(uri)} cannot be written ({why}); choose a writable path in MLFLOW_TRACKING_URI"
         ) from None
 
 
@@ -189,7 +230,7 @@ def _preflight_database(uri: str, default_port: int, timeout_s: float) -> None:
         parts = urllib.parse.urlsplit(uri)
         host, port = parts.hostname, parts.port or default_port
     except ValueError as e:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} is not a valid URI ({e})") from None
+        raise StoreUnavailable(f"tracking store {redact(uri)} is not a valid URI ({e})") from None
     if not host:  # a Unix socket (host=/run/postgresql in the query, or the driver's default)
         return
     outcome: list[BaseException | None] = []
@@ -205,15 +246,41 @@ def _preflight_database(uri: str, default_port: int, timeout_s: float) -> None:
     worker.start()
     worker.join(timeout_s + 0.5)
     if not outcome:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} did not answer within {timeout_s:.0f} s")
+        raise StoreUnavailable(f"tracking store {redact(uri)} did not answer within {timeout_s:.0f} s")
     error = outcome[0]
     if isinstance(error, socket.gaierror):
         raise StoreUnavailable(
-            f"tracking store {redact_uri(uri)}: host {host!r} not found ({error.strerror}); fix MLFLOW_TRACKING_URI"
+            f"tracking store {redact(uri)}: host {host!r} not found ({error.strerror}); fix MLFLOW_TRACKING_URI"
         )
     if error is not None:
         reason = getattr(error, "strerror", None) or error
         raise StoreUnavailable(
-            f"tracking store {redact_uri(uri)} is not reachable at {host}:{port} ({reason}); "
+            f"tracking store {redact(uri)} is not reachable at {host}:{port} ({reason}); "
             "start the database or fix MLFLOW_TRACKING_URI"
         )
+    if uri.lower().startswith("postgres"):
+        _preflight_postgres_database(uri, timeout_s)
+
+
+def _preflight_postgres_database(uri: str, timeout_s: float) -> None:
+    """Name a PostgreSQL database that does not exist: MLflow retried one for 10 s, printing 25 lines
+    of warnings, and then said only that the store "did not answer". The server is up (checked above);
+    the driver is asked once. Any other refusal is left to the store probe, which names it."""
+    try:
+        import psycopg as driver  # what SQLAlchemy 2.1 uses for postgresql://
+    except ImportError:
+        try:
+            import psycopg2 as driver  # type: ignore[no-redef]
+        except ImportError:
+            return
+    dsn = "postgresql:" + uri.split(":", 1)[1]  # postgresql+psycopg2://… is a SQLAlchemy spelling
+    try:
+        driver.connect(dsn, connect_timeout=max(1, int(timeout_s))).close()
+    except Exception as e:
+        text = " ".join(str(e).split())
+        if "does not exist" in text and "database" in text:
+            name = urllib.parse.urlsplit(uri).path.lstrip("/") or "(none)"
+            raise StoreUnavailable(
+                f"tracking store {redact(uri)}: the database {name!r} does not exist on that server; "
+                f"create it (createdb {name}) or fix MLFLOW_TRACKING_URI"
+            ) from None

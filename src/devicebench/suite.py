@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devicebench.children import death_signal, python_argv
 from devicebench.errors import UsageError
 from devicebench.handoff import Handoff, child_env
 from devicebench.plan import Plan, PlannedRun, load_plan
+from devicebench.redact import redact
 from devicebench.schema import tag
-from devicebench.settings import redact_uri
 
 __all__ = ["Plan", "PlannedRun", "load_plan", "run", "run_plan"]
 
@@ -94,8 +95,14 @@ def _run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProc
 
     from devicebench.errors import Interrupted
 
+    # SIGTERM when the suite dies (even by SIGKILL): the child ends its run KILLED instead of training on
     with subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        argv,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=death_signal(signal.SIGTERM),
     ) as proc:
         try:
             _, stderr = proc.communicate()
@@ -144,10 +151,10 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     configure_mlflow_client(settings)
     started = time.monotonic()
     params = {"plan": str(plan.path), "name": plan.name, "runs": len(plan.runs), "baseline": plan.baseline}
-    if not resume:
-        ensure_experiment(
-            settings
-        )  # once, before any child: a fresh SQLite store migrated in parallel breaks
+    if resume:
+        check_resumable(settings, plan, resume)
+    else:  # once, before any child: a fresh SQLite store migrated in parallel breaks
+        ensure_experiment(settings)
     with run_context(
         settings, "suite", params, run_name=f"suite {plan.name}", run_id=resume or None
     ) as parent:
@@ -155,7 +162,7 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
         suite_tag = f"{plan.name}:{parent.run_id}"
         parent.set_tags({tag("suite"): suite_tag})
         print(
-            f"suite {plan.name}: {len(plan.runs)} runs -> {redact_uri(settings.tracking_uri)} "
+            f"suite {plan.name}: {len(plan.runs)} runs -> {redact(settings.tracking_uri)} "
             f"(parent run {parent.run_id})",
             flush=True,
         )
@@ -174,6 +181,44 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
         report_code = _report(plan, settings, suite_tag) if plan.report and outcome.finished else 0
     _print_summary(plan, outcome, time.monotonic() - started, settings.tracking_uri)
     return 1 if outcome.failed or report_code else 0
+
+
+def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
+    """Refuse `--resume RUN_ID` unless it names a suite parent run of this very plan.
+
+    Resuming attaches to the run and retags it: given an ordinary matmul run, the run was rewritten as
+    a suite and the whole plan ran under it, in that run's experiment."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from devicebench.tracking import check_store, one_line
+
+    check_store(settings)
+    try:
+        run = MlflowClient(settings.tracking_uri).get_run(run_id)
+    except MlflowException as e:
+        code = getattr(e, "error_code", "")
+        if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE") or "not found" in str(e):
+            raise UsageError(
+                f"no run {run_id!r} in the tracking store; give the parent run id a suite printed",
+                param="resume",
+            ) from None
+        raise UsageError(f"run {run_id!r} cannot be read: {one_line(e)}", param="resume") from None
+    workload = run.data.tags.get(tag("workload"), "")
+    if workload != "suite":
+        what = f"a {workload} run" if workload else "not a devicebench run"
+        raise UsageError(
+            f"run {run_id} is {what}, not a suite's parent run; give the parent run id a suite printed",
+            param="resume",
+        )
+    if run.data.params.get("name") != plan.name:
+        raise UsageError(
+            f"run {run_id} is the parent run of plan {run.data.params.get('name')!r}, not of "
+            f"{plan.name!r}; resume it with its own plan",
+            param="resume",
+        )
+    if run.info.lifecycle_stage == "deleted":
+        raise UsageError(f"run {run_id} is deleted; restore it or start the plan afresh", param="resume")
 
 
 def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[str, str]]) -> Outcome:
@@ -239,7 +284,7 @@ def _venv_command(name: str) -> str:
 
 def next_commands(tracking_uri: str) -> list[str]:
     """What to type next, in a form that works in a fresh shell (no venv activated)."""
-    uri = redact_uri(tracking_uri)
+    uri = redact(tracking_uri)
     compare = f"compare all runs again: {_venv_command('devicebench')} compare"
     if not tracking_uri.startswith("sqlite:"):
         return [f"open the MLflow UI: {uri}", compare]
@@ -254,9 +299,7 @@ def _report(plan: Plan, settings: Any, suite_tag: str) -> int:
     """The compare report over this launch's runs (a subprocess: the report never imports torch)."""
     out = Path("reports") / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     cmd = [
-        sys.executable,
-        "-m",
-        "devicebench",
+        *python_argv("-m", "devicebench"),
         "compare",
         "--experiment",
         settings.experiment,
@@ -269,7 +312,7 @@ def _report(plan: Plan, settings: Any, suite_tag: str) -> int:
         "--out",
         str(out),
     ]
-    proc = subprocess.run(cmd, env=child_env(os.environ))
+    proc = subprocess.run(cmd, env=child_env(os.environ), preexec_fn=death_signal())
     if proc.returncode not in (0, 1):
         print(f"suite {plan.name}: the report failed (exit {proc.returncode})", file=sys.stderr)
     return proc.returncode

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
+from devicebench.redact import redact
 from devicebench.schema import tag
-from devicebench.settings import redact_uri
 
 PROG = "devicebench"
 
@@ -70,7 +70,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
         log_costs(tracker, price, name, total_s, result, cfg)  # what the work cost, from the same wall time
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         print(
-            f"{PROG}: {name} run {tracker.run_id} finished on {on} -> {redact_uri(settings.tracking_uri)}",
+            f"{PROG}: {name} run {tracker.run_id} finished on {on} -> {redact(settings.tracking_uri)}",
             file=sys.stderr,
         )
     return 0

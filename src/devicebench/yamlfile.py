@@ -39,3 +39,5 @@ def load_capped(
         raise err(where, f"not valid YAML ({getattr(e, 'problem', None) or e})") from None
     except UnicodeDecodeError:
         raise err("file", "not UTF-8 text") from None
+    except (ValueError, OverflowError) as e:  # a scalar YAML resolves but cannot build: `2026-13-45`
+        raise err("YAML", f"a value that is not valid ({e}); quote it if it is meant as text") from None

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from devicebench.children import die_with_parent
+
 SamplerFor = Callable[[Dataset, bool], "Sampler[Any] | None"]
 
 
@@ -51,4 +53,6 @@ def data_loader(
         pin_memory=device.type == "cuda",
         drop_last=drop_last,
         persistent_workers=persistent and num_workers > 0,
+        # a worker never outlives its run: orphans of an OOM-killed run once held its journal for minutes
+        worker_init_fn=die_with_parent if num_workers > 0 else None,
     )

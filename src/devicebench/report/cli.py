@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devicebench.errors import UsageError
+from devicebench.redact import redact
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
 from devicebench.schema import UNSET_WORDS, WORKLOADS, tag
 
@@ -175,7 +176,7 @@ def _read(settings: Settings, query: Query, baseline: str) -> tuple[Selection, l
 def _meta(settings: Settings, selection: Selection, query: Query, baseline: str) -> dict[str, str]:
     """The report's "selection" table: how the compared runs were chosen."""
     return {
-        "tracking store": settings.tracking_uri,
+        "tracking store": redact(settings.tracking_uri),
         "experiments": ("every active one; " if selection.every_experiment else "")
         + selection.read_line().removeprefix("read "),
         "workload": ",".join(query.workloads),
@@ -248,9 +249,9 @@ def run(args: argparse.Namespace) -> int:
     from devicebench.settings import preflight_store
     from devicebench.tracking import check_store, configure_mlflow_client
 
-    preflight_store(settings)
+    preflight_store(settings, read_only=args.no_log)
     configure_mlflow_client(settings)
-    check_store(settings)
+    check_store(settings, read_only=args.no_log)
     t0 = time.perf_counter()
     selection, earlier = _read(settings, query, baseline)
     print(f"compare: {selection.read_line()}")
@@ -273,5 +274,5 @@ def run(args: argparse.Namespace) -> int:
             home = replace(settings, experiment=next(iter(selection.experiments.values())))
         params = _report_params(query, baseline, threshold)
         report_id = log_report(home, files, comp, selection.read_line(), params)
-        print(f"report run: {report_id} -> {settings.tracking_uri}")
+        print(f"report run: {report_id} -> {redact(settings.tracking_uri)}")
     return _regression_exit(comp, threshold)

@@ -7,6 +7,9 @@ htmlpage.py, runs_csv.py, charts.py), so the Markdown and the HTML cannot disagr
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from devicebench.report.charts import write_charts
@@ -21,11 +24,40 @@ __all__ = ["PAIR_HEADERS", "pair_rows", "terminal_table", "write_report"]
 
 
 def write_report(comp: Comparison, out: Path, meta: dict[str, str]) -> list[Path]:
-    """All files into `out`; returns their paths (what the report run logs as artifacts)."""
-    out.mkdir(parents=True, exist_ok=True)
-    charts = write_charts(comp, out)
+    """All files into `out`; returns their paths (what the report run logs as artifacts).
+
+    The report is written into a temporary folder beside `out` and renamed into place, so a failure (a
+    full disk left a folder holding one chart) leaves no half-written report, and an earlier report in
+    `out` is replaced whole files at a time."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        names = _write_all(comp, tmp, meta)
+        _into_place(tmp, out, names)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [out / n for n in names]
+
+
+def _write_all(comp: Comparison, folder: Path, meta: dict[str, str]) -> list[str]:
+    charts = write_charts(comp, folder)
     doc = build_doc(comp, meta, charts)
-    (out / "report.md").write_text(to_markdown(doc), encoding="utf-8")
-    (out / "report.html").write_text(to_html(doc, out), encoding="utf-8")
-    write_csv(comp.runs, out / "runs.csv")
-    return [out / "report.md", out / "report.html", out / "runs.csv", *(out / c for c in charts)]
+    (folder / "report.md").write_text(to_markdown(doc), encoding="utf-8")
+    (folder / "report.html").write_text(to_html(doc, folder), encoding="utf-8")
+    write_csv(comp.runs, folder / "runs.csv")
+    return ["report.md", "report.html", "runs.csv", *charts]
+
+
+def _into_place(tmp: Path, out: Path, names: list[str]) -> None:
+    """Rename the finished folder to `out`; into an existing `out`, move each file (an atomic rename)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; a report folder is as readable as any other
+    if not out.exists():
+        tmp.rename(out)
+        return
+    for name in names:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp / name, out / name)
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -15,22 +15,56 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devicebench.errors import UsageError
+from devicebench.errors import SpoolUnwritable, UsageError
+from devicebench.redact import redact
 from devicebench.settings import Settings
+from devicebench.tracking.locks import release as release_lock
 from devicebench.tracking.locks import try_lock
+
+# The least free space a journal starts with: a run's operations and staged artifacts (models
+# excluded) take tens of KiB to a few MiB. A spool on a full disk is refused before the run exists.
+MIN_FREE_BYTES = 4 << 20
 
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):  # no empty `run.json.tmp` left behind by a full disk
+            tmp.unlink()
+        raise
+
+
+def unwritable(folder: Path, error: OSError) -> SpoolUnwritable:
+    """The one line for a journal that cannot be written: the folder, why, and what to do."""
+    return SpoolUnwritable(
+        f"the spool folder {folder} cannot be written ({error.strerror or error}); free space there "
+        "or set DEVICEBENCH_SPOOL_DIR to another folder"
+    )
+
+
+def check_free_space(root: Path) -> None:
+    """Refuse a spool on a disk with less than MIN_FREE_BYTES free, before any run exists."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return  # whatever this is, creating the journal reports it
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise SpoolUnwritable(
+            f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r}: the disk holding it is full "
+            f"({free // 1024:,} KiB free; a run's journal needs {MIN_FREE_BYTES >> 20} MiB); "
+            "free space there or point it at another folder"
+        )
 
 
 def spool_root(settings: Settings) -> Path:
     """The spool folder, created if missing; a UsageError naming DEVICEBENCH_SPOOL_DIR when it cannot be."""
     root = settings.spool_dir
     try:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)  # journals hold URIs and credentials
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)  # journals hold every metric and the store's URI
         if not root.is_dir():
             raise NotADirectoryError(f"{root} is not a folder")
     except OSError as e:
@@ -65,6 +99,7 @@ class Journal:
     def create(cls, settings: Settings) -> Journal:
         """A locked, unbound journal in the spool; UsageError naming DEVICEBENCH_SPOOL_DIR if impossible."""
         root = spool_root(settings)
+        check_free_space(root)
         self = cls.__new__(cls)
         try:
             self._open(root / f"{cls.NEW_PREFIX}{os.getpid()}-{time.time_ns()}")
@@ -79,7 +114,7 @@ class Journal:
         self.dir = folder
         self.files = self.dir / "files"
         self.files.mkdir(parents=True, exist_ok=True)
-        self.dir.chmod(0o700)  # run.json holds the tracking URI, credentials included where it has them
+        self.dir.chmod(0o700)  # the run's metrics and artifacts; run.json holds the URI, redacted
         lock = try_lock(self.dir / "lock")
         if lock is None:
             raise BlockingIOError(f"the journal {self.dir} is in use by another process")
@@ -89,6 +124,7 @@ class Journal:
         self._ops = open(self.dir / "ops.jsonl", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._seq = self._count_lines()
         self._lock = threading.Lock()
+        self.failed: OSError | None = None  # set when a write failed: later operations stay in memory
 
     def bind(self, run_id: str, tracking_uri: str) -> None:
         """Name the journal after its run; from here on `sync` can replay it (once its owner is gone)."""
@@ -97,27 +133,41 @@ class Journal:
             self.dir.rename(target)  # the open ops file and the flock follow the folder
             self.dir, self.files = target, target / "files"
         meta = self.dir / "run.json"
-        if not meta.exists():
-            _write_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": tracking_uri}))
+        if not meta.exists():  # never the password: `sync` takes it from the store it is pointed at
+            try:
+                _write_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": redact(tracking_uri)}))
+            except OSError as e:
+                raise unwritable(self.dir, e) from None
 
     def _count_lines(self) -> int:
         path = self.dir / "ops.jsonl"
         return sum(1 for _ in path.open(encoding="utf-8")) if path.exists() else 0
 
     def append(self, op: dict[str, Any]) -> int:
+        """Journal one operation; its sequence number. The first write that fails (a full disk) raises
+        SpoolUnwritable, so the run ends FAILED; what is logged after that (ending the run) is kept in
+        memory for the sender only."""
         with self._lock:
             self._seq += 1
-            op = {"seq": self._seq, **op}
-            self._ops.write(json.dumps(op) + "\n")
+            if self.failed is not None:
+                return self._seq
+            try:
+                self._ops.write(json.dumps({"seq": self._seq, **op}) + "\n")
+            except OSError as e:
+                self.failed = e
+                raise unwritable(self.dir, e) from None
             return self._seq
 
     def flush(self) -> None:
-        with self._lock:
+        with self._lock, contextlib.suppress(OSError):  # a failed write was reported by `append`
             self._ops.flush()
 
     def acknowledge(self, seq: int) -> None:
         """Record that the store has every operation up to `seq` (this process's own journal)."""
-        self.mark_sent(self.dir, seq)
+        try:
+            self.mark_sent(self.dir, seq)
+        except OSError as e:  # a full disk: the run ends FAILED through `append`; the sender goes on
+            self.failed = self.failed or e
 
     @staticmethod
     def mark_sent(run_dir: Path, seq: int) -> None:
@@ -127,14 +177,14 @@ class Journal:
 
     def close(self, release: bool = True) -> None:
         """Close the journal; `release` hands it to `sync` (False while a sender thread may still write)."""
-        with self._lock:
+        with self._lock, contextlib.suppress(OSError):
             self._ops.close()
         if release and self._lock_fd is not None:
-            os.close(self._lock_fd)
+            release_lock(self._lock_fd)
             self._lock_fd = None
 
     def remove(self) -> None:
-        with self._lock:
+        with self._lock, contextlib.suppress(OSError):
             self._ops.close()
         # still locked while it goes: no `sync` can pick up a half-removed folder
         shutil.rmtree(self.dir, ignore_errors=True)

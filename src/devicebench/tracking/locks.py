@@ -6,6 +6,7 @@ SQLite store's `<db>.lock` (held while the store is created or upgraded, waited 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -14,6 +15,32 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from devicebench.errors import StoreUnavailable
+
+# The descriptors of the locks this process holds. A forked child (a DataLoader worker) inherits them,
+# and flock belongs to the open file, so the lock lived on in workers orphaned by an OOM-killed run:
+# `sync` said the run was "held by live process N" for minutes after N was dead. A forked child drops
+# them at once (pointing the descriptor at /dev/null keeps its number valid for code that closes it).
+_HELD: set[int] = set()
+
+
+def _drop_inherited_locks() -> None:
+    if not _HELD:
+        return
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
+def release(fd: int) -> None:
+    """Close a descriptor from `try_lock`: the lock is free for others."""
+    _HELD.discard(fd)
+    os.close(fd)
 
 
 def _open_lock_file(path: Path) -> int:
@@ -41,6 +68,7 @@ def try_lock(path: Path) -> int | None:
         return None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for `sync` to name
+    _HELD.add(fd)
     return fd
 
 

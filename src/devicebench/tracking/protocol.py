@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devicebench.errors import UsageError
+from devicebench.redact import redact
 from devicebench.schema import MAX_TAG_VALUE
 from devicebench.schema import TAG_PREFIX as TAG_PREFIX  # workloads and the suite import it from here
 
@@ -35,8 +36,9 @@ class Tracker(Protocol):
 
 
 def one_line(exc: BaseException) -> str:
-    """An exception as one line: what a user reads on stderr and in the `devicebench.error` tag."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    """An exception as one line: what a user reads on stderr and in the `devicebench.error` tag, with
+    any password redacted (a driver's error quotes the URI it could not open)."""
+    text = redact(" ".join(str(exc).split())) or type(exc).__name__
     if not isinstance(exc, UsageError):
         text = f"{type(exc).__name__}: {text}"
     return text[:MAX_TAG_VALUE]

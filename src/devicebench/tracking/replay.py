@@ -8,7 +8,6 @@ only journals whose process is gone, and ends a run that died without an end rec
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -16,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devicebench.errors import UsageError
+from devicebench.redact import MASK, is_redacted, redact
 from devicebench.schema import MAX_BATCH_METRICS, tag
 from devicebench.settings import Settings
 from devicebench.tracking.artifacts import _log_saved_model, link_metrics, mark_tables, upload_files
 from devicebench.tracking.journal import Journal
-from devicebench.tracking.locks import holder, try_lock
+from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.store import configure_mlflow_client
 
@@ -82,6 +83,7 @@ class SyncOutcome:
     pending: int = 0  # journals that could not be sent now (the store is still away)
     live: int = 0  # journals still held by a running process: left alone
     died: int = 0  # of `replayed`, runs whose process died without ending them: now FAILED
+    broken: int = 0  # journals that cannot be read (a corrupt run.json or `sent`): named and left alone
 
 
 def _end_dead_run(client: Any, run_id: str, run_dir: Path) -> bool:
@@ -108,21 +110,34 @@ def sync_spool(settings: Settings) -> SyncOutcome:
     configure_mlflow_client(settings)
     out = SyncOutcome()
     root = settings.spool_dir
+    if root.exists() and not root.is_dir():  # "0 replayed" here once hid every spooled run
+        raise UsageError(
+            f"setting DEVICEBENCH_SPOOL_DIR={str(root)!r} is not a folder; point it at the spool folder"
+        )
     if not root.is_dir():
         return out
     for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        _sync_journal(run_dir, out)
+        _sync_journal(run_dir, out, settings.tracking_uri)
     return out
 
 
-def sync_journal(run_dir: Path) -> SyncOutcome:
+def sync_journal(run_dir: Path, tracking_uri: str) -> SyncOutcome:
     """Replay one run's journal if its writer is gone (what a job launcher does for a rank it lost)."""
     out = SyncOutcome()
-    _sync_journal(run_dir, out)
+    _sync_journal(run_dir, out, tracking_uri)
     return out
 
 
-def _sync_journal(run_dir: Path, out: SyncOutcome) -> None:
+def store_uri(journalled: str, configured: str) -> str | None:
+    """The URI to replay a journal to: journals keep their store's URI redacted, so a password comes
+    from the configured store when it is the same one; None when the journal's store needs a password
+    this process was not given."""
+    if journalled == configured or journalled == redact(configured):
+        return configured
+    return None if is_redacted(journalled) or MASK in journalled else journalled
+
+
+def _sync_journal(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
     """Replay one journal folder if its writer is gone; count what happened in `out`."""
     try:
         fd = try_lock(run_dir / "lock")
@@ -141,25 +156,53 @@ def _sync_journal(run_dir: Path, out: SyncOutcome) -> None:
         return
     try:
         if (run_dir / "run.json").is_file():
-            _replay(run_dir, out)
+            _replay(run_dir, out, tracking_uri)
         elif run_dir.name.startswith(Journal.NEW_PREFIX):  # its process died before its run existed
             shutil.rmtree(run_dir, ignore_errors=True)
     finally:
-        os.close(fd)
+        release(fd)
 
 
-def _replay(run_dir: Path, out: SyncOutcome) -> None:
-    """Send a dead process's journal (we hold its lock), one acknowledged operation at a time."""
+def _read_journal(run_dir: Path) -> tuple[str, str, list[dict[str, Any]], bool]:
+    """(run id, journalled store URI, unsent operations, ended) or ValueError saying what is corrupt."""
+    try:
+        meta = json.loads((run_dir / "run.json").read_text())
+        run_id, uri = str(meta["run_id"]), str(meta["tracking_uri"])
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"run.json is not a journal's ({type(e).__name__}: {one_line(e)})") from None
+    try:
+        _, ops, ended = Journal.read(run_dir)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"its `sent` mark or operations are corrupt ({one_line(e)})") from None
+    return run_id, uri, ops, ended
+
+
+def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
+    """Send a dead process's journal (we hold its lock), one acknowledged operation at a time.
+
+    A journal that cannot be read is named and left where it is; the others are still replayed."""
     from mlflow.tracking import MlflowClient
 
-    meta = json.loads((run_dir / "run.json").read_text())
-    run_id = meta["run_id"]
-    client = MlflowClient(meta["tracking_uri"])
-    _, ops, ended = Journal.read(run_dir)
+    try:
+        run_id, journalled, ops, ended = _read_journal(run_dir)
+    except ValueError as e:
+        print(f"devicebench: journal {run_dir} skipped: {e}; fix or remove it", file=sys.stderr)
+        out.broken += 1
+        return
+    uri = store_uri(journalled, tracking_uri)
+    if uri is None:
+        print(
+            f"devicebench: run {run_id} not replayed yet: its store {journalled} needs its password; "
+            "set MLFLOW_TRACKING_URI to that store and run `devicebench sync` again",
+            file=sys.stderr,
+        )
+        out.pending += 1
+        return
+    client = MlflowClient(uri)
     try:
         import mlflow
 
-        mlflow.set_tracking_uri(meta["tracking_uri"])
+        mlflow.set_tracking_uri(uri)
         for op in ops:  # one at a time so `sent` advances with each acknowledged operation
             send_ops(client, run_id, [op], run_dir)
             Journal.mark_sent(run_dir, op["seq"])

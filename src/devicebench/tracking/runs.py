@@ -19,15 +19,16 @@ from typing import Any
 
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
 from devicebench.naming import is_generated
+from devicebench.redact import redact
 from devicebench.schema import tag
-from devicebench.settings import Settings, redact_uri
+from devicebench.settings import Settings
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.store import (
     check_store,
     configure_mlflow_client,
     ensure_experiment,
-    sqlite_busy_hint,
+    store_error_hint,
 )
 from devicebench.tracking.tracker import MlflowTracker
 
@@ -109,7 +110,12 @@ def run_context(
     # journalled would have no local trace if the store went away or the process were killed.
     journal = Journal.create(settings)
     run_id = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
-    tracker = MlflowTracker(settings, run_id, journal)
+    try:
+        tracker = MlflowTracker(settings, run_id, journal)
+    except BaseException as e:  # the journal could not be bound (a full disk): end the run here
+        _end_without_journal(client, run_id, one_line(e))
+        journal.remove()
+        raise
     try:
         tracker.set_tags(start_tags)
         tracker.log_params(params)
@@ -153,10 +159,18 @@ def _open_run(
         return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
     except BaseException as e:
         journal.remove()
-        hint = sqlite_busy_hint(settings.tracking_uri, one_line(e))
+        hint = store_error_hint(settings.tracking_uri, one_line(e))
         if hint:
             raise StoreUnavailable(hint) from None
         raise
+
+
+def _end_without_journal(client: Any, run_id: str, error: str) -> None:
+    """End a run FAILED straight through the client: its journal could not be written, so no `sync`
+    would ever end it, and it must not stay RUNNING."""
+    with contextlib.suppress(Exception):
+        client.set_tag(run_id, tag("error"), error)
+        client.set_terminated(run_id, "FAILED")
 
 
 def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> None:
@@ -168,8 +182,8 @@ def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> None:
 
 def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:
     """What a run that ended with operations left in its journal tells its caller."""
-    why = sqlite_busy_hint(settings.tracking_uri, tracker.last_error or "")
-    why = why or f"tracking store {redact_uri(settings.tracking_uri)} unreachable"
+    why = store_error_hint(settings.tracking_uri, tracker.last_error or "")
+    why = why or f"tracking store {redact(settings.tracking_uri)} unreachable"
     return SpooledError(
         f"{why} at the end of run {tracker.run_id}: "
         f"results spooled to {tracker.journal.dir}; replay with `devicebench sync`"

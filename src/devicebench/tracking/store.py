@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -18,7 +19,8 @@ import urllib.request
 from pathlib import Path
 
 from devicebench.errors import StoreUnavailable, UsageError
-from devicebench.settings import Settings, redact_uri
+from devicebench.redact import redact
+from devicebench.settings import Settings
 from devicebench.tracking.locks import file_lock
 from devicebench.tracking.protocol import one_line
 
@@ -51,16 +53,16 @@ def _check_http_store(uri: str, timeout_s: float) -> None:
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
             raise StoreUnavailable(
-                f"tracking server {redact_uri(uri)} refused the credentials (HTTP {e.code}); "
+                f"tracking server {redact(uri)} refused the credentials (HTTP {e.code}); "
                 "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (e.g. in .env)"
             ) from None
         raise StoreUnavailable(
-            f"tracking server {redact_uri(uri)} answered HTTP {e.code} to a test request"
+            f"tracking server {redact(uri)} answered HTTP {e.code} to a test request"
         ) from None
     except (OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         raise StoreUnavailable(
-            f"tracking store {redact_uri(uri)} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
+            f"tracking store {redact(uri)} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
         ) from None
 
 
@@ -81,17 +83,22 @@ def _check_other_store(uri: str, timeout_s: float) -> None:
     t.start()
     t.join(timeout_s)
     if not outcome:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} did not answer within {timeout_s:.0f} s")
+        raise StoreUnavailable(f"tracking store {redact(uri)} did not answer within {timeout_s:.0f} s")
     if outcome[0] is not None:
-        raise StoreUnavailable(f"tracking store {redact_uri(uri)} is not usable: {one_line(outcome[0])}")
+        raise StoreUnavailable(f"tracking store {redact(uri)} is not usable: {one_line(outcome[0])}")
 
 
-def check_store(settings: Settings) -> None:
-    """Fail within `store_timeout_s` with a line naming the URI when the store does not answer."""
+def check_store(settings: Settings, read_only: bool = False) -> None:
+    """Fail within `store_timeout_s` with a line naming the URI when the store does not answer.
+
+    `read_only`: the caller only reads (`compare --no-log`), so an existing SQLite store is queried as
+    it is, without the lock file and the schema upgrade that need a writable folder."""
     _client_env_defaults(settings)
     uri = settings.tracking_uri
     if uri.startswith(("http://", "https://")):
         _check_http_store(uri, max(settings.store_timeout_s, 0.5))
+    elif uri.startswith("sqlite:") and read_only:
+        _check_other_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
     elif uri.startswith("sqlite:"):
         prepare_sqlite_store(uri, max(settings.store_timeout_s, SQLITE_CREATE_TIMEOUT_S))
     else:
@@ -140,7 +147,7 @@ _MIGRATION_ERRORS = ("duplicate column name", "_alembic_tmp_", "Online migration
 
 def _half_migrated_error(uri: str, path: Path, detail: str) -> StoreUnavailable:
     return StoreUnavailable(
-        f"the embedded SQLite store {redact_uri(uri)} was left half-migrated by an interrupted schema "
+        f"the embedded SQLite store {redact(uri)} was left half-migrated by an interrupted schema "
         f"upgrade ({detail}); MLflow cannot open or upgrade it: delete {path} if it holds no runs you need "
         "(a store broken while being created is empty), otherwise restore it from a backup"
     )
@@ -158,7 +165,7 @@ def prepare_sqlite_store(uri: str, timeout_s: float) -> None:
     if path is None:
         _check_other_store(uri, timeout_s)
         return
-    what = f"the embedded SQLite store {redact_uri(uri)}"
+    what = f"the embedded SQLite store {redact(uri)}"
     with file_lock(path.with_name(path.name + ".lock"), timeout_s, what, hint=PARALLEL):
         left = _half_migrated(path)
         if left:
@@ -179,7 +186,22 @@ def sqlite_busy_hint(uri: str, error: str) -> str | None:
     """
     if not uri.startswith("sqlite:") or "locked" not in error.lower():
         return None
-    return f"the embedded SQLite store {redact_uri(uri)} is locked by concurrent writers ({error[:200]}); {PARALLEL}"
+    return (
+        f"the embedded SQLite store {redact(uri)} is locked by concurrent writers ({error[:200]}); {PARALLEL}"
+    )
+
+
+def store_full_hint(uri: str, error: str) -> str | None:
+    """For a store whose disk is full, a sentence saying so (it was called "unreachable"); else None."""
+    low = error.lower()
+    if "database or disk is full" not in low and "no space left" not in low:
+        return None
+    return f"the tracking store {redact(uri)} is full (its disk has no space left)"
+
+
+def store_error_hint(uri: str, error: str) -> str | None:
+    """What a store error means, in one sentence, where we know: a locked SQLite store, a full disk."""
+    return sqlite_busy_hint(uri, error) or store_full_hint(uri, error)
 
 
 def configure_mlflow_client(settings: Settings) -> None:
@@ -197,6 +219,9 @@ def _client_env_defaults(settings: Settings) -> None:
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our CLI prints its own line
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage pings from benchmark hosts
+    # MLflow logs every database error with its traceback before raising it (12 tracebacks, 506 lines
+    # for a store whose disk filled up mid-run); we report each one in one line, so it need not
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def ensure_experiment(settings: Settings, name: str | None = None) -> str:

@@ -181,6 +181,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
         return (train_ds, test_ds, *loaders)
 
     data = fit.load_data(opts, load)
+    fit.log_batch_used(tracker, cfg.batch_size, data.train_set)
     target = _Target(cfg.target_accuracy)
     task = _task(cfg, data.classes, precision.optimizer_options(ctx.device), target)
     done = fit.fit(opts, data, task, tracker)

@@ -205,6 +205,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
         return train_ds, val_ds, train_loader, val_loader
 
     data = fit.load_data(opts, load)
+    fit.log_batch_used(tracker, cfg.batch_size, data.train_set)
     print(
         f"UNet base {cfg.base_channels}{' bilinear' if cfg.bilinear else ''}, {len(data.train_set)} train / "
         f"{len(data.eval_set)} val images of {cfg.image_size}² ({cfg.data}) on {ctx.device}"
