@@ -332,3 +332,26 @@ def test_the_tensor_loader_config_the_gpu_test_uses_learns_on_the_cpu(tmp_path: 
     CPU and on an H100 alike (20 steps do not learn; the old threshold 0.3 had never been checked)."""
     cfg = build_config(Config, {**LEARNS, "device": "cpu"})
     assert run(cfg, Context(torch.device("cpu"), tmp_path, False), MemoryTracker()).accuracy > LEARNS_ABOVE
+
+
+# The tutorial Net, counted by hand: multiply-adds × 2 per layer, forward.
+TUTORIAL_FORWARD = (
+    705_600 + 480_000 + 117_840
+)  # conv1 6·28·28·75, conv2 16·10·10·150, fc 400·120+120·84+84·10
+
+
+def test_a_run_logs_the_models_flops_and_the_share_of_the_cpus_measured_peak(tmp_path: Path) -> None:
+    """Backward costs twice the forward, less conv1's input gradient (the images need none)."""
+    cfg = build_config(Config, {**SMALL, "device": "cpu", "epochs": "1", "train_limit": "64"})
+    tracker = MemoryTracker()
+    result = run(cfg, Context(torch.device("cpu"), tmp_path, False), tracker)
+    (per_sample,) = tracker.values("flops/train_per_sample")
+    assert TUTORIAL_FORWARD == 1_303_440
+    assert per_sample == 3 * TUTORIAL_FORWARD - 705_600
+    (tflops,) = tracker.values("throughput/train_tflops")
+    assert tflops == pytest.approx(per_sample * result.train_samples_per_s / 1e12)
+    (peak,) = tracker.values("util/peak_tflops")
+    (fraction,) = tracker.values("util/peak_fraction")
+    assert 0 < fraction < 1 and fraction == pytest.approx(tflops / peak)
+    assert tracker.tags["devicebench.util.dtype"] == "fp32"
+    assert tracker.tags["devicebench.util.peak_source"].startswith("measured: torch.mm fp32 n=1024")

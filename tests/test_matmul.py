@@ -178,3 +178,40 @@ def test_matmul_on_cuda_logs_the_unsynchronised_time(tmp_path: Path) -> None:
         tracker.values("matmul/torch/float32/unsynced_time_s")[0]
         < tracker.values("matmul/torch/float32/time_s")[0]
     )
+
+
+def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() -> None:
+    """Planted points as an H100 SXM measured them on 2026-11-24 (bf16 n=4096 at ~701 TFLOP/s, fp32
+    IEEE at ~51): the fraction is GFLOP/s over the table's dense figure; NumPy's CPU points get none,
+    and a GPU the table does not know gets none either (never a made-up peak)."""
+    from devicebench.peaks import gpu_peak
+    from devicebench.timing import TimingStats
+    from devicebench.workloads.matmul import Point, point_peaks
+
+    def point(backend: str, dtype: str, tflops: float) -> Point:
+        n = 4096
+        return Point(backend, dtype, n, TimingStats((2 * n**3 / (tflops * 1e12),)), 0.0, None)
+
+    points = [
+        point("torch", "bfloat16", 701.0),
+        point("torch", "float32", 51.0),
+        point("numpy", "float32", 1.1),
+    ]
+    peaks = point_peaks(points, "NVIDIA H100 80GB HBM3")
+    assert peaks == {("torch", "bfloat16"): 989_500.0, ("torch", "float32"): 67_000.0}
+    assert points[0].gflops / peaks[("torch", "bfloat16")] == pytest.approx(701 / 989.5)
+    assert point_peaks(points, "NVIDIA H100 PCIe")[("torch", "float32")] == 51_000.0
+    assert point_peaks(points, "Some Future GPU") == {}
+    assert (
+        gpu_peak("NVIDIA A10").tflops["tf32"] == 62.5 and gpu_peak("Tesla V100-SXM2-16GB").name == "V100 SXM2"
+    )
+    for name in (
+        "Tesla V100-SXM2-16GB",
+        "NVIDIA A10",
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA H200",
+    ):
+        peak = gpu_peak(name)
+        assert peak is not None and peak.source.startswith("NVIDIA"), name
+        assert {"fp32", "fp16"} <= set(peak.tflops)

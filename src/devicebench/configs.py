@@ -72,6 +72,18 @@ def _price_per_hour() -> float:
     )
 
 
+def _cpu_threads() -> int:
+    """Every workload's: torch's CPU threads (and NumPy's BLAS threads in matmul). Not the work
+    (key=False): the same work on 4 threads or 16 is one config, whose best CPU the report looks for."""
+    return param(
+        0,
+        "CPU threads for torch (and NumPy's BLAS in matmul); 0 = torch's default (the usable cores)",
+        min=0,
+        max=4096,
+        key=False,
+    )
+
+
 # Fields of a data-parallel run (torchrun + DistributedDataParallel), shared by cifar and unet. None is the
 # work: the same config at 1, 2 or 8 processes is one scaling series (the report splits it by world size).
 def _nproc() -> int:
@@ -175,6 +187,7 @@ class MatmulConfig:
     )
     seed: int = param(0, "seed for the random matrices", min=0)
     price_per_hour: float = _price_per_hour()
+    cpu_threads: int = _cpu_threads()
 
     def validate(self) -> None:
         if not self.points():
@@ -202,6 +215,7 @@ class MatmulConfig:
                 warmup=self.warmup,
                 repeats=self.repeats,
                 min_time_s=self.min_time_s,
+                threads=self.cpu_threads,
             )
             for b in self.backends
             if dtypes[b]
@@ -265,6 +279,7 @@ class CifarConfig:
     nnodes: int = _nnodes()
     node_rank: int = _node_rank()
     rdzv_endpoint: str = _rdzv_endpoint()
+    cpu_threads: int = _cpu_threads()
 
     def validate(self) -> None:
         _check_lr(self.lr)
@@ -331,6 +346,7 @@ class UNetConfig:
     nnodes: int = _nnodes()
     node_rank: int = _node_rank()
     rdzv_endpoint: str = _rdzv_endpoint()
+    cpu_threads: int = _cpu_threads()
 
     def validate(self) -> None:
         """Checks that need more than one field, or the file system, before any run is created."""

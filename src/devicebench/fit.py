@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from devicebench import precision, training
+from devicebench import peaks, precision, training, utilization
 from devicebench.distributed import World
 from devicebench.schema import tag
 from devicebench.timing import Timer
@@ -64,6 +64,8 @@ class Options:
     channels_last: bool
     compile: bool = False
     progress: bool = False
+    precision: str = "default"
+    fp32_math: str = "ieee"  # what fp32 resolved to (precision.fp32_math): which peak the run is held to
     world: World = field(
         default_factory=World
     )  # torchrun: this rank's place in the job; a single process by default
@@ -94,7 +96,8 @@ def setup(
     amp_dtype = precision.check_precision(cfg.precision, ctx.device)
     world = ctx.world or World()
     log = tracker if world.is_main else cast(Tracker, NullTracker())
-    log.set_tags(precision.fp32_math(cfg.precision, ctx.device))
+    math = precision.fp32_math(cfg.precision, ctx.device)
+    log.set_tags(math)
     opts = Options(
         device=ctx.device,
         epochs=cfg.epochs,
@@ -105,6 +108,8 @@ def setup(
         channels_last=cfg.channels_last,
         compile=compile,
         progress=ctx.progress,
+        precision=cfg.precision,
+        fp32_math=next(iter(math.values())),
         world=world,
     )
     return opts, log
@@ -184,6 +189,7 @@ class Fitted:
     # The last evaluation's metrics as logged: what measures the trained model, linked to it when logged.
     eval_metrics: dict[str, float] = field(default_factory=dict)
     allreduce_s: float | None = None  # a job of several processes: one gradient all-reduce, measured alone
+    flops_per_sample: float | None = None  # forward + backward, counted once (utilization.py)
     ranks: list[dict[str, float]] = field(default_factory=list)  # every rank's training figures, by rank
 
     def totals(self) -> Totals:
@@ -246,6 +252,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     optimizer = task.optimizer(model.parameters())
     scaler = torch.amp.GradScaler(opts.device.type) if opts.fp16 else None
     done = Fitted(model, module, init_weights, _warm_up(model, data, task, opts, tracker))
+    done.flops_per_sample = _count_flops(data, task)
     done.allreduce_s = opts.world.allreduce_seconds(module, opts.device)
     training.reset_peak_memory(opts.device)
     shared = training.LossLog(tracker, task.log_every)
@@ -280,6 +287,31 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     figures = {"train_s": own.train_s, "data_wait_s": own.data_wait_s, "train_samples": own.train_samples}
     done.ranks = opts.world.gather(figures) if opts.world.distributed else []
     return done
+
+
+def _count_flops(data: Data, task: Task) -> float | None:
+    """The model's training FLOPs per sample, on a meta-device copy shaped like one eval batch (untimed)."""
+    with task.guard():
+        x, y = next(iter(data.eval_loader))
+    return utilization.train_flops_per_sample(task.build, x, y, task.loss_fn)
+
+
+def utilization_metrics(done: Fitted, opts: Options, samples_per_s: float) -> tuple[dict[str, float], dict]:
+    """(`flops/train_per_sample`, `throughput/train_tflops`, `util/peak_tflops`, `util/peak_fraction`;
+    the `util.*` tags saying which dtype's peak and where it comes from). Without a FLOP count, or on a
+    device with no known peak, the figures it cannot know are left out, never guessed."""
+    if not done.flops_per_sample:
+        return {}, {}
+    tflops = done.flops_per_sample * samples_per_s / 1e12
+    metrics = {"flops/train_per_sample": done.flops_per_sample, "throughput/train_tflops": tflops}
+    dtype = peaks.training_dtype(opts.precision, opts.fp32_math)
+    tags = {tag("util.dtype"): dtype}
+    peak = utilization.peak_tflops(opts.device, dtype)
+    if peak is None:
+        return metrics, {**tags, tag("util.peak_source"): "unknown"}
+    job_peak = peak[0] * opts.world.size  # a job's throughput is every rank's: so is its peak
+    metrics.update({"util/peak_tflops": job_peak, "util/peak_fraction": tflops / job_peak})
+    return metrics, {**tags, tag("util.peak_source"): peak[1]}
 
 
 def _new_epoch(loader: Iterable, epoch: int) -> None:
@@ -327,8 +359,11 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
     instead of the list `"evals": [...]`.
     """
     totals = done.totals()
+    util, util_tags = utilization_metrics(done, opts, totals.train_samples_per_s)
+    tracker.set_tags(util_tags)
     tracker.log_metrics(
         {
+            **util,
             "time/train_s": totals.train_s,
             "time/data_wait_s": totals.data_wait_s,
             "time/eval_s": totals.eval_s,

@@ -56,7 +56,7 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
             record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
-        world, device = _join(cfg.device, rank)
+        world, device = _join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
         price = _log_host(tracker, device, settings, cfg, pricing)
         if world.distributed:
             tracker.set_tags({tag("dist.backend"): world.backend(device)})
@@ -105,11 +105,13 @@ def _open_run(name: str, cfg: Any, settings: Any, module: Any, world_size: int) 
     )
 
 
-def _join(requested: str, rank: int | None) -> tuple[Any, Any]:
-    """(this process's World, its device), resolved, made current, and the process group joined."""
-    from devicebench.device import activate, resolve_device
+def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[Any, Any]:
+    """(this process's World, its device), resolved, made current, and the process group joined; torch's
+    CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
+    from devicebench.device import activate, resolve_device, set_cpu_threads
     from devicebench.distributed import World
 
+    set_cpu_threads(cpu_threads)
     world = World.from_env() if rank is not None else World()
     device = world.device(resolve_device(requested))
     activate(device)
@@ -125,7 +127,7 @@ def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
     from devicebench.workloads import Context
 
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
-    world, device = _join(cfg.device, worker_rank())
+    world, device = _join(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
     ctx = Context(device=device, data_root=settings.data_dir, progress=False, world=world)
     try:
         _work(module, cfg, ctx, null_tracker())

@@ -20,7 +20,8 @@ import numpy as np
 from devicebench import isolated
 from devicebench.configs import ISOLATION
 from devicebench.configs import MatmulConfig as Config
-from devicebench.device import require_native_bf16
+from devicebench.device import device_name, require_native_bf16
+from devicebench.peaks import gpu_peak, matmul_dtype
 from devicebench.schema import gflops
 from devicebench.timing import TimingStats
 from devicebench.tracking import TAG_PREFIX, Tracker
@@ -89,7 +90,20 @@ def measure(cfg: Config, device: object) -> list[Point]:
     ]
 
 
-def _chart(points: list[Point], device: object) -> object:
+def point_peaks(points: list[Point], device_name: str) -> dict[tuple[str, str], float]:
+    """(backend, dtype) → the dense datasheet peak in GFLOP/s of the GPU torch ran on, where the table
+    (peaks.py) knows it. NumPy's points ran on the CPU, whose peak no table knows: none for them."""
+    peak = gpu_peak(device_name)
+    if peak is None:
+        return {}
+    return {
+        (p.backend, p.dtype): peak.tflops[matmul_dtype(p.dtype)] * 1e3
+        for p in points
+        if p.backend == "torch" and matmul_dtype(p.dtype) in peak.tflops
+    }
+
+
+def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], float]) -> object:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,6 +118,11 @@ def _chart(points: list[Point], device: object) -> object:
             [p.gflops for p in series],
             marker="o",
             label=f"{backend} {dtype} ({where})",
+        )
+    for (_, dtype), peak in peaks.items():
+        ax.axhline(peak, linestyle="--", linewidth=1, color="grey")
+        ax.annotate(
+            f"{dtype} peak (datasheet)", (0.01, peak), xycoords=("axes fraction", "data"), fontsize=8
         )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("matrix size n")
@@ -121,6 +140,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     # fp32 products are IEEE fp32 on every device (matmul_series sets cuBLAS so): said, not assumed
     tracker.set_tags({f"{TAG_PREFIX}isolation": ISOLATION[cfg.isolation], f"{TAG_PREFIX}fp32_math": "ieee"})
     points = measure(cfg, ctx.device)
+    peaks = point_peaks(points, device_name(ctx.device)) if ctx.device.type == "cuda" else {}
     rows = []
     for p in points:
         base = f"matmul/{p.backend}/{p.dtype}"
@@ -135,6 +155,8 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
         }
         if p.unsynced_s is not None:
             values[f"{base}/unsynced_time_s"] = p.unsynced_s
+        if (p.backend, p.dtype) in peaks:
+            values[f"{base}/peak_fraction"] = p.gflops / peaks[(p.backend, p.dtype)]
         tracker.log_metrics(values, step=p.size)
         rows.append(
             {
@@ -159,7 +181,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
         for r in rows
     ]
     tracker.log_text("\n".join(lines) + "\n", "matmul.csv")
-    fig = _chart(points, ctx.device)
+    fig = _chart(points, ctx.device, peaks)
     tracker.log_figure(fig, "gflops.png")
     import matplotlib.pyplot as plt
 

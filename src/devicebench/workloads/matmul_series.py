@@ -32,6 +32,7 @@ class SeriesSpec:
     warmup: int
     repeats: int
     min_time_s: float
+    threads: int = 0  # cpu_threads: torch's pool, or NumPy's BLAS, at this many threads (0: default)
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,24 @@ def _torch_point(a64: np.ndarray, b64: np.ndarray, rows: np.ndarray, dtype: str,
     return Sample("torch", dtype, a.shape[0], stats, unsynced, sample)
 
 
+def set_threads(spec: SeriesSpec) -> None:
+    """The series' backend on `spec.threads` CPU threads (NumPy's BLAS pool through threadpoolctl, without
+    importing torch; torch's own pool), before anything is timed. 0 keeps each library's default."""
+    if spec.threads <= 0:
+        return
+    if spec.backend == "numpy":
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=spec.threads, user_api="blas")
+    else:
+        import torch
+
+        torch.set_num_threads(spec.threads)
+
+
 def measure_series(spec: SeriesSpec) -> list[Sample]:
     """Every (dtype, size) point of one backend; the entry point of an isolated process."""
+    set_threads(spec)
     if spec.backend == "torch" and spec.device.startswith("cuda"):
         import torch
 

@@ -1,0 +1,100 @@
+"""Dense peak throughput per GPU model and dtype, from the vendors' datasheets, each with its source.
+
+"How much of the GPU did the run use?" answers "why did the tutorial barely speed up?": 0.3 % of an
+H100's peak is a launch-bound model that a bigger GPU will not help. The figures are *dense* (NVIDIA
+quotes tensor-core figures "with sparsity" at twice these; those are halved here), in TFLOP/s. A GPU not in
+the table has no peak (the run logs none): never a made-up number. A CPU's peak is measured by the run
+itself (fit.cpu_peak_tflops), since no table knows which CPU a cloud shape gives.
+
+Torch-free, so the report can read it too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# What each precision's arithmetic runs as (the `devicebench.fp32_math` tag says which for fp32 runs).
+MATH_DTYPE = {"ieee": "fp32", "tf32": "tf32", "tf32-conv": "tf32", "tf32-matmul": "tf32"}
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One GPU's dense peaks in TFLOP/s by dtype (fp32 is the CUDA cores' IEEE rate) and where they come from."""
+
+    name: str
+    tflops: dict[str, float]
+    source: str
+
+
+# Matched against torch's device name in order: the first pattern that matches wins (PCIe before SXM).
+PEAKS: tuple[tuple[str, Peak], ...] = (
+    (
+        r"V100",
+        Peak(
+            "V100 SXM2",
+            {"fp32": 15.7, "fp16": 125.0},
+            "NVIDIA Tesla V100 datasheet (SXM2: 15.7 TFLOPS single, 125 TFLOPS tensor)",
+        ),
+    ),
+    (
+        r"\bA10\b|A10G",
+        Peak(
+            "A10",
+            {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
+            "NVIDIA A10 datasheet (TF32 62.5, BF16/FP16 125 TFLOPS dense; 125/250 with sparsity)",
+        ),
+    ),
+    (
+        r"A100",
+        Peak(
+            "A100",
+            {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+            "NVIDIA A100 datasheet (FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense)",
+        ),
+    ),
+    (
+        r"H100.*PCIe",
+        Peak(
+            "H100 PCIe",
+            {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0},
+            "NVIDIA H100 datasheet, PCIe (FP32 51, TF32 756*, BF16/FP16 1,513* TFLOPS; *with sparsity, halved)",
+        ),
+    ),
+    (
+        r"H100",
+        Peak(
+            "H100 SXM",
+            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+            "NVIDIA H100 datasheet, SXM (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
+        ),
+    ),
+    (
+        r"H200",
+        Peak(
+            "H200 SXM",
+            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+            "NVIDIA H200 datasheet, SXM (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
+        ),
+    ),
+)
+
+
+def gpu_peak(device_name: str) -> Peak | None:
+    """The datasheet peaks of the GPU torch calls `device_name`, or None for a GPU not in the table."""
+    for pattern, peak in PEAKS:
+        if re.search(pattern, device_name):
+            return peak
+    return None
+
+
+def training_dtype(precision: str, fp32_math: str) -> str:
+    """The dtype whose peak a training run is held against: autocast's, else what fp32 resolved to."""
+    if precision in ("bf16", "fp16"):
+        return precision
+    return MATH_DTYPE.get(fp32_math, "fp32")
+
+
+def matmul_dtype(dtype: str) -> str:
+    """A matmul point's dtype in the table's words (float32 products are IEEE: matmul sets it so)."""
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
