@@ -4,6 +4,7 @@ tag, table and the model with its linked metrics."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import mlflow
@@ -14,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from test_cifar_data import write_cifar
 from test_cifar_workload import CLASS_METRICS, SUMMARY_METRICS
 
-from devicebench.config import build_config, to_params
+from devicebench.config import build_config, config_key, to_params
 from devicebench.configs import CifarConfig
 from devicebench.models.cifar_net import Net
 from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
@@ -150,6 +151,7 @@ def test_cli_cifar_on_a_cifar_format_directory(
         "batch_size": 16,
         "loader": "tensor",
         "log_every": 5,
+        "cpu_threads": 1,
     }
     # `devicebench cifar` itself, not `mlflow run`: the run is created by devicebench, so its start
     # is where `time/total_s` must start (it counted the imports and store check before the run).
@@ -162,6 +164,10 @@ def test_cli_cifar_on_a_cifar_format_directory(
     _check_host_and_duration(run)
     assert not [m for m in CLASS_METRICS if m not in run.data.metrics]
     assert run.data.metrics["throughput/train_samples_per_s"] > 0
+    # cpu_threads is how the CPU ran, not the work: logged, in the fingerprint, outside the config key.
+    assert run.data.params["cpu_threads"] == "1" and run.data.tags["devicebench.host.torch_threads"] == "1"
+    cfg = build_config(CifarConfig, {k: str(v) for k, v in params.items()})
+    assert run.data.tags["devicebench.config_key"] == config_key("cifar", replace(cfg, cpu_threads=0))
     _check_model(mlflow_server.url, run.info.run_id)
 
 
