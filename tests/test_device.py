@@ -14,17 +14,15 @@ import torch
 from devicebench.device import (
     activate,
     check_device_spelling,
-    cpu_budget,
     host_fingerprint,
     indexed,
     no_cuda_reason,
-    numpy_blas,
     oci_metadata,
     require_native_bf16,
     resolve_device,
-    thread_facts,
 )
 from devicebench.errors import DeviceUnavailable, UsageError
+from devicebench.host_cpu import cpu_budget, numpy_blas, thread_facts
 from servers import fake_oci_metadata
 
 # What OCI's instance metadata service v2 returns on a GPU VM (abridged, values made up).

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from devicebench.device import usable_cores
+from devicebench.host_cpu import usable_cores
 from devicebench.launch import Failure, blame, torchrun_args
 from servers import MlflowServer, devicebench_env, one_error_line, run_cli, runs_of
 

@@ -172,7 +172,7 @@ def test_skip_unavailable_names_an_nproc_beyond_this_hosts_cores(
 ) -> None:
     """More processes than this process may use cores: skipped, in one line that says why. In process,
     with no child started: an item that is not skipped fails the test instead of training."""
-    from devicebench.device import usable_cores
+    from devicebench.host_cpu import usable_cores
 
     cores = usable_cores()
     path = write(
@@ -199,7 +199,7 @@ def test_skip_unavailable_names_an_nproc_beyond_this_hosts_cores(
 
 def test_without_skip_unavailable_too_many_processes_still_run(tmp_path: Path) -> None:
     """No skip_unavailable: the item is started (and the CLI refuses it, exit 2, as a listed failure)."""
-    from devicebench.device import usable_cores
+    from devicebench.host_cpu import usable_cores
 
     path = write(
         tmp_path,

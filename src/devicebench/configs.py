@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from devicebench import job_fields
 from devicebench.config import NOT_KEYED, is_keyed, param
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
@@ -82,66 +83,6 @@ def _cpu_threads() -> int:
         max=4096,
         key=False,
     )
-
-
-# Fields of a data-parallel run (torchrun + DistributedDataParallel), shared by cifar and unet. None is the
-# work: the same config at 1, 2 or 8 processes is one scaling series (the report splits it by world size).
-def _nproc() -> int:
-    return param(
-        1,
-        "processes per node; > 1 relaunches under torchrun with DDP (one GPU each on cuda, gloo on cpu); "
-        "batch_size is per process",
-        min=1,
-        max=1024,
-        key=False,
-    )
-
-
-def _nnodes() -> int:
-    return param(
-        1,
-        "nodes in the job (> 1: every node runs the same command with its node_rank)",
-        min=1,
-        max=1024,
-        key=False,
-    )
-
-
-def _node_rank() -> int:
-    return param(
-        0,
-        "this node's index, 0 to nnodes-1 (node 0 holds rank 0, which owns the run)",
-        min=0,
-        max=1023,
-        key=False,
-    )
-
-
-def _rdzv_endpoint() -> str:
-    return param(
-        "",
-        "host:port of node 0 where the nodes meet (nnodes > 1; auto: this host, a free port)",
-        key=False,
-        unset="auto",
-    )
-
-
-def _check_distributed(cfg: object) -> None:
-    """A multi-node job needs to know where to meet and which node this is; one node needs neither."""
-    nnodes, node_rank, endpoint = (getattr(cfg, k) for k in ("nnodes", "node_rank", "rdzv_endpoint"))
-    if node_rank >= nnodes:
-        raise UsageError(
-            f"{node_rank} is out of range; expected 0 to nnodes-1 = {nnodes - 1}", param="node_rank"
-        )
-    if nnodes > 1 and not endpoint.strip():
-        raise UsageError(
-            f"nnodes={nnodes} needs node 0's address as host:port (every node gives the same)",
-            param="rdzv_endpoint",
-        )
-    if endpoint.strip():
-        host, _, port = endpoint.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(f"{endpoint!r} is not host:port (port 1-65535)", param="rdzv_endpoint")
 
 
 def _check_lr(lr: float) -> None:
@@ -275,16 +216,16 @@ class CifarConfig:
     )
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
-    nproc: int = _nproc()
-    nnodes: int = _nnodes()
-    node_rank: int = _node_rank()
-    rdzv_endpoint: str = _rdzv_endpoint()
+    nproc: int = job_fields.nproc()
+    nnodes: int = job_fields.nnodes()
+    node_rank: int = job_fields.node_rank()
+    rdzv_endpoint: str = job_fields.rdzv_endpoint()
     cpu_threads: int = _cpu_threads()
 
     def validate(self) -> None:
         _check_lr(self.lr)
         check_workers(self.num_workers)
-        _check_distributed(self)
+        job_fields.check_job(self)
         if self.loader == "tensor" and self.nproc * self.nnodes > 1:
             raise UsageError(
                 "loader=tensor holds the whole split on every device and shards nothing; "
@@ -342,17 +283,17 @@ class UNetConfig:
     log_every: int = param(10, "log the mean training loss every N steps", min=1, key=False)
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
-    nproc: int = _nproc()
-    nnodes: int = _nnodes()
-    node_rank: int = _node_rank()
-    rdzv_endpoint: str = _rdzv_endpoint()
+    nproc: int = job_fields.nproc()
+    nnodes: int = job_fields.nnodes()
+    node_rank: int = job_fields.node_rank()
+    rdzv_endpoint: str = job_fields.rdzv_endpoint()
     cpu_threads: int = _cpu_threads()
 
     def validate(self) -> None:
         """Checks that need more than one field, or the file system, before any run is created."""
         _check_lr(self.lr)
         check_workers(self.num_workers)
-        _check_distributed(self)
+        job_fields.check_job(self)
         if self.image_size % 2:
             raise UsageError(
                 f"{self.image_size} is odd; expected an even integer >= 16 (multiples of 16 work best)",

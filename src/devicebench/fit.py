@@ -252,7 +252,9 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     optimizer = task.optimizer(model.parameters())
     scaler = torch.amp.GradScaler(opts.device.type) if opts.fp16 else None
     done = Fitted(model, module, init_weights, _warm_up(model, data, task, opts, tracker))
-    done.flops_per_sample = _count_flops(data, task)
+    with task.guard():
+        x, y = next(iter(data.eval_loader))  # one batch's shapes: the FLOPs are counted on the meta device
+    done.flops_per_sample = utilization.train_flops_per_sample(task.build, x, y, task.loss_fn)
     done.allreduce_s = opts.world.allreduce_seconds(module, opts.device)
     training.reset_peak_memory(opts.device)
     shared = training.LossLog(tracker, task.log_every)
@@ -287,31 +289,6 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     figures = {"train_s": own.train_s, "data_wait_s": own.data_wait_s, "train_samples": own.train_samples}
     done.ranks = opts.world.gather(figures) if opts.world.distributed else []
     return done
-
-
-def _count_flops(data: Data, task: Task) -> float | None:
-    """The model's training FLOPs per sample, on a meta-device copy shaped like one eval batch (untimed)."""
-    with task.guard():
-        x, y = next(iter(data.eval_loader))
-    return utilization.train_flops_per_sample(task.build, x, y, task.loss_fn)
-
-
-def utilization_metrics(done: Fitted, opts: Options, samples_per_s: float) -> tuple[dict[str, float], dict]:
-    """(`flops/train_per_sample`, `throughput/train_tflops`, `util/peak_tflops`, `util/peak_fraction`;
-    the `util.*` tags saying which dtype's peak and where it comes from). Without a FLOP count, or on a
-    device with no known peak, the figures it cannot know are left out, never guessed."""
-    if not done.flops_per_sample:
-        return {}, {}
-    tflops = done.flops_per_sample * samples_per_s / 1e12
-    metrics = {"flops/train_per_sample": done.flops_per_sample, "throughput/train_tflops": tflops}
-    dtype = peaks.training_dtype(opts.precision, opts.fp32_math)
-    tags = {tag("util.dtype"): dtype}
-    peak = utilization.peak_tflops(opts.device, dtype)
-    if peak is None:
-        return metrics, {**tags, tag("util.peak_source"): "unknown"}
-    job_peak = peak[0] * opts.world.size  # a job's throughput is every rank's: so is its peak
-    metrics.update({"util/peak_tflops": job_peak, "util/peak_fraction": tflops / job_peak})
-    return metrics, {**tags, tag("util.peak_source"): peak[1]}
 
 
 def _new_epoch(loader: Iterable, epoch: int) -> None:
@@ -359,7 +336,13 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
     instead of the list `"evals": [...]`.
     """
     totals = done.totals()
-    util, util_tags = utilization_metrics(done, opts, totals.train_samples_per_s)
+    util, util_tags = utilization.summary(
+        done.flops_per_sample,
+        totals.train_samples_per_s,
+        opts.device,
+        peaks.training_dtype(opts.precision, opts.fp32_math),
+        opts.world.size,
+    )
     tracker.set_tags(util_tags)
     tracker.log_metrics(
         {

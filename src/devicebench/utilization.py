@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from devicebench.peaks import gpu_peak
+from devicebench.schema import tag
 from devicebench.timing import Timer
 
 CPU_PEAK_N = 1024  # a product large enough to run at the CPU's matmul speed, short enough to be cheap
@@ -46,6 +47,30 @@ def train_flops_per_sample(
         return None
     total = counter.get_total_flops()
     return total / n if total > 0 else None
+
+
+def summary(
+    flops_per_sample: float | None,
+    samples_per_s: float,
+    device: torch.device,
+    dtype: str,
+    world_size: int = 1,
+) -> tuple[dict[str, float], dict[str, str]]:
+    """(`flops/train_per_sample`, `throughput/train_tflops`, `util/peak_tflops`, `util/peak_fraction`;
+    the `util.*` tags saying which dtype's peak and where it comes from). Without a FLOP count, or on a
+    device with no known peak, the figures it cannot know are left out, never guessed. A job's
+    throughput is all its ranks', so its peak is `world_size` devices'."""
+    if not flops_per_sample:
+        return {}, {}
+    tflops = flops_per_sample * samples_per_s / 1e12
+    metrics = {"flops/train_per_sample": flops_per_sample, "throughput/train_tflops": tflops}
+    tags = {tag("util.dtype"): dtype}
+    peak = peak_tflops(device, dtype)
+    if peak is None:
+        return metrics, {**tags, tag("util.peak_source"): "unknown"}
+    job_peak = peak[0] * world_size
+    metrics.update({"util/peak_tflops": job_peak, "util/peak_fraction": tflops / job_peak})
+    return metrics, {**tags, tag("util.peak_source"): peak[1]}
 
 
 def peak_tflops(device: torch.device, dtype: str) -> tuple[float, str] | None:

@@ -108,8 +108,9 @@ def _open_run(name: str, cfg: Any, settings: Any, module: Any, world_size: int) 
 def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[Any, Any]:
     """(this process's World, its device), resolved, made current, and the process group joined; torch's
     CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
-    from devicebench.device import activate, resolve_device, set_cpu_threads
+    from devicebench.device import activate, resolve_device
     from devicebench.distributed import World
+    from devicebench.host_cpu import set_cpu_threads
 
     set_cpu_threads(cpu_threads)
     world = World.from_env() if rank is not None else World()
@@ -140,7 +141,8 @@ def _launch_job(name: str, cfg: Any, settings: Any, module: Any) -> int:
     """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
     it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
     from devicebench.config import to_params
-    from devicebench.device import resolve_device, usable_cores
+    from devicebench.device import resolve_device
+    from devicebench.host_cpu import usable_cores
     from devicebench.launch import check_job, launch
 
     try:
@@ -171,7 +173,8 @@ def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any, pricing: Any) 
     Returns this host's price (or why it has none), priced from the same fingerprint: the OCI metadata
     service is asked once."""
     from devicebench.costs import log_price
-    from devicebench.device import cpu_budget, device_name, host_fingerprint
+    from devicebench.device import device_name, host_fingerprint
+    from devicebench.host_cpu import cpu_budget
     from devicebench.prices import resolve_price
 
     host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)

@@ -195,7 +195,7 @@ def single_repeat(pair: Pair) -> str | None:
 
 def oversubscribed(pair: Pair) -> str | None:
     """A CPU baseline that ran more busy threads than it had cores measured contention, not the CPU:
-    every speedup over it is overstated (the cli logs `cpu.*` tags from device.cpu_budget)."""
+    every speedup over it is overstated (the cli logs `cpu.*` tags from host_cpu.cpu_budget)."""
     for side in (pair.base, pair.other):
         runs = [r for r in side.runs if r.tag("cpu.oversubscribed") == "true"]
         if not side.is_cpu or not runs:

@@ -121,9 +121,7 @@ def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], flo
         )
     for (_, dtype), peak in peaks.items():
         ax.axhline(peak, linestyle="--", linewidth=1, color="grey")
-        ax.annotate(
-            f"{dtype} peak (datasheet)", (0.01, peak), xycoords=("axes fraction", "data"), fontsize=8
-        )
+        ax.annotate(f"{dtype} peak (datasheet)", (0.01, peak), xycoords=("axes fraction", "data"), fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("matrix size n")
     ax.set_ylabel("GFLOP/s (median of synchronised repeats)")
