@@ -105,3 +105,17 @@ def test_an_integer_beyond_64_bits_is_out_of_range() -> None:
     with pytest.raises(UsageError, match=r"--seed: '99999999999999999999' is out of range"):
         build_config(Config, {"seed": "99999999999999999999"})
     assert build_config(Config, {"seed": str(2**63 - 1)}).seed == 2**63 - 1
+
+
+def test_the_work_key_leaves_out_how_the_cpu_was_fed_and_nothing_else() -> None:
+    """A tuned CPU side (loader=tensor, its own workers and threads) did the same training as the
+    tutorial's DataLoader run: one work key, two config keys; a different batch is different work."""
+    from devicebench.config import config_key, work_key
+    from devicebench.configs import CifarConfig, MatmulConfig
+
+    base = CifarConfig()
+    fed = CifarConfig(loader="tensor", num_workers=0, cpu_threads=4)
+    assert work_key("cifar", fed) == work_key("cifar", base)
+    assert config_key("cifar", fed) != config_key("cifar", base)
+    assert work_key("cifar", CifarConfig(batch_size=8)) != work_key("cifar", base)
+    assert work_key("matmul", MatmulConfig()) == config_key("matmul", MatmulConfig()), "matmul is not fed"

@@ -235,6 +235,20 @@ def config_key(workload: str, cfg: Any) -> str:
     return key_of(workload, {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)})
 
 
+# How the CPU is fed, not what it computes: a CPU tuned to `loader=tensor` with 4 threads did the same
+# training as one on the tutorial's DataLoader with 16 (issue 26). Keyed apart (the loader changes what
+# a GPU run measures), but one `work_key`, where the report looks for the best CPU of a config.
+FEEDING = ("loader", "num_workers")
+
+
+def work_key(workload: str, cfg: Any) -> str:
+    """`config_key` without the feeding fields: runs with equal work keys trained the same model on the
+    same data the same way, however their data reached the device."""
+    params = _param_strings(cfg, words=False)
+    keyed = (f.name for f in dataclasses.fields(cfg) if is_keyed(f) and f.name not in FEEDING)
+    return key_of(workload, {name: params[name] for name in keyed})
+
+
 def key_of(workload: str, work: Mapping[str, Any]) -> str:
     """The hash behind `config_key`, for callers that hold logged params rather than a config (the
     compare benchmark's generated runs): pass only the params that are work (`configs.not_work()`),

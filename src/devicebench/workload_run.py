@@ -81,13 +81,17 @@ def _open_run(name: str, cfg: Any, settings: Any, module: Any, world_size: int) 
 
     A training config also logs `global_batch_size`: `batch_size` is per process, and the batch one
     optimizer step sees is what a scaling series keeps in mind."""
-    from devicebench.config import config_key, to_params
+    from devicebench.config import config_key, to_params, work_key
     from devicebench.handoff import Handoff
     from devicebench.naming import run_name
     from devicebench.tracking import run_context
 
     params = to_params(cfg)
-    tags = {tag("device"): cfg.device, tag("config_key"): config_key(name, cfg)}
+    tags = {
+        tag("device"): cfg.device,
+        tag("config_key"): config_key(name, cfg),
+        tag("work_key"): work_key(name, cfg),
+    }
     tags[tag("data")] = getattr(cfg, "data", module.DATA)
     if hasattr(cfg, "nproc"):
         tags[tag("world_size")] = str(world_size)
