@@ -45,6 +45,41 @@ def test_matrix_and_repeats_expand_in_order(tmp_path: Path) -> None:
     assert [r.index for r in plan.runs] == list(range(1, 10))
 
 
+def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_path: Path) -> None:
+    """The CPU as configured stays (the pair's first speedup); the tuned run is the second's baseline."""
+    plan = load_plan(
+        write(
+            tmp_path,
+            """
+            name: t
+            repeats: 2
+            tune_cpu: true
+            runs:
+              - entry: cifar
+                params: {data: synthetic}
+                matrix: {device: [cpu, cuda]}
+              - entry: matmul
+                params: {device: cpu}
+            """,
+        )
+    )
+    labels = [(r.entry, r.params.get("device"), r.repeat, r.tune) for r in plan.runs]
+    assert labels == [
+        ("cifar", "cpu", 1, False),
+        ("cifar", "cpu", 2, False),
+        ("cifar", "cpu", 1, True),
+        ("cifar", "cuda", 1, False),
+        ("cifar", "cuda", 2, False),
+        ("matmul", "cpu", 1, False),
+        ("matmul", "cpu", 2, False),
+    ]
+    tuned = plan.runs[2]
+    assert tuned.argv()[1:5] == ["-P", "-m", "devicebench", "tune"] and tuned.argv()[5] == "cifar"
+    assert tuned.item_id != plan.runs[0].item_id and tuned.label.startswith("tune cifar")
+    with pytest.raises(UsageError, match="tune_cpu: must be true or false"):
+        load_plan(write(tmp_path, "name: t\ntune_cpu: yes please\nruns: [{entry: matmul}]\n"))
+
+
 # A billion laughs, small enough to be harmless where it is not caught: 10**6 leaves of 12 characters.
 LAUGHS = (
     "[&l0 lololololol, "

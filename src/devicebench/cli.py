@@ -119,6 +119,42 @@ def _run_workload(name: str, args: argparse.Namespace) -> int:
     return run_workload(name, args)
 
 
+def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
+    """`devicebench tune <workload> [its flags] [--tune_budget_s S]`: the workload's own flags, so a tuned
+    CPU side is asked for exactly as the run it stands in for."""
+    from devicebench.config import add_config_arguments
+    from devicebench.configs import CONFIGS
+    from devicebench.tuning import TUNABLE
+
+    p = sub.add_parser(
+        "tune",
+        help=COMMANDS["tune"],
+        description=(importlib.import_module("devicebench.tuning").__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    after = list(argv[list(argv).index("tune") + 1 :]) if "tune" in argv else []
+    workload = next((a for a in after if not a.startswith("-")), "")
+    p.add_argument("workload", choices=TUNABLE, help="the workload whose CPU side is tuned")
+    p.add_argument(
+        "--tune_budget_s",
+        type=float,
+        default=60.0,
+        help="seconds for all trials together, before the measured run (default 60)",
+    )
+    if workload in TUNABLE:
+        add_config_arguments(p, CONFIGS[workload])
+    p.set_defaults(handler=lambda args: _run_tuned(args))
+
+
+def _run_tuned(args: argparse.Namespace) -> int:
+    from devicebench.workload_run import run_workload
+
+    budget = args.tune_budget_s
+    if not 1 <= budget <= 3600:
+        raise UsageError(f"{budget!r} is out of range; expected 1 to 3600 seconds", param="tune_budget_s")
+    return run_workload(args.workload, args, tune_budget_s=budget)
+
+
 # --------------------------------------------------------------------------------------------- others
 
 
@@ -168,10 +204,11 @@ COMMANDS: dict[str, str] = {
     "compare": "compare CPU and GPU runs side by side: speedups, why, regressions",
     "suite": "run an experiment plan (experiments/*.yaml), then its report",
     "sync": "replay runs spooled while the tracking store was unreachable",
+    "tune": "find this CPU's fastest threads and data feeding for a config, then run its CPU side so",
 }
 
 
-def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None, argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser, with full arguments only for the selected command.
 
     Building a workload's arguments imports torch (seconds); `compare` and `sync` must not pay that.
@@ -190,6 +227,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
             _add_module_command(sub, name, "devicebench.report.cli", help)
         elif name == "suite":
             _add_module_command(sub, name, "devicebench.suite", help)
+        elif name == "tune":
+            _add_tune(sub, argv)
         else:
             _add_sync(sub)
     return parser
@@ -212,7 +251,7 @@ def _main(argv: Sequence[str] | None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
-        parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+        parser = build_parser(next((a for a in argv if not a.startswith("-")), None), argv)
         args = parser.parse_args(argv)
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
         if handler is None:

@@ -24,9 +24,10 @@ from devicebench.config import build_config
 from devicebench.configs import CONFIGS
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_EXPERIMENT, WORKLOADS, check_device_spelling
+from devicebench.tuning import TUNABLE
 from devicebench.yamlfile import load_capped
 
-PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "runs", "report"}
+PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "tune_cpu", "runs", "report"}
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
 REPORT_KEYS = {"baseline", "threshold"}
 # Plans are a page of YAML; these caps turn a hostile or mistyped one into one line instead of minutes of
@@ -52,21 +53,25 @@ class PlannedRun:
     params: dict[str, str]
     repeat: int
     repeats: int
+    tune: bool = False  # the plan's tune_cpu, for a CPU run of a workload tuning knows (tuning.py)
 
     @property
     def item_id(self) -> str:
         """Stable identity of this run within its plan, for --resume."""
-        blob = json.dumps([self.entry, sorted(self.params.items()), self.repeat])
+        blob = json.dumps(
+            [self.entry, sorted(self.params.items()), self.repeat, *(["tune"] if self.tune else [])]
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
     def label(self) -> str:
         shown = " ".join(f"{k}={v}" for k, v in self.params.items())
         rep = f" (repeat {self.repeat}/{self.repeats})" if self.repeats > 1 else ""
-        return f"{self.entry} {shown}{rep}".strip()
+        return f"{'tune ' if self.tune else ''}{self.entry} {shown}{rep}".strip()
 
     def argv(self) -> list[str]:
-        args = python_argv("-m", "devicebench", self.entry)
+        """`devicebench <entry> --k v ...`, or `devicebench tune <entry> ...` for a tuned CPU side."""
+        args = python_argv("-m", "devicebench", *(("tune",) if self.tune else ()), self.entry)
         for k, v in self.params.items():
             args += [f"--{k}", v]
         return args
@@ -175,9 +180,10 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     header = _header(doc, path)
     report = _report_section(doc.get("report", {}), path)
     default_repeats = _positive_int(doc.get("repeats", 1), path, "repeats")
-    skip = doc.get("skip_unavailable", False)
-    if not isinstance(skip, bool):
-        raise _err(path, "skip_unavailable", "must be true or false")
+    skip, tune = doc.get("skip_unavailable", False), doc.get("tune_cpu", False)
+    for key, value in (("skip_unavailable", skip), ("tune_cpu", tune)):
+        if not isinstance(value, bool):
+            raise _err(path, key, "must be true or false")
     specs = doc.get("runs")
     if not isinstance(specs, list) or not specs:
         raise _err(path, "runs", "required, a non-empty list of {entry, params, matrix, repeats}")
@@ -187,6 +193,9 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
         for values, repeats in _expand(spec, f"runs[{i}]", default_repeats, data, path):
             for r in range(1, repeats + 1):
                 planned.append(PlannedRun(len(planned) + 1, spec["entry"], values, r, repeats))
+            if tune and spec["entry"] in TUNABLE and values.get("device", "cpu") == "cpu":
+                # beside the CPU as configured, once: the same work on this CPU at its best
+                planned.append(PlannedRun(len(planned) + 1, spec["entry"], values, 1, 1, tune=True))
     return Plan(path=path, runs=planned, skip_unavailable=skip, **header, **report)
 
 

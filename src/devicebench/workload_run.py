@@ -20,8 +20,9 @@ from devicebench.schema import tag
 PROG = "devicebench"
 
 
-def run_workload(name: str, args: argparse.Namespace) -> int:
-    """The run of `name` with the flags in `args`; the CLI's exit code."""
+def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
+    """The run of `name` with the flags in `args`; the CLI's exit code. With `tune_budget_s`, the CPU's
+    threads and feeding are tuned first (tuning.py) and the run measures the CPU the fastest way found."""
     from devicebench.config import config_from_args
     from devicebench.configs import CONFIGS
     from devicebench.costs import log_costs
@@ -43,17 +44,22 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
 
     module = load(name)
     world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
+    tuned: tuple[dict[str, str], dict[str, list]] | None = None
+    if tune_budget_s is not None:
+        cfg, tuned = _tune(name, cfg, settings, tune_budget_s, world_size)
     if rank is None and world_size > 1:
         return _launch_job(name, cfg, settings, module)
     if rank:
         return _work_as_rank(module, cfg, settings)
-    with _open_run(name, cfg, settings, module, world_size) as tracker:
+    with _open_run(name, cfg, settings, module, world_size, tuned[0] if tuned else None) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
         # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
         started = time.perf_counter()
         if rank == 0:
             record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
+        if tuned:
+            tracker.log_table(tuned[1], "cpu_tuning.json")
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         world, device = _join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
@@ -76,7 +82,27 @@ def run_workload(name: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_run(name: str, cfg: Any, settings: Any, module: Any, world_size: int) -> Any:
+def _tune(name: str, cfg: Any, settings: Any, budget_s: float, world_size: int) -> tuple[Any, Any]:
+    """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run."""
+    import dataclasses
+
+    from devicebench import tuning
+    from devicebench.host_cpu import usable_cores
+
+    if cfg.device != "cpu" or world_size > 1:
+        raise UsageError("tune measures one CPU process; use device=cpu and nproc=1", param="device")
+    trials = tuning.tune(name, cfg, budget_s, usable_cores(), settings.data_dir, say=tuning.stderr)
+    chosen = tuning.best(trials)
+    tuning.stderr(f"tune {name}: fastest {chosen.setting}; measuring the CPU side that way")
+    return dataclasses.replace(cfg, **chosen.setting.overrides()), (
+        tuning.tags(trials, chosen, budget_s),
+        tuning.table(trials),
+    )
+
+
+def _open_run(
+    name: str, cfg: Any, settings: Any, module: Any, world_size: int, extra_tags: dict[str, str] | None = None
+) -> Any:
     """The run's context (run_context): its params, tags, name and the plan that started it, if any.
 
     A training config also logs `global_batch_size`: `batch_size` is per process, and the batch one
@@ -96,6 +122,7 @@ def _open_run(name: str, cfg: Any, settings: Any, module: Any, world_size: int) 
     if hasattr(cfg, "nproc"):
         tags[tag("world_size")] = str(world_size)
         params["global_batch_size"] = str(cfg.batch_size * world_size)
+    tags.update(extra_tags or {})
     handoff = Handoff.from_env(os.environ)  # set when a plan started this run
     if handoff:
         tags.update(handoff.tags())
