@@ -64,6 +64,16 @@ def _price_per_hour() -> float:
     )
 
 
+def _illustrative_price() -> bool:
+    """A made-up price (the demo's) must never pass for a real one: this flag tags the run
+    `price.source=illustrative`, and the run's description and every report table and verdict say so."""
+    return param(
+        False,
+        "price_per_hour is made up (a demo's), not a real price: tagged price.source=illustrative",
+        key=False,
+    )
+
+
 # Fields of a data-parallel run (torchrun + DistributedDataParallel), shared by cifar and unet. None is the
 # work: the same config at 1, 2 or 8 processes is one scaling series (the report splits it by world size).
 def _nproc() -> int:
@@ -167,6 +177,7 @@ class MatmulConfig:
     )
     seed: int = param(0, "seed for the random matrices", min=0)
     price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
 
     def validate(self) -> None:
         if not self.points():
@@ -251,6 +262,7 @@ class CifarConfig:
     )
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
     nproc: int = _nproc()
     nnodes: int = _nnodes()
     node_rank: int = _node_rank()
@@ -314,6 +326,7 @@ class UNetConfig:
     log_every: int = param(10, "log the mean training loss every N steps", min=1, key=False)
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
     nproc: int = _nproc()
     nnodes: int = _nnodes()
     node_rank: int = _node_rank()
