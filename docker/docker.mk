@@ -13,7 +13,7 @@ docker-env:
 docker-build: docker-env ## build the trainer (CUDA) and tracking-server images
 	$(COMPOSE) --profile gpu --profile cpu build
 
-docker-up: docker-env ## start PostgreSQL and the MLflow server (http://127.0.0.1:$${MLFLOW_PORT:-5000})
+docker-up: docker-env ## start PostgreSQL and the MLflow server (http://127.0.0.1:5000; MLFLOW_PORT in .env moves it)
 	$(COMPOSE) up -d --wait postgres mlflow
 
 docker-down: docker-env ## stop the stack (volumes, so runs and artifacts, are kept)

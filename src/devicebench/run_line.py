@@ -6,7 +6,7 @@ device and cost, e.g. `train 0.56 s · 3,542 img/s · acc 0.902 · cuda:0 · $0.
 $1/h)`. A made-up price says so here as in the report, so it cannot pass for a real one.
 
 MLflow lists metric names in name order in its charts, columns and compare views, where `time/...` and
-`throughput/...` came after the per-class accuracies. `glance/*` repeats the headline figures under a
+`throughput/...` came after the per-class accuracies. `at_a_glance/*` repeats the headline figures under a
 name that sorts before every other prefix (cost/, dist/, eval/, matmul/, memory/, time/, ...); the
 original names stay as they are, for the report and for every run already logged. Torch- and mlflow-free.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from devicebench.prices import ILLUSTRATIVE, OVERRIDE, Price, fmt_price
 
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
-GLANCE = "glance"  # sorts before cost/ dist/ eval/ matmul/ memory/ system/ throughput/ time/ train/
+GLANCE = "at_a_glance"  # sorts before cost/ dist/ eval/ matmul/ memory/ system/ throughput/ time/ train/
 SEP = " · "
 SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s"}
 
@@ -82,7 +82,7 @@ def _best_matmul(points: Sequence[Any]) -> Any | None:
 
 
 def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> dict[str, float]:
-    """`glance/*`: the headline figures again, under names that sort first (see the module doc)."""
+    """`at_a_glance/*`: the headline figures again, under names that sort first (see the module doc)."""
     out: dict[str, float] = {}
     if workload == "matmul":
         best = _best_matmul(result or [])

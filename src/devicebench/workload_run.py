@@ -84,7 +84,7 @@ def _lead_with_figures(
     tracker: Any, name: str, device: str, world_size: int, result: Any, costs: dict, price: Any
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
-    the metrics) and `glance/*` metrics, which sort before every other name (run_line.py)."""
+    the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py)."""
     from devicebench.run_line import NOTE_TAG, glance_metrics, summary_line
 
     glance = glance_metrics(name, result, costs)

@@ -46,9 +46,53 @@ def varying_params(sides: Sequence[Side]) -> dict[str, list[str]]:
 
 
 def describe(side: Side, varying: dict[str, list[str]]) -> str:
+    """A config as the report's tables name it: the params that differ between its workload's configs
+    (`batch_size=64`), or, for a workload's only config, what differs from the defaults, as run names
+    spell it (`bs 32 · lr 0.02 · synthetic`). Its config key only where neither says anything."""
     keys = varying.get(side.workload) or []
     text = " ".join(f"{k}={side.params.get(k, '')}" for k in keys)
-    return text or side.config_key
+    return text or default_label(side.workload, side.params) or side.config_key
+
+
+def default_label(workload: str, params: dict[str, str]) -> str:
+    """The work-defining params that differ from the workload's defaults, short (naming.py's SHORT);
+    `defaults` for the workload's own defaults; "" for a workload this version does not know."""
+    import dataclasses
+
+    from devicebench.config import is_keyed, to_params
+    from devicebench.configs import CONFIGS
+    from devicebench.naming import SEP, SHORT
+
+    cls = CONFIGS.get(workload)
+    if cls is None:
+        return ""
+    defaults = to_params(cls())
+    shown = []
+    for f in dataclasses.fields(cls):
+        if not is_keyed(f) or f.name in NOT_WORK or f.name not in params:
+            continue
+        value = params[f.name]
+        if value == defaults.get(f.name):
+            continue
+        if f.metadata.get("choices") and "," not in value:
+            shown.append(value)  # a choice names itself: synthetic, bf16, resnet18
+        else:
+            shown.append(f"{SHORT.get(f.name, f.name)} {value}")
+    return SEP.join(shown) or "defaults"
+
+
+# What each headline time measures, for the column that shows it (sides.Side.time_metric's choices)
+TIMED = {
+    "time/train_s": "training, all epochs",
+    "time/total_s": "whole run (setup, data, work, logging)",
+}
+
+
+def timed_label(metric: str | None) -> str:
+    """`training, all epochs`: what a time in the report measured, said beside it."""
+    if not metric:
+        return NONE
+    return TIMED.get(metric, metric.removeprefix("time/").removesuffix("_s"))
 
 
 class PairRow(NamedTuple):
@@ -78,7 +122,7 @@ PAIR_HEADERS = [
     "config",
     "base",
     "other",
-    "timed",
+    "what is timed",
     "base time",
     "other time",
     "speedup",
@@ -90,13 +134,23 @@ PAIR_HEADERS = [
 ]
 
 
+HEADER = dict(zip(PairRow._fields, [*PAIR_HEADERS, "verdict"], strict=True))
+# The speedups table as the report shows it: how much faster and why; what it cost; peak memory
+SPLIT = (
+    ("workload", "config", "base", "other", "timed", "base_time", "other_time", "speedup", "data_wait"),
+    ("workload", "config", "other", "speedup", "verdict"),
+    ("workload", "config", "base", "other", "price_ratio", "cost_ratio", "cost"),
+    ("workload", "config", "base", "other", "memory"),
+)
+
+
 def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
     key = p.base.time_metric() or "time/total_s"
     if p.workload == "matmul" and "matmul" in p.speedups:
-        timed = f"matmul n={int(p.speedups['matmul_point'])}"
+        timed = f"one product, n={int(p.speedups['matmul_point'])}"
         base_time = other_time = NONE
     else:
-        timed = key.removeprefix("time/").removesuffix("_s")
+        timed = timed_label(key)
         base_time, other_time = fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
     rng = f" ({fmt_x(p.speedup_range[0])}–{fmt_x(p.speedup_range[1])})" if p.speedup_range else ""
     price_ratio, cost_ratio, spent = money.pair_cost_cells(p)
@@ -195,7 +249,9 @@ def _speedups(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
         )
     )
     if comp.pairs:
-        doc.table([*PAIR_HEADERS, "verdict"], pair_rows(comp.pairs, varying))
+        rows = [pair_row(p, varying) for p in comp.pairs]
+        for fields in SPLIT:  # narrow enough for MLflow's artifact view, each table one question
+            doc.table([HEADER[f] for f in fields], [[getattr(r, f) for f in fields] for r in rows])
     else:
         doc.p("No config ran on two devices yet: run the same config with another --device to get a speedup.")
 
@@ -216,6 +272,9 @@ def _scaling(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
     doc.table(SCALING_HEADERS, scaling_rows(comp.scaling, varying))
 
 
+PRICE_SPLIT = ((0, 1, 2, 3, 4, 5), (0, 1, 2, 6, 7, 8))  # money.SIDE_HEADERS' columns, per table
+
+
 def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
     """Which device and shape buys the most work per money, per config; or how to get prices at all."""
     if not comp.all_sides:
@@ -232,7 +291,9 @@ def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]
         "the runs logged them; matmul: GFLOP per money at the largest torch size). A side without a price "
         "shows why, never a number."
     )
-    doc.table(money.SIDE_HEADERS, money.side_rows(comp, lambda s: describe(s, varying)))
+    rows = money.side_rows(comp, lambda s: describe(s, varying))
+    for cols in PRICE_SPLIT:  # two narrower tables: what each side costs; what a unit of money buys
+        doc.table([money.SIDE_HEADERS[i] for i in cols], [[r[i] for i in cols] for r in rows])
 
 
 def _matmul(doc: Doc, comp: Comparison) -> None:
@@ -286,15 +347,15 @@ def _unpaired(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
         return
     doc.h(2, "Runs without a partner device")
     doc.table(
-        ["workload", "config", "config key", "device", "runs", "time", "run ids"],
+        ["workload", "config", "device", "runs", "time", "what is timed", "run ids"],
         [
             [
                 s.workload,
                 describe(s, varying),
-                s.config_key,
                 s.label,
                 str(len(s.runs)),
                 fmt_stat_s(s.metrics.get(s.time_metric() or "")),
+                timed_label(s.time_metric()),
                 _run_ids(s),
             ]
             for s in comp.unpaired
@@ -318,7 +379,10 @@ def _per_host(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
     for host, pairs in comp.hosts.items():
         doc.h(3, host)
         if pairs:
-            doc.table(PAIR_HEADERS, pair_rows(pairs, varying, with_verdict=False))
+            rows = [pair_row(p, varying) for p in pairs]
+            for fields in SPLIT:
+                fields = tuple(f for f in fields if f != "verdict")
+                doc.table([HEADER[f] for f in fields], [[getattr(r, f) for f in fields] for r in rows])
         else:
             doc.p("no config ran on two devices on this host")
 
