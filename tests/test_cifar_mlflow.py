@@ -131,7 +131,7 @@ def test_mlflow_run_cifar_on_synthetic_data(
     Net().load_state_dict(net.state_dict())  # the weights load into the tutorial's own class
     # MLflow's random name is replaced by the scheme every launch path uses, and compare with no flags
     # (every experiment, as a newcomer types it) finds the run
-    assert run.info.run_name == "cifar · cpu · ep 1 · bs 32 · synthetic · train 2000 · test 500"
+    assert run.info.run_name == "cifar · cpu · bs 32 · synthetic · ep 1 · +2 more"
     out = tmp_path / "report"
     seen = run_cli(["compare", "--no-log", "--out", str(out)], _env(mlflow_server), cwd=tmp_path)
     assert seen.returncode == 0, seen.stderr

@@ -253,7 +253,10 @@ def _speedups(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
         for fields in SPLIT:  # narrow enough for MLflow's artifact view, each table one question
             doc.table([HEADER[f] for f in fields], [[getattr(r, f) for f in fields] for r in rows])
     else:
-        doc.p("No config ran on two devices yet: run the same config with another --device to get a speedup.")
+        doc.p(
+            "No config ran on two devices yet. A plan skips its cuda runs on a host without a GPU; on a "
+            "GPU host the same plan (or the same command with device=cuda) gives each config its pair."
+        )
 
 
 def _scaling(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
