@@ -117,6 +117,13 @@ def test_mlflow_run_cifar_on_synthetic_data(
     assert all(0 <= metrics[m] <= 1 for m in [*CLASS_METRICS, "eval/accuracy"])
     assert metrics["throughput/train_samples_per_s"] > 0 and metrics["memory/peak_rss_bytes"] > 0
     assert "memory/peak_bytes" not in metrics  # the CPU has no device memory figure
+    # the run leads with its figures: its description is the line `mlflow run` printed last, and
+    # at_a_glance/* repeats the headline figures under a name that sorts first (issue 28)
+    note = tags["mlflow.note.content"]
+    assert proc.stdout.strip().splitlines()[-1] == note
+    assert note.startswith("train ") and " img/s · acc 0." in note and " · cpu · " in note, note
+    assert metrics["at_a_glance/train_s"] == metrics["time/train_s"]
+    assert metrics["at_a_glance/accuracy"] == metrics["eval/accuracy"]
     _check_host_and_duration(run)
     client = MlflowClient(mlflow_server.url)
     history = client.get_metric_history(run.info.run_id, "train/loss")

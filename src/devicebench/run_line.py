@@ -5,10 +5,12 @@ and `devicebench <workload>` (so `mlflow run`) prints this same line last: time,
 device and cost, e.g. `train 0.56 s · 3,542 img/s · acc 0.902 · cuda:0 · $0.00016/epoch (illustrative
 $1/h)`. A made-up price says so here as in the report, so it cannot pass for a real one.
 
-MLflow lists metric names in name order in its charts, columns and compare views, where `time/...` and
-`throughput/...` came after the per-class accuracies. `at_a_glance/*` repeats the headline figures under a
-name that sorts before every other prefix (cost/, dist/, eval/, matmul/, memory/, time/, ...); the
-original names stay as they are, for the report and for every run already logged. Torch- and mlflow-free.
+Wherever MLflow orders metrics by name, `time/...` and `throughput/...` came after the per-class
+accuracies. `at_a_glance/*` repeats the headline figures under a name that sorts before every other
+prefix (cost/, dist/, eval/, matmul/, memory/, time/, ...); the original names stay as they are, for the
+report and for every run already logged. (The run page's own metrics table, seen in MLflow 3.17, lists
+metrics in the order they were first logged, warm-up first; there the description above it leads.)
+Torch- and mlflow-free.
 """
 
 from __future__ import annotations

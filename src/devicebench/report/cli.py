@@ -152,7 +152,8 @@ def log_report(
     """The report as a run of its own: its files as artifacts, the compared run ids as a tag, and the
     answer where the MLflow UI shows it at once: a name that says what it holds, headline metrics and
     a Markdown description with the verdicts and those metrics."""
-    from devicebench.report.headline import NOTE_TAG, headline_metrics, report_name, summary_note
+    from devicebench.report.headline import headline_metrics, report_name, summary_note
+    from devicebench.run_line import NOTE_TAG
     from devicebench.tracking import run_context
 
     run_ids = [r.run_id for r in comp.runs]

@@ -24,7 +24,6 @@ from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
 from devicebench.schema import MAX_RUN_NAME, MAX_TAG_VALUE
 
-NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 MAX_PAIR_NAME = 100  # of MLflow's 250 characters per metric name: enough to tell pairs apart in a chart list
 NOTE_HEADERS = ["workload", "config", "base", "other", "speedup", "why"]
 MAX_REGRESSION_LINES = 5
