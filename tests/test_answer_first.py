@@ -202,3 +202,14 @@ def test_report_tables_are_narrow_enough_for_the_artifact_view() -> None:
 def test_speedups_metric_is_finite_for_the_pair() -> None:
     m = headline_metrics(compare(cpu_gpu()))
     assert math.isclose(m["speedup/best"], 12.0)
+
+
+def test_the_key_shows_only_where_two_configs_would_share_a_label() -> None:
+    """Runs of two configs that logged the same params (an older version's key, say) are told apart."""
+    a = priced_run("cpu", 12.0, 1.0, key="aaaa1111", params={"lr": "0.02"})
+    b = priced_run("cpu", 11.0, 1.0, key="bbbb2222", params={"lr": "0.02"})
+    c = priced_run("cpu", 10.0, 1.0, key="cccc3333", params={"lr": "0.5"})
+    comp = compare([a, b, c])
+    varying = varying_params(comp.all_sides)
+    labels = sorted(describe(s, varying) for s in comp.all_sides)
+    assert labels == ["lr=0.02 (key aaaa1111)", "lr=0.02 (key bbbb2222)", "lr=0.5"]

@@ -7,12 +7,11 @@ by field name (the terminal table shows a few of the same cells).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from devicebench.report import money
-from devicebench.report.compare import NOT_WORK, Comparison
+from devicebench.report.compare import Comparison
 from devicebench.report.doc import Doc
 from devicebench.report.fmt import (
     NONE,
@@ -25,74 +24,13 @@ from devicebench.report.fmt import (
     fmt_stat_s,
     fmt_x,
 )
+from devicebench.report.labels import describe, timed_label, varying_params
 from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
 from devicebench.report.sides import Side
 from devicebench.schema import gflops
 
 # --------------------------------------------------------------------------------------------- pair rows
-
-
-def varying_params(sides: Sequence[Side]) -> dict[str, list[str]]:
-    """workload → the params whose values differ between its configs: what tells two rows apart."""
-    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for s in sides:
-        for k, v in s.params.items():
-            values[s.workload][k].add(v)
-    return {
-        w: sorted(k for k, vs in params.items() if len(vs) > 1 and k not in NOT_WORK)
-        for w, params in values.items()
-    }
-
-
-def describe(side: Side, varying: dict[str, list[str]]) -> str:
-    """A config as the report's tables name it: the params that differ between its workload's configs
-    (`batch_size=64`), or, for a workload's only config, what differs from the defaults, as run names
-    spell it (`bs 32 · lr 0.02 · synthetic`). Its config key only where neither says anything."""
-    keys = varying.get(side.workload) or []
-    text = " ".join(f"{k}={side.params.get(k, '')}" for k in keys)
-    return text or default_label(side.workload, side.params) or side.config_key
-
-
-def default_label(workload: str, params: dict[str, str]) -> str:
-    """The work-defining params that differ from the workload's defaults, short (naming.py's SHORT);
-    `defaults` for the workload's own defaults; "" for a workload this version does not know."""
-    import dataclasses
-
-    from devicebench.config import is_keyed, to_params
-    from devicebench.configs import CONFIGS
-    from devicebench.naming import SEP, SHORT
-
-    cls = CONFIGS.get(workload)
-    if cls is None:
-        return ""
-    defaults = to_params(cls())
-    shown = []
-    for f in dataclasses.fields(cls):
-        if not is_keyed(f) or f.name in NOT_WORK or f.name not in params:
-            continue
-        value = params[f.name]
-        if value == defaults.get(f.name):
-            continue
-        if f.metadata.get("choices") and "," not in value:
-            shown.append(value)  # a choice names itself: synthetic, bf16, resnet18
-        else:
-            shown.append(f"{SHORT.get(f.name, f.name)} {value}")
-    return SEP.join(shown) or "defaults"
-
-
-# What each headline time measures, for the column that shows it (sides.Side.time_metric's choices)
-TIMED = {
-    "time/train_s": "training, all epochs",
-    "time/total_s": "whole run (setup, data, work, logging)",
-}
-
-
-def timed_label(metric: str | None) -> str:
-    """`training, all epochs`: what a time in the report measured, said beside it."""
-    if not metric:
-        return NONE
-    return TIMED.get(metric, metric.removeprefix("time/").removesuffix("_s"))
 
 
 class PairRow(NamedTuple):
