@@ -2,7 +2,7 @@
 
 A run's page in the MLflow UI shows its description (the `mlflow.note.content` tag) above its metrics,
 and `devicebench <workload>` (so `mlflow run`) prints this same line last: time, throughput, quality,
-device and cost, e.g. `train 0.56 s · 3,542 img/s · acc 0.902 · cuda:0 · $0.00016/epoch (illustrative
+device and cost, e.g. `train 561 ms · 3,542 img/s · acc 0.902 · cuda:0 · $0.000159/epoch (illustrative
 $1/h)`. A made-up price says so here as in the report, so it cannot pass for a real one.
 
 Wherever MLflow orders metrics by name, `time/...` and `throughput/...` came after the per-class
