@@ -19,7 +19,7 @@ VIEW = "workflowType=machine_learning"  # MLflow 3's "Model training" view, not 
 DEFAULT_UI_PORT = "5000"
 
 
-def _venv_command(name: str) -> str:
+def venv_command(name: str) -> str:
     """`name` as a fresh shell finds it: the path of this interpreter's own script (relative when it is
     under the working directory, e.g. `.venv/bin/mlflow`), since a new shell has no venv activated."""
     exe = Path(sys.executable).parent / name
@@ -31,12 +31,14 @@ def _venv_command(name: str) -> str:
 
 
 def is_server(tracking_uri: str) -> bool:
+    """A tracking server serves its own UI; any other store (SQLite, files, a database) needs one started."""
     return tracking_uri.lower().startswith(("http://", "https://"))
 
 
 def ui_start_command(tracking_uri: str, shown_uri: str) -> str:
-    """How to start a UI on a store that has no server (`make ui` on the default embedded store)."""
-    ui = f"{_venv_command('mlflow')} ui --backend-store-uri {shown_uri} --workers 1"
+    """How to start a UI on a store that has no server (`make ui` on the default embedded store); one
+    worker: one person's browser, where MLflow's default 4 each import its server (~0.5 GB each)."""
+    ui = f"{venv_command('mlflow')} ui --backend-store-uri {shown_uri} --workers 1"
     if tracking_uri == "sqlite:///mlflow.db" and Path("Makefile").is_file():
         return f"make ui   (or: {ui})"
     return ui
@@ -56,10 +58,12 @@ def ui_base(tracking_uri: str, ui_url: str = "", ui_port: str = "") -> str:
 
 
 def runs_list_url(base: str, experiment_id: str) -> str:
+    """The experiment's runs list in the machine-learning view, not MLflow 3's GenAI overview."""
     return f"{base}/#/experiments/{experiment_id}/runs?{VIEW}"
 
 
 def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    """One run's page, in the same view, so its breadcrumb leads back to the runs list."""
     return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{VIEW}"
 
 

@@ -250,13 +250,12 @@ def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: s
 
 def next_commands(tracking_uri: str) -> list[str]:
     """What to type next, in a form that works in a fresh shell (no venv activated)."""
-    from devicebench.links import _venv_command, is_server, ui_start_command
+    from devicebench.links import ui_start_command, venv_command
 
     uri = redact_uri(tracking_uri)
-    compare = f"compare all runs again: {_venv_command('devicebench')} compare"
-    if is_server(tracking_uri) or not tracking_uri.startswith("sqlite:"):
+    compare = f"compare all runs again: {venv_command('devicebench')} compare"
+    if not tracking_uri.startswith("sqlite:"):
         return [f"open the MLflow UI: {uri}", compare]
-    # one worker: one person's browser; MLflow's default 4 each import its server (seconds, ~0.5 GB each)
     return [f"open the MLflow UI on these runs: {ui_start_command(tracking_uri, uri)}", compare]
 
 
