@@ -13,7 +13,7 @@ docker-env:
 docker-build: docker-env ## build the trainer (CUDA) and tracking-server images
 	$(COMPOSE) --profile gpu --profile cpu build
 
-docker-up: docker-env ## start PostgreSQL and the MLflow server (http://127.0.0.1:$${MLFLOW_PORT:-5000})
+docker-up: docker-env ## start PostgreSQL and the MLflow server (http://127.0.0.1:5000; MLFLOW_PORT in .env moves it)
 	$(COMPOSE) up -d --wait postgres mlflow
 
 docker-down: docker-env ## stop the stack (volumes, so runs and artifacts, are kept)
@@ -28,6 +28,8 @@ server: $(VENV)/.installed ## start the MLflow tracking server locally (settings
 	set -a; if [ -f .env ]; then . ./.env; fi; set +a; \
 	PATH="$(abspath $(VENV))/bin:$$PATH" exec bash docker/mlflow-server.sh
 
+# MLFLOW_UI_PORT from the environment or .env: the port the links `demo` and `compare` print name.
 ui: $(VENV)/.installed ## open the MLflow UI on the embedded store (sqlite:///mlflow.db)
+	set -a; if [ -f .env ]; then . ./.env; fi; set +a; \
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/mlflow ui \
 		--backend-store-uri sqlite:///mlflow.db --workers 1 --host 127.0.0.1 --port $${MLFLOW_UI_PORT:-5000}

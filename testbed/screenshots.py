@@ -1,65 +1,186 @@
 """`make screenshots`: the README's pictures, taken by headless Chromium from a real `mlflow ui`.
 
 It runs the demo plan into a fresh embedded store (or reads the store given with --store), starts a real
-MLflow server on it on 127.0.0.1, and for each page a newcomer looks at -- the runs list, a cifar run,
-the report run's overview, and the report.html the report run carries -- first checks that the page
-shows what it must (Chromium's DOM after the UI's scripts ran), then writes a PNG to docs/. A page that
-lost its answer fails the command instead of producing a picture of an empty page.
+MLflow server on it on 127.0.0.1, and opens the pages a newcomer opens, by the links the demo printed
+(the report run and the runs list, in the UI's machine-learning view), plus a cifar run and the
+report.html the report run carries. For each it checks what a person sees *before scrolling*: the
+texts it must show are looked up in the rendered page (Chromium's DevTools protocol: the DOM after the
+UI's scripts ran, with each text's position) and must lie within the first 1440×1000 screen; a few may
+only need to be on the page (a run's description sits below its tags). Only then does it write a PNG to
+docs/. A page that lost its answer fails the command instead of producing a picture of an empty page.
 
-Needs Debian's `chromium` (`apt-get install chromium`); `--chromium PATH` names another build.
+The H100 picture (docs/h100-demo-report.png) is the report.html a real GPU host wrote
+(../shared/evidence/h100-2026-11-24/demo-report/, `--evidence DIR` names another), shot as it is.
+
+Needs Debian's `chromium` (`apt-get install chromium`); `--chromium PATH` names another build; and
+websocket-client (installed with the dev extras) to speak DevTools.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import itertools
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.mlflow_server import VENV_BIN, MlflowServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_EXPERIMENT = "devicebench-demo"
-WINDOW = "1440,1000"
+WIDTH, HEIGHT = 1440, 1000
+EVIDENCE = ROOT.parent / "shared" / "evidence" / "h100-2026-11-24" / "demo-report"
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",  # root in a container: Chromium's sandbox needs user namespaces
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    f"--window-size={WIDTH},{HEIGHT}",
+)
+
+# For each text: is it rendered, and where (the top of its first visible occurrence, in CSS pixels)?
+FIND = """
+(texts) => texts.map((t) => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  let best = null;
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const i = n.textContent.indexOf(t);
+    if (i < 0) continue;
+    const r = document.createRange();
+    r.setStart(n, i);
+    r.setEnd(n, i + t.length);
+    const box = r.getBoundingClientRect();
+    if (box.width === 0 && box.height === 0) continue;
+    if (best === null || box.top < best) best = box.top;
+  }
+  return best;
+})
+"""
+
+
+# Bring the first element showing a text to the top of whatever scrolls it (the UI scrolls a panel)
+SCROLL = """
+(t) => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (n.textContent.includes(t)) { n.parentElement.scrollIntoView({block: "start"}); return true; }
+  }
+  return false;
+}
+"""
 
 
 @dataclass(frozen=True)
 class Page:
     name: str  # docs/<name>.png
     url: str
-    must_show: tuple[str, ...]  # texts the rendered page must contain
+    first_screen: tuple[str, ...]  # texts that must be visible without scrolling
+    anywhere: tuple[str, ...] = ()  # texts that must be on the page (below the fold is fine)
+    scroll_to: str = ""  # a text to bring to the top before the picture (a run's description)
 
 
-def chromium(binary: str, url: str, *args: str, budget_ms: int = 20000) -> subprocess.CompletedProcess:
-    """One headless Chromium call on a page, after its scripts had `budget_ms` of virtual time."""
-    cmd = [
-        binary,
-        "--headless=new",
-        "--no-sandbox",  # root in a container: Chromium's sandbox needs user namespaces
-        "--disable-gpu",
-        "--hide-scrollbars",
-        f"--window-size={WINDOW}",
-        f"--virtual-time-budget={budget_ms}",
-        *args,
-        url,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+class DevTools:
+    """One headless Chromium and one page, spoken to over the DevTools protocol."""
+
+    def __init__(self, binary: str, profile: Path) -> None:
+        import websocket  # websocket-client, a dev extra (via kubernetes)
+
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-port=0",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not port_file.is_file() or not port_file.read_text().strip():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise SystemExit("screenshots: chromium did not open its DevTools port")
+            time.sleep(0.2)
+        port = port_file.read_text().split()[0]
+        targets = json.loads(_get(f"http://127.0.0.1:{port}/json/list"))
+        page = next(t for t in targets if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60)
+        self.ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        mid = next(self.ids)
+        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == mid:
+                if "error" in msg:
+                    raise SystemExit(f"screenshots: {method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def evaluate(self, expression: str) -> Any:
+        out = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        return out.get("result", {}).get("value")
+
+    def tops(self, texts: tuple[str, ...]) -> list[float | None]:
+        return self.evaluate(f"({FIND})({json.dumps(list(texts))})")
+
+    def close(self) -> None:
+        self.ws.close()
+        self.proc.terminate()
+        self.proc.wait(10)
 
 
-def check_and_shoot(binary: str, page: Page, out_dir: Path) -> Path:
-    """Fail with the missing texts when the page does not show its answer; else write its PNG."""
-    dom = chromium(binary, page.url, "--dump-dom").stdout
-    missing = [text for text in page.must_show if text not in dom]
-    if missing:
-        raise SystemExit(f"screenshots: {page.name} ({page.url}) does not show {missing}")
+def _get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+def check_and_shoot(tools: DevTools, page: Page, out_dir: Path, wait_s: float = 60.0) -> Path:
+    """Open the page, wait until its texts are rendered, fail naming those not on the first screen
+    (or not on the page); else write its PNG."""
+    tools.call(
+        "Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False
+    )
+    tools.call("Page.navigate", url=page.url)
+    texts = page.first_screen + page.anywhere
+    deadline = time.monotonic() + wait_s
+    while True:
+        time.sleep(1.0)
+        tops = tools.tops(texts)
+        if all(t is not None for t in tops) or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)  # late layout (fonts, charts) settles
+    tops = tools.tops(texts)
+    missing = [t for t, top in zip(texts, tops, strict=True) if top is None]
+    below = [t for t, top in zip(page.first_screen, tops, strict=False) if top is not None and top >= HEIGHT]
+    if missing or below:
+        raise SystemExit(
+            f"screenshots: {page.name} ({page.url}): not on the page: {missing}; "
+            f"below the first screen: {below}"
+        )
+    if page.scroll_to:  # the picture shows what a person scrolls to; the checks above were made before
+        tools.evaluate(f"({SCROLL})({json.dumps(page.scroll_to)})")
+        time.sleep(1.0)
+    shot = tools.call("Page.captureScreenshot", format="png")
     target = out_dir / f"{page.name}.png"
-    shot = chromium(binary, page.url, f"--screenshot={target}")
-    if not target.is_file():
-        raise SystemExit(f"screenshots: no picture of {page.name}: {shot.stderr[-500:]}")
+    target.write_bytes(base64.b64decode(shot["data"]))
     return target
 
 
@@ -74,8 +195,11 @@ def run_demo(work: Path) -> str:
 
 
 def pages(server: MlflowServer, work: Path) -> list[Page]:
-    """The four pages, found through the server's API the way the UI finds them."""
+    """The pages, found through the server's API; the report run and the runs list by the links
+    `devicebench.links` builds, the very ones the demo prints."""
     from mlflow.tracking import MlflowClient
+
+    from devicebench.links import run_url, runs_list_url
 
     client = MlflowClient(server.url)
     exp = client.get_experiment_by_name(DEMO_EXPERIMENT)
@@ -89,13 +213,31 @@ def pages(server: MlflowServer, work: Path) -> list[Page]:
     cifar, report = by_workload[("cifar", "cpu")], by_workload[("report", None)]
     suite = by_workload[("suite", None)]  # the list shows a plan's runs folded under their parent run
     html = Path(client.download_artifacts(report.info.run_id, "report.html", str(work)))
-    base = f"{server.url}/#/experiments/{exp.experiment_id}"
+    eid, note = exp.experiment_id, report.data.tags["mlflow.note.content"]
+    verdict = re.sub(r"[*_`]", "", note.splitlines()[0]).split(":")[0]  # its first verdict, as rendered
+    cifar_line = cifar.data.tags["mlflow.note.content"]
     return [
-        Page("ui-runs", f"{base}/runs", (suite.info.run_name, report.info.run_name)),
-        Page("ui-cifar-run", f"{base}/runs/{cifar.info.run_id}", (cifar.info.run_name, "eval/accuracy")),
-        # the run's description: the verdicts, the pairs, where the full report is
-        Page("ui-report-run", f"{base}/runs/{report.info.run_id}", ("pairs", "report.html")),
-        Page("report", html.as_uri(), ("Speedups", "Price-performance")),
+        Page("ui-runs", runs_list_url(server.url, eid), (suite.info.run_name, report.info.run_name)),
+        # the printed link: the report run, its name, its verdict and its metrics before any scrolling
+        Page(
+            "ui-report-run",
+            run_url(server.url, eid, report.info.run_id),
+            (report.info.run_name, verdict, "pairs", "Description"),
+            anywhere=("report.html",),
+        ),
+        Page(
+            "ui-cifar-run",
+            run_url(server.url, eid, cifar.info.run_id),
+            (cifar.info.run_name,),
+            anywhere=(cifar_line, "at_a_glance/train_s"),
+            scroll_to="Description",
+        ),
+        Page(
+            "report",
+            html.as_uri(),
+            ("Speedups", "Price-performance", "(illustrative)"),
+            anywhere=("what is timed",),
+        ),
     ]
 
 
@@ -104,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", help="an existing sqlite:/// store holding a demo (default: run the demo)")
     p.add_argument("--out", type=Path, default=ROOT / "docs", help="where the PNGs go (default: docs/)")
     p.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    p.add_argument("--evidence", type=Path, default=EVIDENCE, help="a GPU host's demo report folder")
     args = p.parse_args(argv)
     if not args.chromium:
         print("screenshots: no chromium found; apt-get install chromium, or --chromium PATH", file=sys.stderr)
@@ -114,10 +257,16 @@ def main(argv: list[str] | None = None) -> int:
         uri = args.store or run_demo(work)
         server = MlflowServer(uri, work / "artifacts", log_path=work / "server.log")
         server.start()
+        tools = DevTools(args.chromium, work / "profile")
         try:
-            for page in pages(server, work):
-                print(f"{page.name}: {check_and_shoot(args.chromium, page, args.out)}")
+            shots = pages(server, work)
+            gpu = args.evidence / "report.html"
+            if gpu.is_file():  # a real CPU-vs-GPU answer: pairs, verdicts, costs
+                shots.append(Page("h100-demo-report", gpu.as_uri(), ("Speedups", "cuda:0 (NVIDIA H100")))
+            for page in shots:
+                print(f"{page.name}: {check_and_shoot(tools, page, args.out)}")
         finally:
+            tools.close()
             server.stop()
     return 0
 

@@ -150,6 +150,8 @@ CASES = [
     # matmul: parameters (refused before any store is touched)
     Case("matmul-unknown-device", (*M, "--device", "gpu"), "--device: unknown device 'gpu'"),
     Case("matmul-zero-size", ("matmul", "--sizes", "0"), "--sizes: '0' is out of range"),
+    # a made-up price flag with no price: never attached to a real one (issue 28)
+    Case("illustrative-without-price", ("matmul", "--illustrative_price"), "--illustrative_price: "),
     Case("matmul-negative-size", ("matmul", "--sizes=-64"), "--sizes: '-64' is out of range"),
     Case("matmul-size-not-a-number", ("matmul", "--sizes", "8k"), "--sizes: '8k' is not"),
     Case("matmul-empty-sizes", ("matmul", "--sizes", ","), "--sizes: needs at least one value"),

@@ -118,6 +118,14 @@ def test_mlflow_run_cifar_on_synthetic_data(
     assert all(0 <= metrics[m] <= 1 for m in [*CLASS_METRICS, "eval/accuracy"])
     assert metrics["throughput/train_samples_per_s"] > 0 and metrics["memory/peak_rss_bytes"] > 0
     assert "memory/peak_bytes" not in metrics  # the CPU has no device memory figure
+    # the run leads with its figures: its description is the line `mlflow run` printed last, and
+    # at_a_glance/* repeats the headline figures under a name that sorts first (issue 28)
+    note = tags["mlflow.note.content"]
+    ours = [ln for ln in proc.stdout.strip().splitlines() if not ln.startswith(("🏃 View run", "🧪 View"))]
+    assert ours[-1] == note  # after it, only MLflow's own "View run/experiment at" links
+    assert note.startswith("train ") and " img/s · acc 0." in note and " · cpu · " in note, note
+    assert metrics["at_a_glance/train_s"] == metrics["time/train_s"]
+    assert metrics["at_a_glance/accuracy"] == metrics["eval/accuracy"]
     _check_host_and_duration(run)
     client = MlflowClient(mlflow_server.url)
     history = client.get_metric_history(run.info.run_id, "train/loss")
@@ -132,7 +140,7 @@ def test_mlflow_run_cifar_on_synthetic_data(
     Net().load_state_dict(net.state_dict())  # the weights load into the tutorial's own class
     # MLflow's random name is replaced by the scheme every launch path uses, and compare with no flags
     # (every experiment, as a newcomer types it) finds the run
-    assert run.info.run_name == "cifar · cpu · ep 1 · bs 32 · synthetic · train 2000 · test 500"
+    assert run.info.run_name == "cifar · cpu · bs 32 · synthetic · ep 1 · +2 more"
     out = tmp_path / "report"
     seen = run_cli(["compare", "--no-log", "--out", str(out)], _env(mlflow_server), cwd=tmp_path)
     assert seen.returncode == 0, seen.stderr

@@ -41,7 +41,14 @@ def test_mlflow_run_compare_logs_a_report_run(
     assert report.info.status == "FINISHED"
     # the run `mlflow run` made carries the answer too: numpy on the CPU only, so no pair yet
     assert report.data.metrics["pairs"] == 0
-    assert "No config ran on both a CPU and a GPU" in report.data.tags["mlflow.note.content"]
+    assert "No CPU/GPU pair yet" in report.data.tags["mlflow.note.content"]
+    # named for what it holds (not MLflow's random name); the printed link opens this very run, in
+    # the experiment MLflow put it in
+    assert report.info.run_name == f"report · {experiment_name} · 2 runs · no CPU/GPU pair"
+    link = (
+        f"/#/experiments/{report.info.experiment_id}/runs/{report.info.run_id}?workflowType=machine_learning"
+    )
+    assert link in proc.stdout, proc.stdout[-2000:]
     matmul_ids = {
         r.info.run_id
         for r in runs_of(mlflow_server.url, experiment_name)

@@ -64,6 +64,7 @@ def test_params_are_every_field_as_strings() -> None:
         "isolation": "process",
         "seed": "0",
         "price_per_hour": "0.0",
+        "illustrative_price": "false",
         "cpu_threads": "0",
     }
 

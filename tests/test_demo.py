@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from mlflow.tracking import MlflowClient
+
 from servers import devicebench_env, free_port, run_cli, runs_of, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +50,37 @@ def test_the_demo_plan_runs_offline_on_the_embedded_store(tmp_path: Path) -> Non
         if r.data.tags.get("devicebench.workload") in ("cifar", "unet")
     } == {"synthetic"}
     _next_commands_see_the_runs(out, uri, env, tmp_path)
+    _the_answer_first(out, uri, runs)
+
+
+def _the_answer_first(out: str, uri: str, runs: list) -> None:
+    """Issue 28: the demo ends with links to its report run and its runs list in the UI's
+    machine-learning view; the report run is named for what it holds; every workload run's description
+    is its one line of figures with the illustrative price said, the same line its command printed."""
+    last = out.strip().splitlines()[-2:]
+    answer = re.fullmatch(
+        r"the answer \(report run\): http://127\.0\.0\.1:5000/#/experiments/(\d+)/runs/(\w+)"
+        r"\?workflowType=machine_learning",
+        last[0],
+    )
+    assert answer, last
+    assert (
+        last[1]
+        == f"the runs: http://127.0.0.1:5000/#/experiments/{answer[1]}/runs?workflowType=machine_learning"
+    )
+    report = MlflowClient(uri).get_run(answer[2])
+    assert report.data.tags["devicebench.workload"] == "report"
+    assert (
+        report.info.run_name == "report · demo · 3 runs · no CPU/GPU pair"
+        or report.info.run_name.startswith("report · demo · 3 CPU/GPU pairs")
+    )
+    assert MlflowClient(uri).get_experiment(answer[1]).name == "devicebench-demo"
+    for run in runs:
+        if run.data.tags.get("devicebench.workload") in ("cifar", "unet", "matmul"):
+            note = run.data.tags["mlflow.note.content"]
+            assert "\n" not in note and "(illustrative $1/h)" in note, note
+            assert run.data.tags["devicebench.price.source"] == "illustrative"
+            assert any(k.startswith("at_a_glance/") for k in run.data.metrics)
 
 
 def _next_commands_see_the_runs(out: str, uri: str, env: dict[str, str], tmp_path: Path) -> None:
@@ -84,13 +117,17 @@ def _next_commands_see_the_runs(out: str, uri: str, env: dict[str, str], tmp_pat
         )
         with urllib.request.urlopen(req) as r:
             names = {run["info"]["run_name"] for run in json.load(r)["runs"]}
-        shown = {tuple(n.split(" · ")[:2]) for n in names if " · " in n}
+        shown = {tuple(n.split(" · ")[:2]) for n in names if " · " in n and not n.startswith("report")}
         assert shown == {("matmul", "cpu"), ("cifar", "cpu"), ("unet", "cpu")}, names
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(10)
     compare = next(ln for ln in out.splitlines() if ln.startswith("compare all runs again: "))
     assert compare.split(": ", 1)[1].endswith("/bin/devicebench compare"), compare
-    seen = run_cli(["compare", "--no-log", "--out", str(tmp_path / "report")], env, cwd=tmp_path)
+    seen = run_cli(["compare", "--out", str(tmp_path / "report")], env, cwd=tmp_path)
     assert seen.returncode == 0, seen.stderr
     assert re.search(r"read 3 runs from 1 experiments?: devicebench-demo \(3\)", seen.stdout), seen.stdout
+    # the report lands beside the runs it read: no experiment the user did not name
+    assert "(experiment devicebench-demo)" in seen.stdout, seen.stdout
+    assert seen.stdout.strip().splitlines()[-1].startswith("  (start the UI first: "), seen.stdout
+    assert sorted(e.name for e in MlflowClient(uri).search_experiments()) == ["Default", "devicebench-demo"]

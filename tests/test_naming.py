@@ -35,6 +35,12 @@ def test_matmul_booleans_and_a_suite_repeat() -> None:
     )
 
 
+def test_a_name_stays_short_with_the_most_telling_differences_first() -> None:
+    """The runs list cuts names at about 30 characters: `cifar · cpu · ep 1…` hid the batch size."""
+    demo = cfg("cifar", epochs="1", batch_size="32", lr="0.02", data="synthetic", train_limit="2000")
+    assert run_name("cifar", "cpu", demo) == "cifar · cpu · bs 32 · synthetic · ep 1 · +2 more"
+
+
 def test_a_long_name_is_cut_to_mlflows_limit() -> None:
     assert (
         len(run_name("matmul", "cpu", cfg("matmul", sizes=",".join(str(1000 + i) for i in range(100)))))

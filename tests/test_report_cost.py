@@ -176,7 +176,7 @@ def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
     assert rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1)"
     line = budget_text(comp)
     assert line == (
-        "budget: cifar k1: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
+        "budget: cifar bs 128: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
         "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex); 3 other priced side(s))"
     )
 
@@ -196,7 +196,7 @@ def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
     assert pair_row(p, {}).cost == "1,073,742 / 2,147,484 GFLOP per USD at n=1024 float32"
     lines = budget_text(comp).splitlines()
     assert lines == [
-        "budget: cifar k: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
+        "budget: cifar bs 128: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
         "budget: matmul mm: cheapest cuda:0 (A10): 2,147,484 GFLOP per USD at n=1024 float32 "
         "($0.000000466 per GFLOP at $3.60 (override); 1 other priced side(s))",
     ]

@@ -232,10 +232,48 @@ def test_no_experiment_reads_devicebench_runs_in_every_experiment(
     stdout = capsys.readouterr().out
     assert stdout.count(f"compare: {line}") == 1
     assert line.removeprefix("read ") in (env / "all" / "report.md").read_text()
-    home = client.get_experiment_by_name(experiment_name)  # the configured experiment holds the report
-    (report,) = client.search_runs([home.experiment_id], "tags.`devicebench.workload` = 'report'")
+    # the configured experiment does not exist: the report goes to the one that held the most runs,
+    # and no experiment is created behind the user's back
+    assert client.get_experiment_by_name(experiment_name) is None
+    home = client.get_experiment_by_name(f"{experiment_name}-a")
+    reports = client.search_runs([home.experiment_id], "tags.`devicebench.workload` = 'report'")
+    (report,) = [r for r in reports if "devicebench.report.runs" in r.data.tags]  # not the planted one
     assert sorted(report.data.tags["devicebench.report.runs"].split(",")) == sorted(ids)
     assert report.data.params["experiment"] == "all"
+
+
+def test_compare_logs_beside_the_one_experiment_it_read_and_prints_links(
+    mlflow_server, env: Path, experiment_name: str, capsys, monkeypatch
+) -> None:
+    """After `make demo`, a bare `compare` read only the demo's experiment but made `devicebench` for
+    its report. Its report now goes where the runs are, and its last lines link into the UI."""
+    client = MlflowClient(mlflow_server.url)
+    demo = client.create_experiment(f"{experiment_name}-demo")
+    token = f"one-{experiment_name}"
+    specs = specs_for("cifar", ["cpu", "cuda:0"])
+    for spec in specs:
+        spec.suite = token
+    log_runs(client, demo, specs)
+    flt = f"tags.`devicebench.suite` = '{token}'"
+    out = env / "one"
+    assert compare_cli("--filter", flt, "--out", str(out)) == 0
+    assert client.get_experiment_by_name(experiment_name) is None  # the configured one was not made
+    (report,) = client.search_runs([demo], "tags.`devicebench.workload` = 'report'")
+    assert report.info.run_name.startswith(f"report · {token} · 1 CPU/GPU pair · best ")
+    lines = capsys.readouterr().out.strip().splitlines()
+    base = mlflow_server.url.rstrip("/")
+    view = "workflowType=machine_learning"
+    assert lines[-2:] == [
+        f"the answer (report run): {base}/#/experiments/{demo}/runs/{report.info.run_id}?{view}",
+        f"the runs: {base}/#/experiments/{demo}/runs?{view}",
+    ]
+    assert report_cli.read_report_run(out) == (report.info.run_id, demo)  # what a suite prints
+    monkeypatch.setenv("MLFLOW_UI_URL", "https://mlflow.example.com/")
+    assert compare_cli("--filter", flt, "--out", str(env / "two"), "--no-log") == 0
+    assert report_cli.read_report_run(env / "two") is None
+    assert compare_cli("--filter", flt, "--out", str(env / "three")) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"the runs: https://mlflow.example.com/#/experiments/{demo}/runs?{view}"
 
 
 def test_report_run_shows_its_answer_as_metrics_and_description(
@@ -263,7 +301,10 @@ def test_report_run_shows_its_answer_as_metrics_and_description(
     assert "GPU over CPU: best 20.0×" in note and "worst 2.00×" in note
     assert "| cifar | batch_size=128 |" in note and "| 20.0× (" in note and "| 2.00× (" in note
     assert "No regression beyond 10%" in note and "report.html" in note
-    assert report.info.run_name == "compare"
+    assert (
+        report.info.run_name == "report · nightly-0 · 2 CPU/GPU pairs · best 20.0×"
+    )  # its runs came from one plan
+    assert "`speedup/best` = 20" in note and "`pairs` = 2" in note
 
 
 def test_budget_prints_the_cheapest_side_per_config_from_logged_prices(

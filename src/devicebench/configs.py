@@ -73,6 +73,16 @@ def _price_per_hour() -> float:
     )
 
 
+def _illustrative_price() -> bool:
+    """A made-up price (the demo's) must never pass for a real one: this flag tags the run
+    `price.source=illustrative`, and the run's description and every report table and verdict say so."""
+    return param(
+        False,
+        "price_per_hour is made up (a demo's), not a real price: tagged price.source=illustrative",
+        key=False,
+    )
+
+
 def _cpu_threads() -> int:
     """Every workload's: torch's CPU threads (and NumPy's BLAS threads in matmul). Not the work
     (key=False): the same work on 4 threads or 16 is one config, whose best CPU the report looks for."""
@@ -128,6 +138,7 @@ class MatmulConfig:
     )
     seed: int = param(0, "seed for the random matrices", min=0)
     price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
     cpu_threads: int = _cpu_threads()
 
     def validate(self) -> None:
@@ -216,6 +227,7 @@ class CifarConfig:
     )
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
     nproc: int = job_fields.nproc()
     nnodes: int = job_fields.nnodes()
     node_rank: int = job_fields.node_rank()
@@ -283,6 +295,7 @@ class UNetConfig:
     log_every: int = param(10, "log the mean training loss every N steps", min=1, key=False)
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
     nproc: int = job_fields.nproc()
     nnodes: int = job_fields.nnodes()
     node_rank: int = job_fields.node_rank()

@@ -27,21 +27,24 @@ def log_price(tracker: Any, price: Price | str) -> None:
         tracker.set_tags({tag("price.none"): price})
 
 
-def log_costs(tracker: Any, price: Price | str, workload: str, total_s: float, result: Any, cfg: Any) -> None:
-    """The run's cost metrics at its end; nothing without a price (the reason is already a tag)."""
+def log_costs(
+    tracker: Any, price: Price | str, workload: str, total_s: float, result: Any, cfg: Any
+) -> dict[str, float]:
+    """The run's cost metrics at its end; nothing without a price (the reason is already a tag).
+    Returns the run-level `cost/*` metrics it logged (not matmul's per-size ones), for the run's line."""
     if not isinstance(price, Price):
-        return
+        return {}
     hourly = price.usd_per_hour * getattr(cfg, "nnodes", 1)  # a job on N nodes rents N hosts
-    tracker.log_metrics(run_costs(hourly, total_s))
+    logged = run_costs(hourly, total_s)
     if workload == "matmul":
         per_point = matmul_costs(hourly, result or [])
         for size, values in sorted(per_point.items()):
             tracker.log_metrics(values, step=size)
         best = headline_gflop_per_usd(per_point)
         if best is not None:
-            tracker.log_metrics({"cost/gflop_per_usd": best})
+            logged["cost/gflop_per_usd"] = best
     else:
-        tracker.log_metrics(
+        logged.update(
             training_costs(
                 hourly,
                 getattr(result, "train_s", math.nan),
@@ -49,6 +52,8 @@ def log_costs(tracker: Any, price: Price | str, workload: str, total_s: float, r
                 getattr(cfg, "epochs", 0),
             )
         )
+    tracker.log_metrics(logged)
+    return logged
 
 
 def run_costs(hourly: float, total_s: float) -> dict[str, float]:

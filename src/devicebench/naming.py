@@ -1,5 +1,5 @@
-"""One run-naming scheme for every launch path: workload, then the device, then what differs from the
-defaults, e.g. `cifar · cuda:0 · bs 64 · w 8`.
+"""One run-naming scheme for every launch path: workload, then the device, then the few things that
+differ from the defaults that tell runs apart most, e.g. `cifar · cuda:0 · bs 64 · w 8`.
 
 MLflow's runs list cuts long names at the end, and the device is the one thing a user compares, so it
 comes right after the workload. The CLI, `mlflow run` (whose own names are random: `capable-squid-859`)
@@ -30,6 +30,26 @@ SHORT = {
     "sizes": "n",
     "num_workers": "workers",
 }
+# What tells runs apart most often comes first (a crossover's batch and width, a model, a precision);
+# dataset sizes, loader workers and the like last. At most MAX_SHOWN differences are named, the rest
+# counted (`+2 more`): the runs list cuts a name at about 30 characters, and the params hold it all.
+PRIORITY = (
+    "model",
+    "batch_size",
+    "width",
+    "precision",
+    "sizes",
+    "dtypes",
+    "image_size",
+    "base_channels",
+    "compile",
+    "channels_last",
+    "loader",
+    "data",
+    "epochs",
+    "lr",
+)
+MAX_SHOWN = 3
 # MLflow's generated names: adjective-animal-number, cut at 20 characters (mlflow/utils/name_utils.py).
 _GENERATED = re.compile(r"^[a-z]+-[a-z]*(-\d{0,3})?$")
 
@@ -43,11 +63,21 @@ def _value(v: Any) -> str:
 
 
 def _differences(cfg: Any) -> list[str]:
-    """The work-defining fields that differ from the workload's defaults, in the config's own order."""
+    """The work-defining fields that differ from the workload's defaults, the most telling first
+    (PRIORITY, then the config's own order), at most MAX_SHOWN of them and a count of the rest."""
+    found = _all_differences(cfg)
+    if len(found) > MAX_SHOWN:
+        return [*found[:MAX_SHOWN], f"+{len(found) - MAX_SHOWN} more"]
+    return found
+
+
+def _all_differences(cfg: Any) -> list[str]:
+    ranked = sorted(
+        (f for f in dataclasses.fields(cfg) if is_keyed(f)),
+        key=lambda f: PRIORITY.index(f.name) if f.name in PRIORITY else len(PRIORITY),
+    )
     shown = []
-    for f in dataclasses.fields(cfg):
-        if not is_keyed(f):
-            continue
+    for f in ranked:
         value = getattr(cfg, f.name)
         if value == f.default:
             continue

@@ -34,6 +34,7 @@ ENTRY_KEYS = (FIXED, *FLEX, *META, "note")
 SHAPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 CURRENCY_RE = re.compile(r"[A-Z]{3}")
 OVERRIDE = "override"
+ILLUSTRATIVE = "illustrative"  # a made-up price (the demo's): shown as such wherever it appears
 DEFAULT_LABEL = "experiments/prices.yaml"
 
 
@@ -80,7 +81,7 @@ class Price:
 
     usd_per_hour: float
     currency: str = "USD"
-    source: str = OVERRIDE  # "override" or "table:<file name>"
+    source: str = OVERRIDE  # "override", "illustrative" or "table:<file name>"
     shape: str = ""
     date: str = ""
     reference: str = ""
@@ -103,6 +104,7 @@ class Pricing:
     an override (param or setting), a table, or the reason there is no table."""
 
     override: float = 0.0
+    override_source: str = OVERRIDE  # ILLUSTRATIVE when the run's own price_per_hour is made up
     table: PriceTable | None = None
     missing: str = ""
 
@@ -239,12 +241,24 @@ def _text(value: Any, label: str, where: str) -> str:
 # ------------------------------------------------------------------------------------------ resolving
 
 
-def pricing_for(price_per_hour: float, setting_price: float, prices_path: str) -> Pricing:
+def pricing_for(
+    price_per_hour: float, setting_price: float, prices_path: str, illustrative: bool = False
+) -> Pricing:
     """The run's pricing, before the run exists: an override needs no table; otherwise the table is read
-    and validated now (DEVICEBENCH_PRICES, else the repository's), so a bad one is refused at once."""
-    override = price_per_hour or setting_price
-    if override:
-        return Pricing(override=override)
+    and validated now (DEVICEBENCH_PRICES, else the repository's), so a bad one is refused at once.
+
+    `illustrative` marks the run's own `price_per_hour` as made up (the demo's); it names no price
+    itself, so without one it is refused rather than attached to a real price."""
+    if illustrative and not price_per_hour:
+        raise UsageError(
+            "illustrative_price marks a made-up price_per_hour, and none was given; give price_per_hour "
+            "or leave illustrative_price out",
+            param="illustrative_price",
+        )
+    if price_per_hour:
+        return Pricing(override=price_per_hour, override_source=ILLUSTRATIVE if illustrative else OVERRIDE)
+    if setting_price:
+        return Pricing(override=setting_price)
     if prices_path:
         path = Path(prices_path).expanduser()
         if not path.is_file():
@@ -261,7 +275,7 @@ def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
 
     `host` is the fingerprint (oci.shape, oci.ocpus, oci.memory_gb from the metadata answer it read)."""
     if pricing.override:
-        return Price(usd_per_hour=pricing.override)
+        return Price(usd_per_hour=pricing.override, source=pricing.override_source)
     shape = host.get("oci.shape", "")
     if not shape:
         return "no OCI shape (not on OCI) and no price_per_hour"

@@ -42,6 +42,8 @@ class Settings:
     host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
     prices_path: str = ""  # DEVICEBENCH_PRICES: the user's price table instead of experiments/prices.yaml
     price_per_hour: float = 0.0  # DEVICEBENCH_PRICE_PER_HOUR: this host's price; 0 = look it up
+    ui_url: str = ""  # MLFLOW_UI_URL: where the printed links open the UI (a tunnel, a proxy); links.py
+    ui_port: str = ""  # MLFLOW_UI_PORT: `make ui`'s port, for links on a store without a server
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -138,6 +140,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         host_label=(env.get("DEVICEBENCH_HOST") or "").strip(),
         prices_path=(env.get("DEVICEBENCH_PRICES") or "").strip(),
         price_per_hour=_price(env, "DEVICEBENCH_PRICE_PER_HOUR"),
+        ui_url=(env.get("MLFLOW_UI_URL") or "").strip(),
+        ui_port=(env.get("MLFLOW_UI_PORT") or "").strip(),
     )
 
 

@@ -8,7 +8,6 @@ crosses in one documented contract (`handoff.py`). Reading and checking the plan
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import subprocess
@@ -178,8 +177,11 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
             }
         )
         parent.log_dict(outcome.as_dict(), "suite.json")
-        report_code = _report(plan, settings, suite_tag) if plan.report and outcome.finished else 0
+        report_code, report_out = 0, None
+        if plan.report and outcome.finished:
+            report_code, report_out = _report(plan, settings, suite_tag)
     _print_summary(plan, outcome, time.monotonic() - started, settings.tracking_uri)
+    _print_links(settings, experiment_id, report_out)
     return 1 if outcome.failed or report_code else 0
 
 
@@ -219,6 +221,26 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
         )
     if run.info.lifecycle_stage == "deleted":
         raise UsageError(f"run {run_id} is deleted; restore it or start the plan afresh", param="resume")
+
+
+def _print_links(settings: Any, experiment_id: str, report_out: Path | None) -> None:
+    """The plan's last lines: links to its report run (the answer) and to its runs, in the UI's
+    machine-learning view; the report run's id is what its compare left beside the report."""
+    from devicebench.links import link_lines
+    from devicebench.report.cli import read_report_run
+
+    found = read_report_run(report_out) if report_out else None
+    report_id, exp_id = found if found else (None, experiment_id)
+    for line in link_lines(
+        settings.tracking_uri,
+        exp_id,
+        report_id,
+        shown_uri=redact(settings.tracking_uri),
+        ui_url=settings.ui_url,
+        ui_port=settings.ui_port,
+        start_hint=False,  # the summary's "open the MLflow UI" line says how
+    ):
+        print(line)
 
 
 def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[str, str]]) -> Outcome:
@@ -271,32 +293,20 @@ def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: s
         print(line)
 
 
-def _venv_command(name: str) -> str:
-    """`name` as a fresh shell finds it: the path of this interpreter's own script (relative when it is
-    under the working directory, e.g. `.venv/bin/mlflow`), since a new shell has no venv activated."""
-    exe = Path(sys.executable).parent / name
-    if not exe.exists():
-        return name
-    with contextlib.suppress(ValueError):
-        return str(exe.absolute().relative_to(Path.cwd()))
-    return str(exe)
-
-
 def next_commands(tracking_uri: str) -> list[str]:
     """What to type next, in a form that works in a fresh shell (no venv activated)."""
+    from devicebench.links import ui_start_command, venv_command
+
     uri = redact(tracking_uri)
-    compare = f"compare all runs again: {_venv_command('devicebench')} compare"
+    compare = f"compare all runs again: {venv_command('devicebench')} compare"
     if not tracking_uri.startswith("sqlite:"):
         return [f"open the MLflow UI: {uri}", compare]
-    # one worker: one person's browser; MLflow's default 4 each import its server (seconds, ~0.5 GB each)
-    ui = f"{_venv_command('mlflow')} ui --backend-store-uri {uri} --workers 1"
-    if tracking_uri == "sqlite:///mlflow.db" and Path("Makefile").is_file():
-        ui = f"make ui   (or: {ui})"
-    return [f"open the MLflow UI on these runs: {ui}", compare]
+    return [f"open the MLflow UI on these runs: {ui_start_command(tracking_uri, uri)}", compare]
 
 
-def _report(plan: Plan, settings: Any, suite_tag: str) -> int:
-    """The compare report over this launch's runs (a subprocess: the report never imports torch)."""
+def _report(plan: Plan, settings: Any, suite_tag: str) -> tuple[int, Path]:
+    """The compare report over this launch's runs (a subprocess: the report never imports torch); its
+    exit code and the folder it wrote."""
     out = Path("reports") / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     cmd = [
         *python_argv("-m", "devicebench"),
@@ -315,7 +325,7 @@ def _report(plan: Plan, settings: Any, suite_tag: str) -> int:
     proc = subprocess.run(cmd, env=child_env(os.environ), preexec_fn=death_signal())
     if proc.returncode not in (0, 1):
         print(f"suite {plan.name}: the report failed (exit {proc.returncode})", file=sys.stderr)
-    return proc.returncode
+    return proc.returncode, out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,22 +23,11 @@ PROG = "devicebench"
 def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
     """The run of `name` with the flags in `args`; the CLI's exit code. With `tune_budget_s`, the CPU's
     threads and feeding are tuned first (tuning.py) and the run measures the CPU the fastest way found."""
-    from devicebench.config import config_from_args
-    from devicebench.configs import CONFIGS
     from devicebench.costs import log_costs
     from devicebench.launch import record_run, worker_rank
-    from devicebench.prices import pricing_for
-    from devicebench.schema import check_device_spelling
-    from devicebench.settings import load_settings, preflight_store
 
-    cfg = config_from_args(CONFIGS[name], args)  # bad input is refused here, before torch is imported
-    check_device_spelling(cfg.device)
-    settings = load_settings()
-    # a bad price table is refused here too, before any run exists
-    pricing = pricing_for(cfg.price_per_hour, settings.price_per_hour, settings.prices_path)
+    cfg, settings, pricing = _checked(name, args)
     rank = worker_rank()
-    if rank is None or rank == 0:  # a rank other than 0 never talks to the store
-        preflight_store(settings)
 
     from devicebench.workloads import Context, load, progress_enabled
 
@@ -73,13 +62,37 @@ def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | Non
             world.leave()
         total_s = time.perf_counter() - started
         tracker.log_metrics({"time/total_s": total_s})
-        log_costs(tracker, price, name, total_s, result, cfg)  # what the work cost, from the same wall time
+        costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
+        line = _lead_with_figures(tracker, name, str(device), world.size, result, costs, price)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         print(
             f"{PROG}: {name} run {tracker.run_id} finished on {on} -> {redact(settings.tracking_uri)}",
             file=sys.stderr,
         )
+    print(line, flush=True)  # the last thing the command (and `mlflow run`'s entry point) prints
     return 0
+
+
+def _checked(name: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(config, settings, pricing), every input checked before torch is imported or a run exists: the
+    flags, the device's spelling, the price table and (on the process that owns the run) the store."""
+    from devicebench.config import config_from_args
+    from devicebench.configs import CONFIGS
+    from devicebench.launch import worker_rank
+    from devicebench.prices import pricing_for
+    from devicebench.schema import check_device_spelling
+    from devicebench.settings import load_settings, preflight_store
+
+    cfg = config_from_args(CONFIGS[name], args)
+    check_device_spelling(cfg.device)
+    settings = load_settings()
+    pricing = pricing_for(
+        cfg.price_per_hour, settings.price_per_hour, settings.prices_path, cfg.illustrative_price
+    )
+    rank = worker_rank()
+    if rank is None or rank == 0:  # a rank other than 0 never talks to the store
+        preflight_store(settings)
+    return cfg, settings, pricing
 
 
 def _tune(name: str, cfg: Any, settings: Any, budget_s: float, world_size: int) -> tuple[Any, Any]:
@@ -98,6 +111,20 @@ def _tune(name: str, cfg: Any, settings: Any, budget_s: float, world_size: int) 
         tuning.tags(trials, chosen, budget_s),
         tuning.table(trials),
     )
+
+
+def _lead_with_figures(
+    tracker: Any, name: str, device: str, world_size: int, result: Any, costs: dict, price: Any
+) -> str:
+    """The run's answer where a person looks first: its one-line description (the UI shows it above
+    the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py)."""
+    from devicebench.run_line import NOTE_TAG, glance_metrics, summary_line
+
+    glance = glance_metrics(name, result, costs)
+    tracker.log_metrics(glance)
+    line = summary_line(name, device, glance, price, world_size)
+    tracker.set_tags({NOTE_TAG: line})
+    return line
 
 
 def _open_run(

@@ -12,6 +12,7 @@ With --baseline previous it exits 1 when the newest run of a config is slower th
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from dataclasses import replace
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from devicebench.errors import UsageError
 from devicebench.redact import redact
+from devicebench.report.experiments import run_counts
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
 from devicebench.schema import UNSET_WORDS, WORKLOADS, tag
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
 BASELINES = ("none", "previous")
 TAG_RUNS = tag("report.runs")
+REPORT_RUN_FILE = "report_run.json"  # beside the report: which run holds it (the suite prints its link)
 
 
 # the text options after --experiment, in --help order: flag, default, metavar, help
@@ -139,23 +142,77 @@ def compared_ids_tag(run_ids: list[str]) -> tuple[str, bool]:
 
 
 def log_report(
-    settings: Settings, files: list[Path], comp: Comparison, read: str, params: dict[str, str]
+    settings: Settings,
+    files: list[Path],
+    comp: Comparison,
+    read: str,
+    params: dict[str, str],
+    scope: str = "",
 ) -> str | None:
     """The report as a run of its own: its files as artifacts, the compared run ids as a tag, and the
-    answer where the MLflow UI shows it at once: headline metrics and a Markdown description."""
-    from devicebench.report.headline import NOTE_TAG, headline_metrics, summary_note
+    answer where the MLflow UI shows it at once: a name that says what it holds, headline metrics and
+    a Markdown description with the verdicts and those metrics."""
+    from devicebench.report.headline import headline_metrics, report_name, summary_note
+    from devicebench.run_line import NOTE_TAG
     from devicebench.tracking import run_context
 
     run_ids = [r.run_id for r in comp.runs]
     ids, truncated = compared_ids_tag(run_ids)
-    tags = {TAG_RUNS: ids, tag("report.run_count"): str(len(run_ids)), NOTE_TAG: summary_note(comp, read)}
-    with run_context(settings, "report", params, tags=tags, run_name="compare") as tracker:
-        tracker.log_metrics(headline_metrics(comp))
+    metrics = headline_metrics(comp)
+    tags = {
+        TAG_RUNS: ids,
+        tag("report.run_count"): str(len(run_ids)),
+        NOTE_TAG: summary_note(comp, read, metrics=metrics),
+    }
+    with run_context(settings, "report", params, tags=tags, run_name=report_name(comp, scope)) as tracker:
+        tracker.log_metrics(metrics)
         for f in files:
             tracker.log_artifact(f)
         if truncated:
             tracker.log_dict(run_ids, "compared_runs.json")
         return tracker.run_id
+
+
+def report_home(settings: Settings, selection: Selection) -> Settings:
+    """The experiment the report run goes to: the one experiment the runs it read belong to; else the
+    first one named with --experiment; else the configured one where it exists; else the one that held
+    the most of the runs. So `compare` after `make demo` puts its report beside the demo's runs, and
+    no compare creates an experiment behind the user's back."""
+    held = {r.experiment_id for r in selection.runs}
+    if len(held) == 1:
+        return replace(settings, experiment=selection.experiments[held.pop()])
+    if not selection.every_experiment:
+        return replace(settings, experiment=next(iter(selection.experiments.values())))
+    if settings.experiment in selection.experiments.values():
+        return settings
+    counts = run_counts(selection.experiments, [r.experiment_id for r in selection.runs], True)
+    return replace(settings, experiment=counts[0][0]) if counts else settings
+
+
+def report_scope(selection: Selection) -> str:
+    """What the report covers, for its run name: the plan when every run came from one plan (`demo`),
+    else the one experiment, else how many experiments."""
+    plans = {(r.tag("suite") or "").split(":", 1)[0] for r in selection.runs}
+    if len(plans) == 1 and "" not in plans:
+        return plans.pop()
+    held = {r.experiment_id for r in selection.runs}
+    if len(held) == 1:
+        return selection.experiments[next(iter(held))]
+    return f"{len(held)} experiments"
+
+
+def write_report_run(out: Path, run_id: str, experiment_id: str) -> None:
+    """`report_run.json` beside the report: the run that holds it, for whoever launched this compare."""
+    (out / REPORT_RUN_FILE).write_text(json.dumps({"run_id": run_id, "experiment_id": experiment_id}))
+
+
+def read_report_run(out: Path) -> tuple[str, str] | None:
+    """(run id, experiment id) of the report run a compare wrote into `out`; None when it logged none."""
+    try:
+        data = json.loads((out / REPORT_RUN_FILE).read_text())
+        return str(data["run_id"]), str(data["experiment_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _read(settings: Settings, query: Query, baseline: str) -> tuple[Selection, list[RunRecord]]:
@@ -267,12 +324,34 @@ def run(args: argparse.Namespace) -> int:
         f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {time.perf_counter() - t0:.1f} s)"
     )
     if not args.no_log:
-        # named experiments: the report lands beside what it compared (the first one), so the UI shows
-        # them together; read from everywhere, it lands in the configured experiment
-        home = settings
-        if not selection.every_experiment:
-            home = replace(settings, experiment=next(iter(selection.experiments.values())))
+        home = report_home(settings, selection)
         params = _report_params(query, baseline, threshold)
-        report_id = log_report(home, files, comp, selection.read_line(), params)
-        print(f"report run: {report_id} -> {redact(settings.tracking_uri)}")
+        report_id = log_report(home, files, comp, selection.read_line(), params, report_scope(selection))
+        print(f"report run: {report_id} -> {redact(settings.tracking_uri)} (experiment {home.experiment})")
+        if report_id:
+            _print_links(home, out, report_id)
     return _regression_exit(comp, threshold)
+
+
+def _print_links(home: Settings, out: Path, report_id: str) -> None:
+    """Links straight to the report run and its runs list (links.py), and the run's id beside the
+    report for a suite to print the same."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from devicebench.links import link_lines
+
+    try:  # the run's own experiment: under `mlflow run`, MLflow chose it before this process started
+        experiment_id = MlflowClient(home.tracking_uri).get_run(report_id).info.experiment_id
+    except MlflowException:  # spooled: the store went away after the run was made; no link to print
+        return
+    write_report_run(out, report_id, experiment_id)
+    for line in link_lines(
+        home.tracking_uri,
+        experiment_id,
+        report_id,
+        shown_uri=redact(home.tracking_uri),
+        ui_url=home.ui_url,
+        ui_port=home.ui_port,
+    ):
+        print(line)

@@ -7,12 +7,11 @@ by field name (the terminal table shows a few of the same cells).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from devicebench.report import money
-from devicebench.report.compare import NOT_WORK, Comparison
+from devicebench.report.compare import Comparison
 from devicebench.report.doc import Doc
 from devicebench.report.fmt import (
     NONE,
@@ -25,30 +24,13 @@ from devicebench.report.fmt import (
     fmt_stat_s,
     fmt_x,
 )
+from devicebench.report.labels import describe, timed_label, varying_params
 from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
 from devicebench.report.sides import Side
 from devicebench.schema import gflops
 
 # --------------------------------------------------------------------------------------------- pair rows
-
-
-def varying_params(sides: Sequence[Side]) -> dict[str, list[str]]:
-    """workload → the params whose values differ between its configs: what tells two rows apart."""
-    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for s in sides:
-        for k, v in s.params.items():
-            values[s.workload][k].add(v)
-    return {
-        w: sorted(k for k, vs in params.items() if len(vs) > 1 and k not in NOT_WORK)
-        for w, params in values.items()
-    }
-
-
-def describe(side: Side, varying: dict[str, list[str]]) -> str:
-    keys = varying.get(side.workload) or []
-    text = " ".join(f"{k}={side.params.get(k, '')}" for k in keys)
-    return text or side.config_key
 
 
 class PairRow(NamedTuple):
@@ -78,7 +60,7 @@ PAIR_HEADERS = [
     "config",
     "base",
     "other",
-    "timed",
+    "what is timed",
     "base time",
     "other time",
     "speedup",
@@ -90,13 +72,23 @@ PAIR_HEADERS = [
 ]
 
 
+HEADER = dict(zip(PairRow._fields, [*PAIR_HEADERS, "verdict"], strict=True))
+# The speedups table as the report shows it: how much faster and why; what it cost; peak memory
+SPLIT = (
+    ("workload", "config", "base", "other", "timed", "base_time", "other_time", "speedup", "data_wait"),
+    ("workload", "config", "other", "speedup", "verdict"),
+    ("workload", "config", "base", "other", "price_ratio", "cost_ratio", "cost"),
+    ("workload", "config", "base", "other", "memory"),
+)
+
+
 def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
     key = p.base.time_metric() or "time/total_s"
     if p.workload == "matmul" and "matmul" in p.speedups:
-        timed = f"matmul n={int(p.speedups['matmul_point'])}"
+        timed = f"one product, n={int(p.speedups['matmul_point'])}"
         base_time = other_time = NONE
     else:
-        timed = key.removeprefix("time/").removesuffix("_s")
+        timed = timed_label(key)
         base_time, other_time = fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
     rng = f" ({fmt_x(p.speedup_range[0])}–{fmt_x(p.speedup_range[1])})" if p.speedup_range else ""
     price_ratio, cost_ratio, spent = money.pair_cost_cells(p)
@@ -195,9 +187,14 @@ def _speedups(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
         )
     )
     if comp.pairs:
-        doc.table([*PAIR_HEADERS, "verdict"], pair_rows(comp.pairs, varying))
+        rows = [pair_row(p, varying) for p in comp.pairs]
+        for fields in SPLIT:  # narrow enough for MLflow's artifact view, each table one question
+            doc.table([HEADER[f] for f in fields], [[getattr(r, f) for f in fields] for r in rows])
     else:
-        doc.p("No config ran on two devices yet: run the same config with another --device to get a speedup.")
+        doc.p(
+            "No config ran on two devices yet. A plan skips its cuda runs on a host without a GPU; on a "
+            "GPU host the same plan (or the same command with device=cuda) gives each config its pair."
+        )
 
 
 def _scaling(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
@@ -216,6 +213,9 @@ def _scaling(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
     doc.table(SCALING_HEADERS, scaling_rows(comp.scaling, varying))
 
 
+PRICE_SPLIT = ((0, 1, 2, 3, 4, 5), (0, 1, 2, 6, 7, 8))  # money.SIDE_HEADERS' columns, per table
+
+
 def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
     """Which device and shape buys the most work per money, per config; or how to get prices at all."""
     if not comp.all_sides:
@@ -232,7 +232,9 @@ def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]
         "the runs logged them; matmul: GFLOP per money at the largest torch size). A side without a price "
         "shows why, never a number."
     )
-    doc.table(money.SIDE_HEADERS, money.side_rows(comp, lambda s: describe(s, varying)))
+    rows = money.side_rows(comp, lambda s: describe(s, varying))
+    for cols in PRICE_SPLIT:  # two narrower tables: what each side costs; what a unit of money buys
+        doc.table([money.SIDE_HEADERS[i] for i in cols], [[r[i] for i in cols] for r in rows])
 
 
 def _matmul(doc: Doc, comp: Comparison) -> None:
@@ -286,15 +288,15 @@ def _unpaired(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
         return
     doc.h(2, "Runs without a partner device")
     doc.table(
-        ["workload", "config", "config key", "device", "runs", "time", "run ids"],
+        ["workload", "config", "device", "runs", "time", "what is timed", "run ids"],
         [
             [
                 s.workload,
                 describe(s, varying),
-                s.config_key,
                 s.label,
                 str(len(s.runs)),
                 fmt_stat_s(s.metrics.get(s.time_metric() or "")),
+                timed_label(s.time_metric()),
                 _run_ids(s),
             ]
             for s in comp.unpaired
@@ -318,7 +320,10 @@ def _per_host(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None
     for host, pairs in comp.hosts.items():
         doc.h(3, host)
         if pairs:
-            doc.table(PAIR_HEADERS, pair_rows(pairs, varying, with_verdict=False))
+            rows = [pair_row(p, varying) for p in pairs]
+            for fields in SPLIT:
+                fields = tuple(f for f in fields if f != "verdict")
+                doc.table([HEADER[f] for f in fields], [[getattr(r, f) for f in fields] for r in rows])
         else:
             doc.p("no config ran on two devices on this host")
 

@@ -64,6 +64,12 @@ def source(side: Side) -> str:
     return ", ".join(out)
 
 
+def illustrative(side: Side) -> bool:
+    """True when any of the side's prices is made up (`price.source=illustrative`, the demo's): every
+    figure bought with it must say so, or a demo's $1/h reads as a real price."""
+    return any(r.tag("price.source") == "illustrative" for r in priced_runs(side))
+
+
 def no_price_reason(side: Side) -> str:
     """Why the side has no price, as its runs said (`devicebench.price.none`), or a generic reason."""
     for r in side.runs:

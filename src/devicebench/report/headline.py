@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from devicebench.report.compare import Comparison
 from devicebench.report.content import describe, pair_row, varying_params
@@ -21,9 +22,8 @@ from devicebench.report.fmt import NONE, fmt_x
 from devicebench.report.markdown import to_markdown
 from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
-from devicebench.schema import MAX_TAG_VALUE
+from devicebench.schema import MAX_RUN_NAME, MAX_TAG_VALUE
 
-NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 MAX_PAIR_NAME = 100  # of MLflow's 250 characters per metric name: enough to tell pairs apart in a chart list
 NOTE_HEADERS = ["workload", "config", "base", "other", "speedup", "why"]
 MAX_REGRESSION_LINES = 5
@@ -113,6 +113,36 @@ def headline_metrics(comp: Comparison) -> dict[str, float]:
     return metrics
 
 
+MAX_NOTE_METRICS = 12  # metric lines in the description; all of them are in the run's metrics table
+
+
+def report_name(comp: Comparison, scope: str = "") -> str:
+    """The report run's name says what it holds: `report · demo · 3 CPU/GPU pairs · best 34.2×`, or
+    `report · demo · 3 runs · no CPU/GPU pair`, so the runs list shows the answer without a click."""
+    pairs = cpu_gpu_pairs(comp)
+    parts = ["report", scope]
+    if pairs:
+        parts.append(f"{len(pairs)} CPU/GPU pair{'s' if len(pairs) != 1 else ''}")
+        parts.append(f"best {fmt_x(max(map(_speedup, pairs)))}")
+    else:
+        n = len(comp.finished)
+        parts += [f"{n} run{'s' if n != 1 else ''}", "no CPU/GPU pair"]
+    if comp.regressions:
+        parts.append(f"{len(comp.regressions)} regression{'s' if len(comp.regressions) != 1 else ''}")
+    return " · ".join(x for x in parts if x)[:MAX_RUN_NAME]
+
+
+def metric_lines(metrics: dict[str, float]) -> list[str]:
+    """The key metrics as the description lists them: `pairs`, then `speedup/*` and `cost_ratio/*`
+    (the pair metrics, best and worst), each `name = value`; the rest stay in the metrics table."""
+    order = sorted(metrics, key=lambda k: (k != "pairs", not k.startswith("speedup/"), k))
+    keys = [k for k in order if k == "pairs" or k.startswith(("speedup/", "cost_ratio/", "regressions"))]
+    lines = [f"`{k}` = {metrics[k]:.3g}" for k in keys[:MAX_NOTE_METRICS]]
+    if len(keys) > MAX_NOTE_METRICS:
+        lines.append(f"_{len(keys) - MAX_NOTE_METRICS} more in the metrics below_")
+    return lines
+
+
 def _where(p: Pair, varying: dict[str, list[str]]) -> str:
     row = pair_row(p, varying)
     return f"{row.workload} {row.config}: {row.other} vs {row.base}"
@@ -129,7 +159,11 @@ def verdict_lines(comp: Comparison) -> list[str]:
         if worst is not best:
             lines.append(f"**worst {fmt_x(worst.headline)}** ({_where(worst, varying)})")
     else:
-        lines.append("No config ran on both a CPU and a GPU: run the same config with another --device.")
+        lines.append(
+            "**No CPU/GPU pair yet**: every config ran on one device only (a plan skips cuda runs on a "
+            "host without a GPU). On a GPU host the same plan, or the same command with device=cuda, "
+            "pairs them; the README shows an H100's answer."
+        )
     said = [(s, v) for s in comp.scaling for v in s.verdicts]
     for s, v in said[:MAX_SCALING_LINES]:
         lines.append(f"**scaling** {s.workload} {describe(s.points[0].side, varying)} on {s.label}: {v}")
@@ -143,9 +177,13 @@ def verdict_lines(comp: Comparison) -> list[str]:
     return lines
 
 
-def _note_doc(comp: Comparison, read: str, lines: list[str], rows: list[list[str]], cut: int) -> Doc:
+def _note_doc(
+    comp: Comparison, read: str, lines: list[str], rows: list[list[str]], cut: int, keys: Sequence[str] = ()
+) -> Doc:
     doc = Doc()
     doc.p("  \n".join(lines))  # two trailing spaces: a Markdown line break
+    if keys:
+        doc.p("  \n".join(keys))
     if rows:
         doc.blocks.append(Table(NOTE_HEADERS, rows, f"{cut} more pairs in report.html" if cut else ""))
     elif cut:
@@ -157,23 +195,27 @@ def _note_doc(comp: Comparison, read: str, lines: list[str], rows: list[list[str
     return doc
 
 
-def summary_note(comp: Comparison, read: str, limit: int = MAX_TAG_VALUE) -> str:
-    """The run description: verdict lines and a table of the pairs, cut (at whole rows) to fit the
-    tag limit with a pointer to report.html, which has everything."""
+def summary_note(
+    comp: Comparison, read: str, limit: int = MAX_TAG_VALUE, metrics: dict[str, float] | None = None
+) -> str:
+    """The run description: verdict lines, the key metrics (`metrics`: the run's headline metrics) and
+    a table of the pairs, cut (at whole rows) to fit the tag limit with a pointer to report.html, which
+    has everything."""
     varying = varying_params(comp.all_sides)
     rows = []
     for p in comp.pairs:
         r = pair_row(p, varying)
         rows.append([r.workload, r.config, r.base, r.other, r.speedup, p.verdicts[0] if p.verdicts else NONE])
     lines = verdict_lines(comp)
+    keys = metric_lines(metrics if metrics is not None else headline_metrics(comp))
     lo, hi = 0, len(rows)  # the most rows that fit: the text only grows with rows
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if len(to_markdown(_note_doc(comp, read, lines, rows[:mid], len(rows) - mid))) <= limit:
+        if len(to_markdown(_note_doc(comp, read, lines, rows[:mid], len(rows) - mid, keys))) <= limit:
             lo = mid
         else:
             hi = mid - 1
-    text = to_markdown(_note_doc(comp, read, lines, rows[:lo], len(rows) - lo)).strip()
+    text = to_markdown(_note_doc(comp, read, lines, rows[:lo], len(rows) - lo, keys)).strip()
     if len(text) > limit:  # even without the table (a very long read line): cut the text itself
         pointer = "\n\n… cut; see report.html in this run's artifacts."
         text = text[: limit - len(pointer)] + pointer

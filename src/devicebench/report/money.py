@@ -57,7 +57,7 @@ def work_text(side: Side) -> str:
     text = f"{cost.fmt_amount(c.work_per_money)} {UNITS[c.unit]} per {cost.currency(side) or 'USD'}"
     if c.point is not None:
         text += f" at n={c.point[2]} {c.point[1]}"
-    return text
+    return text + (" (illustrative price)" if cost.illustrative(side) else "")
 
 
 def price_text(side: Side) -> str:
@@ -111,10 +111,11 @@ def pair_cost_cells(p: Pair) -> tuple[str, str, str]:
     if c is None:
         return NONE, NONE, NONE
     cur = cost.currency(p.base)
+    made_up = ", illustrative" if cost.illustrative(p.base) or cost.illustrative(p.other) else ""
     price = NONE
     if c.price_ratio is not None:
         hourly = [cost.side_price(s) for s in (p.base, p.other)]
-        price = f"{fmt_x(c.price_ratio)} ({' / '.join(cost.fmt_money(x.median if x else None, cur) for x in hourly)})"
+        price = f"{fmt_x(c.price_ratio)} ({' / '.join(cost.fmt_money(x.median if x else None, cur) for x in hourly)}{made_up})"
     if c.cost_ratio is None:
         return price, NONE, NONE
     b, o = c.base, c.other
@@ -125,7 +126,7 @@ def pair_cost_cells(p: Pair) -> tuple[str, str, str]:
         spent = f"{cost.fmt_money(b.per_unit, cur)} / {cost.fmt_money(o.per_unit, cur)} per {c.unit}"
         if c.cost_ratio_1k is not None:
             spent += f"; {cost.fmt_money(b.per_1k, cur)} / {cost.fmt_money(o.per_1k, cur)} per 1k samples"
-    return price, f"{fmt_x(c.cost_ratio)} per {c.unit}", spent
+    return price, f"{fmt_x(c.cost_ratio)} per {c.unit}{made_up}", spent
 
 
 def budget_lines(comp: Comparison, describe: Describe) -> list[str]:

@@ -53,6 +53,16 @@ def loader_bound(pair: Pair) -> str | None:
 
 
 def price_performance(pair: Pair) -> str | None:
+    """Is the faster side worth its price (below); a verdict bought with a made-up price says so."""
+    from devicebench.report.cost import illustrative
+
+    text = _price_performance(pair)
+    if text and (illustrative(pair.base) or illustrative(pair.other)):
+        return f"{text} (illustrative prices, not real ones)"
+    return text
+
+
+def _price_performance(pair: Pair) -> str | None:
     """The user's first question: is the faster side worth its price? Only where both sides' runs carry
     a price (never a made-up one): the cost of the same work, against the hourly price ratio."""
     speedup, cost = pair.headline, pair.cost

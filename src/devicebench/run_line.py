@@ -1,0 +1,137 @@
+"""A workload run's answer in one line, and the few metrics that lead its metric list.
+
+A run's page in the MLflow UI shows its description (the `mlflow.note.content` tag) above its metrics,
+and `devicebench <workload>` (so `mlflow run`) prints this same line last: time, throughput, quality,
+device and cost, e.g. `train 561 ms · 3,542 img/s · acc 0.902 · cuda:0 · $0.000159/epoch (illustrative
+$1/h)`. A made-up price says so here as in the report, so it cannot pass for a real one.
+
+Wherever MLflow orders metrics by name, `time/...` and `throughput/...` came after the per-class
+accuracies. `at_a_glance/*` repeats the headline figures under a name that sorts before every other
+prefix (cost/, dist/, eval/, matmul/, memory/, time/, ...); the original names stay as they are, for the
+report and for every run already logged. (The run page's own metrics table, seen in MLflow 3.17, lists
+metrics in the order they were first logged, warm-up first; there the description above it leads.)
+Torch- and mlflow-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from devicebench.prices import ILLUSTRATIVE, OVERRIDE, Price, fmt_price
+
+NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
+GLANCE = "at_a_glance"  # sorts before cost/ dist/ eval/ matmul/ memory/ system/ throughput/ time/ train/
+SEP = " · "
+SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s"}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def fmt_seconds(x: float) -> str:
+    """`0.56 s`, `12.3 ms`, `85 µs`, `1,234 s`: a duration readable at a glance."""
+    if x >= 100:
+        return f"{x:,.0f} s"
+    if x >= 1:
+        return f"{x:.2f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.3g} ms"
+    return f"{x * 1e6:.3g} µs"
+
+
+def fmt_money(x: float) -> str:
+    """`$0.00016`, `$1.28`, `$1,234`: three significant digits, never scientific notation."""
+    if x >= 1000:
+        return f"${x:,.0f}"
+    if x >= 1:
+        return f"${x:.2f}"
+    digits = max(2, 2 - math.floor(math.log10(x))) if x > 0 else 2
+    return f"${x:.{digits}f}"
+
+
+def fmt_count(x: float) -> str:
+    """`3,542`, `4.0M`, `12.5G`: a rate or an amount of work."""
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if x >= scale:
+            return f"{x / scale:.1f}{suffix}"
+    return f"{x:,.0f}"
+
+
+def price_phrase(price: Price | str) -> str:
+    """Where the price came from, after the cost: `illustrative $1/h`, `$2.95/h VM.GPU.A10.1`,
+    `$1/h set by hand`."""
+    if not isinstance(price, Price):
+        return ""
+    hourly = f"${fmt_price(price.usd_per_hour)}/h"
+    if price.source == ILLUSTRATIVE:
+        return f"illustrative {hourly}"
+    if price.source == OVERRIDE:
+        return f"{hourly} set by hand"
+    return f"{hourly} {price.shape}".strip()
+
+
+def _best_matmul(points: Sequence[Any]) -> Any | None:
+    """The point that speaks for the run: torch at its largest size, the fastest dtype there (NumPy's
+    when there is no torch series)."""
+    if not points:
+        return None
+    torch = [p for p in points if p.backend == "torch"] or list(points)
+    largest = max(p.size for p in torch)
+    return max((p for p in torch if p.size == largest), key=lambda p: p.gflops)
+
+
+def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> dict[str, float]:
+    """`at_a_glance/*`: the headline figures again, under names that sort first (see the module doc)."""
+    out: dict[str, float] = {}
+    if workload == "matmul":
+        best = _best_matmul(result or [])
+        if best is not None:
+            out["time_s"] = best.stats.median_s
+            out["gflops"] = best.gflops
+            out["rel_error"] = best.rel_error
+        if "cost/gflop_per_usd" in costs:
+            out["gflop_per_usd"] = costs["cost/gflop_per_usd"]
+    else:
+        out["train_s"] = getattr(result, "train_s", math.nan)
+        out["train_samples_per_s"] = getattr(result, "train_samples_per_s", math.nan)
+        for name in ("accuracy", "miou"):
+            if _finite(getattr(result, name, None)):
+                out[name] = getattr(result, name)
+        if "cost/usd_per_epoch" in costs:
+            out["usd_per_epoch"] = costs["cost/usd_per_epoch"]
+    return {f"{GLANCE}/{k}": float(v) for k, v in out.items() if _finite(v)}
+
+
+def summary_line(
+    workload: str, device: str, glance: Mapping[str, float], price: Price | str, world_size: int = 1
+) -> str:
+    """The run's one line: time · throughput · quality · device · cost (price source); a figure the
+    run has not got is left out, and a run without a price says so rather than showing none."""
+    g = {k.removeprefix(f"{GLANCE}/"): v for k, v in glance.items()}
+    parts = []
+    if workload == "matmul":
+        if "gflops" in g:
+            parts += [f"{fmt_seconds(g['time_s'])} per product", f"{fmt_count(g['gflops'])} GFLOP/s"]
+        if "rel_error" in g:
+            parts.append(f"rel err {g['rel_error']:.1e}")
+    else:
+        if "train_s" in g:
+            parts.append(f"train {fmt_seconds(g['train_s'])}")
+        if "train_samples_per_s" in g:
+            parts.append(f"{fmt_count(g['train_samples_per_s'])} {SAMPLE_UNIT.get(workload, 'samples/s')}")
+        if "accuracy" in g:
+            parts.append(f"acc {g['accuracy']:.3f}")
+        if "miou" in g:
+            parts.append(f"mIoU {g['miou']:.3f}")
+    parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))
+    phrase = price_phrase(price)
+    if "usd_per_epoch" in g:
+        parts.append(f"{fmt_money(g['usd_per_epoch'])}/epoch ({phrase})")
+    elif "gflop_per_usd" in g:
+        parts.append(f"{g['gflop_per_usd']:,.0f} GFLOP per $ ({phrase})")
+    elif isinstance(price, str):
+        parts.append(f"no price: {price}")
+    return SEP.join(parts)
