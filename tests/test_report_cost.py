@@ -105,7 +105,12 @@ def test_the_two_cases_give_exact_cost_ratios_and_the_right_verdicts() -> None:
     assert row.cost == "$0.00167 / $0.00111 per epoch; $0.0000667 / $0.0000444 per 1k samples"
     assert pair_row(dear, {}).cost_ratio == "2.67× per epoch"
     i = PAIR_HEADERS.index("speedup")
-    assert PAIR_HEADERS[i : i + 3] == ["speedup", "price ratio (per hour)", "cost ratio (per unit of work)"]
+    assert PAIR_HEADERS[i : i + 4] == [
+        "speedup",
+        "speedup over the best CPU",
+        "price ratio (per hour)",
+        "cost ratio (per unit of work)",
+    ]
     table = terminal_table(comp)
     assert "0.67× per epoch" in table and "2.67× per epoch" in table
 

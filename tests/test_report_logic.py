@@ -600,6 +600,68 @@ def test_report_files_from_plain_data(tmp_path: Path) -> None:
     assert (tmp_path / "runs.csv").read_text().count("\n") == len(runs) + 1
 
 
+def _tp(t: float, samples: float = 10_000.0, **more: float) -> dict[str, float]:
+    return {**train(t), "throughput/train_samples_per_s": samples / t, **more}
+
+
+def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp_path: Path) -> None:
+    """H100 host, 2026-11-24: the tutorial's CPU side trained at ~250 img/s, a tuned CPU side of the same
+    work at ~2,000, the GPU at ~2,300. The pair keeps its speedup over the configured CPU and gains one
+    over the best CPU, with a verdict naming what the CPU needed; the cost is taken against the best CPU."""
+    work = {"devicebench.work_key": "w1"}
+    cpu = rec(
+        "cpu", key="k1", params={"loader": "dataloader", "num_workers": "2"}, metrics=_tp(40.0), tags=work
+    )
+    tuned_tags = {
+        **work,
+        "devicebench.cpu.tuned": "true",
+        "devicebench.cpu.tuned.setting": "4 threads, data in memory",
+    }
+    tuned = rec(
+        "cpu", key="k2", params={"loader": "tensor", "num_workers": "0"}, metrics=_tp(5.0), tags=tuned_tags
+    )
+    gpu = rec(
+        "cuda:0", key="k1", params={"loader": "dataloader", "num_workers": "2"}, metrics=_tp(4.35), tags=work
+    )
+    other = rec(
+        "cpu", key="k3", params={"batch_size": "8"}, metrics=_tp(1.0), tags={"devicebench.work_key": "w2"}
+    )
+    comp = compare([cpu, tuned, gpu, other])
+    (p,) = [p for p in comp.pairs if p.is_cpu_gpu]
+    assert p.headline == pytest.approx(40.0 / 4.35)  # as configured
+    assert p.best_cpu is not None and p.best_cpu.runs == [tuned], "other work (w2) is never the best CPU"
+    assert p.speedups["best_cpu"] == pytest.approx(5.0 / 4.35)
+    line = "against this CPU at its best (4 threads, data in memory) cuda:0 (A10) is 1.15× faster: barely a gain for this model"
+    assert p.verdicts[0] == line
+    from devicebench.report.headline import headline_metrics
+
+    metrics = headline_metrics(comp)
+    (name,) = [k.split("/", 1)[1] for k in metrics if k.startswith("speedup_best_cpu/")]
+    assert metrics[f"speedup_best_cpu/{name}"] == pytest.approx(5.0 / 4.35)
+    assert metrics[f"speedup/{name}"] == pytest.approx(40.0 / 4.35)
+    write_report(comp, tmp_path, {"experiments": "e"})
+    for page in ("report.md", "report.html"):
+        text = (tmp_path / page).read_text()
+        assert "speedup over the best CPU" in text and "1.15× (4 threads, data in memory)" in text, page
+        assert "against this CPU at its best (4 threads, data in memory)" in text, page
+    # Priced: the verdict is the price's, taken against the best CPU (equal prices, GPU 1.15x faster).
+    for r in (cpu, tuned, gpu):
+        r.tags["devicebench.price.usd_per_hour"] = "1.0"
+        r.metrics["cost/usd_per_epoch"] = r.metrics["time/train_s"] / 3600
+    (p,) = [p for p in compare([cpu, tuned, gpu]).pairs if p.is_cpu_gpu]
+    assert p.verdicts[0].endswith("is 1.15× faster: worth its price for this model")
+    # The tuned side is the pair's own CPU side: one speedup, no second verdict.
+    alone = rec(
+        "cuda:0", key="k2", params={"loader": "tensor", "num_workers": "0"}, metrics=_tp(4.35), tags=work
+    )
+    (p,) = [p for p in compare([tuned, alone]).pairs if p.is_cpu_gpu]
+    assert p.best_cpu is p.base and verdicts.against_best_cpu(p) is None
+    # Runs logged before work keys: only their own config's CPU is a candidate.
+    old = [rec("cpu", key="k9", metrics=_tp(40.0)), rec("cuda:0", key="k9", metrics=_tp(4.0))]
+    (p,) = [p for p in compare([*old, tuned]).pairs if p.is_cpu_gpu]
+    assert p.best_cpu is p.base
+
+
 def test_report_never_imports_torch() -> None:
     code = (
         "import sys\n"

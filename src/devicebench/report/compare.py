@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from devicebench.configs import not_work
-from devicebench.report import verdicts
+from devicebench.report import best_cpu, verdicts
 from devicebench.report.pairs import Pair, build_pairs, make_pair
 from devicebench.report.query import RunRecord
 from devicebench.report.regressions import Regression, find_regressions, measures, newest_group
@@ -188,6 +188,7 @@ def compare(
     unfinished = [r for r in runs if r.status != "FINISHED"]
     sides = build_sides(finished)
     pairs, unpaired = build_pairs(sides)
+    best_cpu.attach(pairs, (s for group in sides.values() for s in group))
     grids = build_grids(pairs)
     for p in pairs:
         p.verdicts = verdicts.explain(p)

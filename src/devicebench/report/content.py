@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from devicebench.report import money
+from devicebench.report import best_cpu, money
 from devicebench.report.compare import Comparison
 from devicebench.report.doc import Doc
 from devicebench.report.fmt import (
@@ -44,6 +44,7 @@ class PairRow(NamedTuple):
     base_time: str
     other_time: str
     speedup: str
+    best_cpu: str
     price_ratio: str
     cost_ratio: str
     cost: str
@@ -64,6 +65,7 @@ PAIR_HEADERS = [
     "base time",
     "other time",
     "speedup",
+    "speedup over the best CPU",
     "price ratio (per hour)",
     "cost ratio (per unit of work)",
     "cost (base / other)",
@@ -76,7 +78,7 @@ HEADER = dict(zip(PairRow._fields, [*PAIR_HEADERS, "verdict"], strict=True))
 # The speedups table as the report shows it: how much faster and why; what it cost; peak memory
 SPLIT = (
     ("workload", "config", "base", "other", "timed", "base_time", "other_time", "speedup", "data_wait"),
-    ("workload", "config", "other", "speedup", "verdict"),
+    ("workload", "config", "other", "speedup", "best_cpu", "verdict"),
     ("workload", "config", "base", "other", "price_ratio", "cost_ratio", "cost"),
     ("workload", "config", "base", "other", "memory"),
 )
@@ -101,6 +103,7 @@ def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
         base_time=base_time,
         other_time=other_time,
         speedup=fmt_x(p.headline) + rng,
+        best_cpu=best_cpu.speedup_cell(p),
         price_ratio=price_ratio,
         cost_ratio=cost_ratio,
         cost=spent,
@@ -120,18 +123,9 @@ def pair_rows(
 # --------------------------------------------------------------------------------------------- scaling rows
 
 SCALING_HEADERS = [
-    "workload",
-    "config",
-    "device",
-    "processes",
-    "throughput (samples/s)",
-    "speedup",
-    "over N=",
-    "efficiency",
-    "all-reduce share",
-    "runs",
-    "verdict",
-]
+    "workload", "config", "device", "processes", "throughput (samples/s)", "speedup", "over N=",
+    "efficiency", "all-reduce share", "runs", "verdict",
+]  # fmt: skip
 
 
 def scaling_rows(series: Sequence[Series], varying: dict[str, list[str]]) -> list[list[str]]:
@@ -176,7 +170,8 @@ def _summary(doc: Doc, comp: Comparison, meta: dict[str, str]) -> None:
 def _speedups(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
     doc.h(2, "Speedups")
     doc.p(
-        "speedup = base time / other time (median of repeats; range from the repeats' spread). "
+        "speedup = base time / other time (median of repeats; range from their spread); over the best "
+        f"CPU: other's throughput / the fastest CPU's for the same work ({best_cpu.WHICH}). "
         "price ratio = other's hourly price / base's; cost ratio = other's cost of the same work / base's "
         "(below 1× the other side is cheaper), from the prices the runs logged. "
         "data wait = share of training time spent waiting for the next batch."

@@ -102,6 +102,8 @@ def headline_metrics(comp: Comparison) -> dict[str, float]:
     names = unique_names([pair_name(p, varying) for p in pairs])
     for name, p in zip(names, pairs, strict=True):
         metrics[f"speedup/{name}"] = _speedup(p)
+        if p.best_cpu is not None and "best_cpu" in p.speedups:  # the GPU against this CPU at its best
+            metrics[f"speedup_best_cpu/{name}"] = p.speedups["best_cpu"]
         if p.cost_ratio is not None:  # both sides priced: GPU cost of the same work / CPU cost
             metrics[f"cost_ratio/{name}"] = p.cost_ratio
     if pairs:
@@ -136,7 +138,11 @@ def metric_lines(metrics: dict[str, float]) -> list[str]:
     """The key metrics as the description lists them: `pairs`, then `speedup/*` and `cost_ratio/*`
     (the pair metrics, best and worst), each `name = value`; the rest stay in the metrics table."""
     order = sorted(metrics, key=lambda k: (k != "pairs", not k.startswith("speedup/"), k))
-    keys = [k for k in order if k == "pairs" or k.startswith(("speedup/", "cost_ratio/", "regressions"))]
+    keys = [
+        k
+        for k in order
+        if k == "pairs" or k.startswith(("speedup/", "speedup_best_cpu/", "cost_ratio/", "regressions"))
+    ]
     lines = [f"`{k}` = {metrics[k]:.3g}" for k in keys[:MAX_NOTE_METRICS]]
     if len(keys) > MAX_NOTE_METRICS:
         lines.append(f"_{len(keys) - MAX_NOTE_METRICS} more in the metrics below_")

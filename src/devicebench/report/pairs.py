@@ -27,6 +27,7 @@ class Pair:
     in_crossover: bool = False
     verdicts: list[str] = field(default_factory=list)
     cost: PairCost | None = None  # price and cost ratios (cost.py); their fields are None without prices
+    best_cpu: Side | None = None  # the fastest CPU side of the same work (best_cpu.py); may be `base`
 
     @property
     def workload(self) -> str:

@@ -33,6 +33,29 @@ SCALING_EFFICIENCY = 0.7  # a job of N processes training under 0.7 × N times a
 COMM_MINOR_SHARE = 0.1  # all-reduce at most 10 % of training (an upper bound) cannot explain poor scaling
 
 
+BARELY = 2.0  # against the CPU at its best, a GPU less than 2x faster barely helps this model
+
+
+def against_best_cpu(pair: Pair) -> str | None:
+    """Where a faster CPU configuration of the same work was measured, the pair's answer is against it:
+    "against this CPU at its best (4 threads, data in memory) the H100 is 1.2x faster: not worth its
+    price for this model". Worth it or not from the costs where both sides are priced (then against
+    the best CPU), else from the speedup alone."""
+    from devicebench.report.best_cpu import cpu_setting
+
+    best, speedup = pair.best_cpu, pair.speedups.get("best_cpu")
+    if best is None or speedup is None or best is pair.base:
+        return None
+    said = (
+        f"against this CPU at its best ({cpu_setting(best)}) {pair.other.label} is {fmt_speedup(speedup)} "
+        f"{'faster' if speedup >= 1 else 'as fast'}"
+    )
+    ratio = pair.cost_ratio
+    if ratio is not None:
+        return f"{said}: {'worth' if ratio < 1 else 'not worth'} its price for this model"
+    return f"{said}: {'barely a gain' if speedup < BARELY else 'a clear gain'} for this model"
+
+
 def synthetic_data(pair: Pair) -> str | None:
     """Synthetic data times the real compute but its accuracy means nothing: say so on every such pair."""
     sides = [s for s in (pair.base, pair.other) if s.data == "synthetic"]
@@ -269,6 +292,7 @@ def thread_mismatch(pair: Pair) -> str | None:
 
 
 RULES: tuple[Callable[[Pair], str | None], ...] = (
+    against_best_cpu,
     oversubscribed,
     price_performance,
     loader_bound,
