@@ -662,6 +662,22 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     assert p.best_cpu is p.base
 
 
+def test_a_gpu_side_far_below_its_peak_is_called_launch_bound_by_its_share() -> None:
+    """The tutorial Net on an H100: ~7 GFLOP/s of 494 TFLOP/s TF32, far under 5 % of the peak."""
+    gpu_tags = {"devicebench.util.dtype": "tf32"}
+    low = rec("cuda:0", metrics={**train(1.0), "util/peak_fraction": 0.003}, tags=gpu_tags)
+    p = pair([rec("cpu", metrics=train(1.2))], [low])
+    assert verdicts.peak_share(p) == (
+        "0.30% of A10's tf32 peak: launch-bound; a larger batch or model will gain, a larger GPU will not"
+    )
+    busy = rec("cuda:0", metrics={**train(1.0), "util/peak_fraction": 0.4}, tags=gpu_tags)
+    assert verdicts.peak_share(pair([rec("cpu", metrics=train(9.0))], [busy])) is None
+    assert (
+        verdicts.peak_share(pair([rec("cpu", metrics=train(9.0))], [rec("cuda:0", metrics=train(1.0))]))
+        is None
+    )
+
+
 def test_report_never_imports_torch() -> None:
     code = (
         "import sys\n"

@@ -22,6 +22,7 @@ TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s
 THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")
 QUALITY_METRICS = ("eval/accuracy", "eval/miou")
 MEMORY_METRICS = ("memory/peak_bytes", "memory/peak_rss_bytes")
+UTIL_METRICS = ("util/peak_fraction", "throughput/train_tflops")  # the share of the device's peak
 # what the run side logs where it knew a price (issue 17); absent: no price, never a zero
 COST_METRICS = (
     "cost/usd",
@@ -33,7 +34,13 @@ COST_METRICS = (
 # data-parallel jobs (issue 18): the upper bound on the share of training spent in all-reduce, and its time
 DIST_METRICS = ("dist/comm_share", "dist/allreduce_s")
 SUMMARY_METRICS = (
-    TIME_METRICS + THROUGHPUT_METRICS + QUALITY_METRICS + MEMORY_METRICS + COST_METRICS + DIST_METRICS
+    TIME_METRICS
+    + THROUGHPUT_METRICS
+    + QUALITY_METRICS
+    + MEMORY_METRICS
+    + COST_METRICS
+    + DIST_METRICS
+    + UTIL_METRICS
 )
 
 

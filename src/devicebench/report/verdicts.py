@@ -132,6 +132,22 @@ def launch_bound(pair: Pair) -> str | None:
     return f"batch {batch}: GPU launch-bound; speedup grows with batch size ({where})"
 
 
+SMALL_PEAK_SHARE = 0.05  # a GPU side computing at under 5 % of its dense peak is starved or launch-bound
+
+
+def peak_share(pair: Pair) -> str | None:
+    """How much of the GPU the run used (`util/peak_fraction`, against the datasheet peak of the dtype it
+    computed in): a tiny share says a larger batch or model will gain and a larger GPU will not."""
+    stat = pair.other.metrics.get("util/peak_fraction")
+    if not pair.is_cpu_gpu or stat is None or stat.median >= SMALL_PEAK_SHARE:
+        return None
+    dtype = pair.other.runs[0].tag("util.dtype") or "its"
+    return (
+        f"{stat.median:.2%} of {pair.other.device_name}'s {dtype} peak: launch-bound; a larger batch or "
+        "model will gain, a larger GPU will not"
+    )
+
+
 def gpu_slower(pair: Pair) -> str | None:
     """A CPU/GPU pair where the GPU lost and neither the loader nor small batches explain it."""
     speedup = pair.headline
@@ -297,6 +313,7 @@ RULES: tuple[Callable[[Pair], str | None], ...] = (
     price_performance,
     loader_bound,
     launch_bound,
+    peak_share,
     gpu_slower,
     unsynced_underreport,
     strict_fp32_on_tf32_gpu,
