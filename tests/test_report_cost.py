@@ -244,6 +244,14 @@ def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -
     assert crossover_chart(grid, tmp_path / "priced.png") == 2
     (bare,) = compare(grid_runs(priced=False)).grids
     assert bare.cost_cells == {} and crossover_chart(bare, tmp_path / "bare.png") == 1
+    # GPU runs that logged their share of the peak get a third panel: where the GPU is launch-bound.
+    runs = grid_runs(priced=True)
+    for r in runs:
+        if r.device.startswith("cuda"):
+            r.metrics["util/peak_fraction"] = float(r.params["batch_size"]) * float(r.params["width"]) / 1e4
+    (grid,) = compare(runs).grids
+    assert grid.peak_cells[(1.0, 4.0)] == pytest.approx(0.0004) and grid.peak_cells[(2.0, 128.0)] == 0.0256
+    assert crossover_chart(grid, tmp_path / "peak.png") == 3
 
 
 def test_compare_parser_takes_budget() -> None:

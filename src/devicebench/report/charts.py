@@ -90,16 +90,23 @@ def gflops_chart(sides: Sequence[Side], path: Path) -> bool:
 
 
 def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: float) -> Any:
-    """One heatmap panel over width × batch_size: green where log10(x) × sign > 0, each cell spelled."""
+    """One heatmap panel over width × batch_size: green where log10(x) × sign > 0, each cell spelled.
+    `sign` 0 draws a share in [0, 1] (of the device's peak) on a plain scale, spelled as a percentage."""
     ws, bs = grid.widths, grid.batch_sizes
     data = [[values.get((w, b), math.nan) for b in bs] for w in ws]
-    logs = [[sign * math.log10(x) if not math.isnan(x) and x > 0 else math.nan for x in row] for row in data]
-    lim = max([*(abs(x) for row in logs for x in row if not math.isnan(x)), 0.3])
-    im = ax.imshow(logs, cmap="RdYlGn", vmin=-lim, vmax=lim, aspect="auto", origin="lower")
+    if sign == 0:
+        top = max([x for row in data for x in row if not math.isnan(x)] + [1e-9])
+        im = ax.imshow(data, cmap="Greens", vmin=0, vmax=top, aspect="auto", origin="lower")
+    else:
+        logs = [[sign * math.log10(x) if not math.isnan(x) and x > 0 else math.nan for x in r] for r in data]
+        lim = max([*(abs(x) for row in logs for x in row if not math.isnan(x)), 0.3])
+        im = ax.imshow(logs, cmap="RdYlGn", vmin=-lim, vmax=lim, aspect="auto", origin="lower")
     for i, row in enumerate(data):
         for j, x in enumerate(row):
             if not math.isnan(x):
-                ax.text(j, i, fmt_speedup(x), ha="center", va="center", fontsize=8)
+                ax.text(
+                    j, i, f"{x:.2%}" if sign == 0 else fmt_speedup(x), ha="center", va="center", fontsize=8
+                )
     ax.set_xticks(range(len(bs)), [f"{b:g}" for b in bs])
     ax.set_yticks(range(len(ws)), [f"{w:g}" for w in ws])
     ax.set_xlabel("batch_size")
@@ -121,6 +128,8 @@ def crossover_chart(grid: Grid, path: Path) -> int:
                 "log10 (1 / cost ratio)",
             )
         )
+    if grid.peak_cells:  # the GPU side's share of its dense peak: launch-bound where it stays tiny
+        panels.append((grid.peak_cells, 0.0, f"{grid.other}: share of its dense peak", "fraction of peak"))
     size = (1.2 * len(grid.batch_sizes) + 3, 0.8 * len(grid.widths) + 2.5)
     fig, axes = plt.subplots(1, len(panels), figsize=(size[0] * len(panels), size[1]), squeeze=False)
     for ax, (values, sign, title, bar) in zip(axes[0], panels, strict=True):

@@ -86,6 +86,8 @@ class Grid:
     cells: dict[tuple[float, float], float]  # (width, batch_size) -> speedup
     # (width, batch_size) -> other's cost of the same work / base's, where both sides have a price
     cost_cells: dict[tuple[float, float], float] = field(default_factory=dict)
+    # (width, batch_size) -> the other side's share of its dense peak (util/peak_fraction), where logged
+    peak_cells: dict[tuple[float, float], float] = field(default_factory=dict)
 
     @property
     def widths(self) -> list[float]:
@@ -120,6 +122,7 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
     for (workload, base, other, fixed), ps in groups.items():
         cells: dict[tuple[float, float], float] = {}
         costs: dict[tuple[float, float], float] = {}
+        peaks: dict[tuple[float, float], float] = {}
         for p in ps:
             w = _num(p.base.params.get("width"))
             b = _num(p.base.params.get("batch_size"))
@@ -127,8 +130,10 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
             cells[cell] = p.headline  # type: ignore[assignment]
             if p.cost_ratio is not None:
                 costs[cell] = p.cost_ratio
+            if (share := p.other.metrics.get("util/peak_fraction")) is not None:
+                peaks[cell] = share.median
         if len(cells) >= 2:
-            grids.append(Grid(workload, base, other, dict(fixed), cells, costs))
+            grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks))
             if len({b for _, b in cells}) > 1:
                 for p in ps:
                     p.in_crossover = True
