@@ -121,3 +121,31 @@ def test_env_file_is_ignored_by_git() -> None:
 def test_ci_runs_make_test_and_nothing_cleverer() -> None:
     lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines[-1] == "make test"
+
+
+def test_the_offline_wheelhouse_asks_for_everything_but_the_hosts_torch(tmp_path: Path) -> None:
+    """`make wheelhouse`: every runtime dependency, the server extras and the test runner, never torch or
+    torchvision (a GPU host keeps its own CUDA build); install.sh refuses a Python without torch to keep."""
+    import subprocess
+    import sys
+
+    from packaging.requirements import Requirement
+
+    out = subprocess.run(
+        [sys.executable, "deploy/offline/requirements.py", "pyproject.toml"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split("\n")  # fmt: skip
+    names = {Requirement(r).name for r in out if r}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = {Requirement(r).name for r in project["dependencies"]}
+    assert names >= runtime - {"torch", "torchvision"} and not names & {"torch", "torchvision"}
+    assert {"psycopg", "pytest", "pytest-xdist", "setuptools"} <= names
+    no_torch = tmp_path / "python"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")  # a Python that cannot import torch
+    no_torch.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "deploy/offline/install.sh"), str(tmp_path)],
+        cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHON": str(no_torch)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "no torch/torchvision to keep" in proc.stderr
+    assert not (tmp_path / ".venv").exists()
