@@ -12,7 +12,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from devicebench.config import build_config
-from devicebench.schema import gflops
+from devicebench.schema import gflops, matmul_key, matmul_point_key
 from devicebench.timing import MAX_SAMPLES
 from devicebench.tracking import MemoryTracker
 from devicebench.workloads import Context
@@ -48,6 +48,13 @@ def test_run_logs_every_point_with_step_equal_to_size(tmp_path: Path) -> None:
         "CPU runs have no unsynced time"
     )
     assert {"timings.json", "matmul.csv", "gflops.png"} <= set(tracker.artifacts)
+    # each point again as flat per-size keys, equal to the stepped ones (the report reads them)
+    for p in points:
+        for figure in ("gflops", "time_s"):
+            stepped = {s: v for k, v, s in tracker.metrics if k == matmul_key(p.backend, p.dtype, figure)}
+            (flat,) = tracker.values(matmul_point_key(p.backend, p.dtype, p.size, figure))
+            assert flat == stepped[p.size]
+    assert not [k for k, _, _ in tracker.metrics if k.endswith("/n32/rel_error")], "only what is read"
 
 
 def test_each_backend_is_measured_in_a_fresh_process_where_no_other_pool_ran(tmp_path: Path) -> None:

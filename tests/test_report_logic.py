@@ -27,6 +27,7 @@ from devicebench.report.query import (
 )
 from devicebench.report.render import terminal_table, write_report
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
+from devicebench.schema import matmul_point_key
 
 _ids = itertools.count()
 HOST = {
@@ -187,6 +188,34 @@ def test_single_size_matmul_needs_no_history_request() -> None:
         "cpu", workload="matmul", params={"sizes": "64,128"}, metrics={"matmul/numpy/float64/time_s": 1.0}
     )
     assert needs_history(r2) == ["matmul/numpy/float64/time_s"]
+
+
+def test_flat_matmul_points_need_no_history_request_and_old_series_still_do() -> None:
+    """A run that logged its points as flat keys is whole from its search result; a series without
+    them (a run logged before they existed) is still fetched."""
+    metrics = {
+        "matmul/torch/float32/time_s": 8.0,
+        "matmul/torch/float32/unsynced_time_s": 0.1,
+        matmul_point_key("torch", "float32", 64, "time_s"): 1.0,
+        matmul_point_key("torch", "float32", 128, "time_s"): 8.0,
+        matmul_point_key("torch", "float32", 64, "unsynced_time_s"): 0.2,
+        matmul_point_key("torch", "float32", 128, "unsynced_time_s"): 0.1,
+        matmul_point_key("torch", "float32", 128, "gflops"): 0.0005,  # derived from time: not read
+    }
+    r = rec("cuda:0", workload="matmul", params={"sizes": "64,128"}, metrics=metrics)
+    assert needs_history(r) == []
+    assert r.history == {
+        "matmul/torch/float32/time_s": {64: 1.0, 128: 8.0},
+        "matmul/torch/float32/unsynced_time_s": {64: 0.2, 128: 0.1},
+    }
+    old = rec(
+        "cpu",
+        workload="matmul",
+        params={"sizes": "64,128"},
+        metrics={**metrics, "matmul/numpy/float64/time_s": 3.0},
+    )
+    assert needs_history(old) == ["matmul/numpy/float64/time_s"]
+    assert "matmul/numpy/float64/time_s" not in old.history
 
 
 # --------------------------------------------------------------------------------------------- verdicts

@@ -3,8 +3,10 @@ SQLite store and an HTTP server.
 
 Paging is explicit (page tokens until there are none), because `search_runs` silently stops at its
 `max_results`: a report that quietly compares the first 1,000 of 2,000 runs would be wrong, not slow.
-`search_runs` only returns each metric's latest value, so the per-size matmul histories are fetched
-separately, and only for matmul runs that swept more than one size (the one call that costs per run).
+`search_runs` only returns each metric's latest value. A matmul run logs each per-size point also as a
+flat metric (`matmul/<backend>/<dtype>/n<size>/time_s`, schema.matmul_point_key), which the search returns
+with the run; only runs logged before those keys existed, and swept more than one size, need their
+histories fetched one request per run and key (the one call that costs per run).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from devicebench.report.experiments import (
     read_line,
     resolve_experiments,
 )
+from devicebench.schema import MATMUL_POINT_RE, matmul_key
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 
@@ -31,6 +34,7 @@ NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workloa
 PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 1000 is MLflow's REST cap
 # 664 history requests to a local server on a 2-core VM took 33 s with 1 worker, 4.9 s with 8, 3.5 s with 16
 HISTORY_WORKERS = 16
+_TIME_FIGURES = ("time_s", "unsynced_time_s")
 _MATMUL_TIME = re.compile(r"^matmul/([^/]+)/([^/]+)/(time_s|unsynced_time_s)$")
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -284,20 +288,43 @@ def search_pages(
             return
 
 
-def needs_history(run: RunRecord) -> list[str]:
-    """The matmul time keys whose per-size history must be fetched (none when one size was run).
+def flat_points(run: RunRecord) -> dict[str, dict[int, float]]:
+    """The matmul time series a run carries as flat per-size metrics: stepped key -> {size: value}.
 
+    Only the times are read (GFLOP/s is derived from them, 2n³/t); empty for runs logged before the
+    flat keys existed.
+    """
+    out: dict[str, dict[int, float]] = {}
+    for k, v in run.metrics.items():
+        m = MATMUL_POINT_RE.match(k)
+        if m and m.group(4) in _TIME_FIGURES:
+            out.setdefault(matmul_key(m.group(1), m.group(2), m.group(4)), {})[int(m.group(3))] = v
+    return out
+
+
+def needs_history(run: RunRecord) -> list[str]:
+    """The matmul time keys whose per-size history must still be fetched, filling `run.history` with
+    every series the run's own search result already holds.
+
+    A series comes from the flat per-size keys where the run logged them, from the latest value where
+    the run swept one size, and otherwise (a run older than the flat keys) from a history request.
     GFLOP/s is derived from the time (2n³/t), so only `time_s` and `unsynced_time_s` are fetched:
     half the round trips of fetching GFLOP/s too.
     """
     if run.workload != "matmul":
         return []
     keys = [k for k in run.metrics if _MATMUL_TIME.match(k)]
+    flat = flat_points(run)
     sizes = run.sizes()
-    if len(sizes) == 1:
-        run.history = {k: {sizes[0]: run.metrics[k]} for k in keys}
-        return []
-    return keys
+    missing = []
+    for k in keys:
+        if k in flat:
+            run.history[k] = flat[k]
+        elif len(sizes) == 1:
+            run.history[k] = {sizes[0]: run.metrics[k]}
+        else:
+            missing.append(k)
+    return missing
 
 
 def _fetch(client: Any, run: RunRecord, key: str) -> None:
