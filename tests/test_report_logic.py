@@ -234,6 +234,43 @@ def test_loader_bound_rule() -> None:
     assert verdicts.loader_bound(p).endswith("loader-bound")
 
 
+def unet_run(device: str, wait: float, cores: str | None = None, **params: str):
+    """A unet run as the workload logs it: `num_workers` and `image_size`, and no `loader` parameter."""
+    tags = {"devicebench.cpu.usable_cores": cores} if cores else {}
+    r = rec(device, workload="unet", metrics=train(2.0, wait), params=params, tags=tags)
+    for name in ("loader", "width"):  # cifar's parameters, which rec plants by default
+        del r.params[name]
+    return r
+
+
+def test_loader_bound_advice_names_only_what_unet_takes() -> None:
+    """unet has no `loader`: its hint is num_workers where it ran with fewer workers than its cores could
+    feed, else a smaller image_size, else the tuning; never loader=tensor."""
+    cpu = [unet_run("cpu", 0.1, cores="16", num_workers="2", image_size="256")]
+    few = pair(cpu, [unet_run("cuda:0", 1.6, cores="16", num_workers="2", image_size="256")])
+    assert verdicts.loader_bound(few) == (
+        "cuda:0 run waited for data 80% of the time: loader-bound; try num_workers=15 (ran with 2 on 16 cores)"
+    )
+    busy = pair(cpu, [unet_run("cuda:0", 1.6, cores="2", num_workers="2", image_size="256")])
+    assert verdicts.loader_bound(busy).endswith(
+        "loader-bound; try a smaller image_size (ran at 256: every image is resized on the CPU)"
+    )
+    unknown = pair(cpu, [unet_run("cuda:0", 1.6, num_workers="2", image_size="512")])  # no core count
+    assert "try a smaller image_size (ran at 512" in verdicts.loader_bound(unknown)
+    small = pair(cpu, [unet_run("cuda:0", 1.6, cores="2", num_workers="4", image_size="64")])
+    assert verdicts.loader_bound(small).endswith(
+        "loader-bound; run devicebench tune unet to measure the num_workers this host runs fastest"
+    )
+    host = {"devicebench.host.cpu_count": "8"}  # no cpu.* tags: the fingerprint's count
+    fingerprint = unet_run("cuda:0", 1.6, num_workers="0", image_size="256")
+    fingerprint.tags.update(host)
+    assert "try num_workers=7 (ran with 0 on 8 cores)" in verdicts.loader_bound(pair(cpu, [fingerprint]))
+    for p in (few, busy, unknown, small):
+        assert "loader=" not in " ".join(p.verdicts)
+    cifar = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 1.6))])
+    assert verdicts.loader_bound(cifar).endswith("try loader=tensor")  # cifar takes it
+
+
 def test_launch_bound_rule() -> None:
     small = {"batch_size": "4"}
     p = pair(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from devicebench.report.sides import Side, Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
+SMALL_IMAGE = 128  # unet images at most this side: shrinking them further is no longer the advice
 SMALL_BATCH = 32  # batches this small leave a GPU idle between kernel launches
 LAUNCH_BOUND_SPEEDUP = 3.0  # ...when the speedup stays below this
 QUALITY_ABS = 0.05  # accuracy / mIoU differ by more than 5 points...
@@ -41,6 +42,47 @@ def synthetic_data(pair: Pair) -> str | None:
     return "synthetic data: timings are real, accuracy/mIoU are not comparable with the real dataset"
 
 
+def _int(value: str) -> int | None:
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def _cores(run: RunRecord) -> int | None:
+    """The cores the run's loader could use: the cores it was allowed (`cpu.usable_cores`, a container's
+    cpuset), else the host's affinity or count from its fingerprint; None for a run that logged none."""
+    for name in ("cpu.usable_cores", "host.cpu_affinity", "host.cpu_count"):
+        n = _int(run.tag(name))
+        if n is not None and n > 0:
+            return n
+    return None
+
+
+def loader_hint(side: Side) -> str:
+    """What to change about a loader-bound side, said only in parameters its workload takes: advice to
+    set a parameter the command rejects is worse than none.
+
+    cifar has `loader` (`tensor` keeps the data in memory). unet has no such option: it decodes and
+    resizes every image in `num_workers` processes, so the hint follows the run's own figures: more
+    workers where it ran with fewer than its cores could feed (one core left to training), else smaller
+    images (less resizing per sample), else `devicebench tune`, which measures the host's best setting.
+    """
+    params = side.params
+    if side.workload == "cifar" or "loader" in params:
+        return "; try loader=tensor" if params.get("loader", "dataloader") != "tensor" else ""
+    if side.workload != "unet":
+        return ""
+    workers = _int(params.get("num_workers", ""))
+    cores = _cores(side.runs[0])
+    if workers is not None and cores is not None and workers < cores - 1:
+        return f"; try num_workers={cores - 1} (ran with {workers} on {cores} cores)"
+    size = _int(params.get("image_size", ""))
+    if size is not None and size > SMALL_IMAGE:
+        return f"; try a smaller image_size (ran at {size}: every image is resized on the CPU)"
+    return "; run devicebench tune unet to measure the num_workers this host runs fastest"
+
+
 def loader_bound(pair: Pair) -> str | None:
     """A GPU that waits for the next batch most of the time measures the data loader, not itself."""
     if pair.other.is_cpu or pair.other.wait_share is None:
@@ -48,7 +90,7 @@ def loader_bound(pair: Pair) -> str | None:
     share = pair.other.wait_share.median
     if share <= LOADER_BOUND_SHARE:
         return None
-    hint = "; try loader=tensor" if pair.other.params.get("loader", "dataloader") != "tensor" else ""
+    hint = loader_hint(pair.other)
     return f"{pair.other.device} run waited for data {share:.0%} of the time: loader-bound{hint}"
 
 
