@@ -12,7 +12,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from devicebench.config import build_config
-from devicebench.schema import gflops
+from devicebench.schema import gflops, matmul_key, matmul_point_key
 from devicebench.timing import MAX_SAMPLES
 from devicebench.tracking import MemoryTracker
 from devicebench.workloads import Context
@@ -48,6 +48,13 @@ def test_run_logs_every_point_with_step_equal_to_size(tmp_path: Path) -> None:
         "CPU runs have no unsynced time"
     )
     assert {"timings.json", "matmul.csv", "gflops.png"} <= set(tracker.artifacts)
+    # each point again as flat per-size keys, equal to the stepped ones (the report reads them)
+    for p in points:
+        for figure in ("gflops", "time_s"):
+            stepped = {s: v for k, v, s in tracker.metrics if k == matmul_key(p.backend, p.dtype, figure)}
+            (flat,) = tracker.values(matmul_point_key(p.backend, p.dtype, p.size, figure))
+            assert flat == stepped[p.size]
+    assert not [k for k, _, _ in tracker.metrics if k.endswith("/n32/rel_error")], "only what is read"
 
 
 def test_each_backend_is_measured_in_a_fresh_process_where_no_other_pool_ran(tmp_path: Path) -> None:
@@ -200,6 +207,12 @@ def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() ->
     peaks = point_peaks(points, "NVIDIA H100 80GB HBM3")
     assert peaks == {("torch", "bfloat16"): 989_500.0, ("torch", "float32"): 67_000.0}
     assert points[0].gflops / peaks[("torch", "bfloat16")] == pytest.approx(701 / 989.5)
+    from devicebench.workloads.matmul import point_metrics
+
+    assert point_metrics(points[0], peaks)["matmul/torch/bfloat16/peak_fraction"] == pytest.approx(
+        701 / 989.5
+    )
+    assert "matmul/numpy/float32/peak_fraction" not in point_metrics(points[2], peaks)
     assert point_peaks(points, "NVIDIA H100 PCIe")[("torch", "float32")] == 51_000.0
     assert point_peaks(points, "Some Future GPU") == {}
     assert (

@@ -25,8 +25,10 @@ from devicebench.report.query import (
     partitions,
     split_list,
 )
+from devicebench.report.regressions import is_regression
 from devicebench.report.render import terminal_table, write_report
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
+from devicebench.schema import matmul_point_key
 
 _ids = itertools.count()
 HOST = {
@@ -189,6 +191,34 @@ def test_single_size_matmul_needs_no_history_request() -> None:
     assert needs_history(r2) == ["matmul/numpy/float64/time_s"]
 
 
+def test_flat_matmul_points_need_no_history_request_and_old_series_still_do() -> None:
+    """A run that logged its points as flat keys is whole from its search result; a series without
+    them (a run logged before they existed) is still fetched."""
+    metrics = {
+        "matmul/torch/float32/time_s": 8.0,
+        "matmul/torch/float32/unsynced_time_s": 0.1,
+        matmul_point_key("torch", "float32", 64, "time_s"): 1.0,
+        matmul_point_key("torch", "float32", 128, "time_s"): 8.0,
+        matmul_point_key("torch", "float32", 64, "unsynced_time_s"): 0.2,
+        matmul_point_key("torch", "float32", 128, "unsynced_time_s"): 0.1,
+        matmul_point_key("torch", "float32", 128, "gflops"): 0.0005,  # derived from time: not read
+    }
+    r = rec("cuda:0", workload="matmul", params={"sizes": "64,128"}, metrics=metrics)
+    assert needs_history(r) == []
+    assert r.history == {
+        "matmul/torch/float32/time_s": {64: 1.0, 128: 8.0},
+        "matmul/torch/float32/unsynced_time_s": {64: 0.2, 128: 0.1},
+    }
+    old = rec(
+        "cpu",
+        workload="matmul",
+        params={"sizes": "64,128"},
+        metrics={**metrics, "matmul/numpy/float64/time_s": 3.0},
+    )
+    assert needs_history(old) == ["matmul/numpy/float64/time_s"]
+    assert "matmul/numpy/float64/time_s" not in old.history
+
+
 # --------------------------------------------------------------------------------------------- verdicts
 
 
@@ -203,6 +233,43 @@ def test_loader_bound_rule() -> None:
     tensor = {"loader": "tensor"}
     p = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 1.8), params=tensor)])
     assert verdicts.loader_bound(p).endswith("loader-bound")
+
+
+def unet_run(device: str, wait: float, cores: str | None = None, **params: str):
+    """A unet run as the workload logs it: `num_workers` and `image_size`, and no `loader` parameter."""
+    tags = {"devicebench.cpu.usable_cores": cores} if cores else {}
+    r = rec(device, workload="unet", metrics=train(2.0, wait), params=params, tags=tags)
+    for name in ("loader", "width"):  # cifar's parameters, which rec plants by default
+        del r.params[name]
+    return r
+
+
+def test_loader_bound_advice_names_only_what_unet_takes() -> None:
+    """unet has no `loader`: its hint is num_workers where it ran with fewer workers than its cores could
+    feed, else a smaller image_size, else the tuning; never loader=tensor."""
+    cpu = [unet_run("cpu", 0.1, cores="16", num_workers="2", image_size="256")]
+    few = pair(cpu, [unet_run("cuda:0", 1.6, cores="16", num_workers="2", image_size="256")])
+    assert verdicts.loader_bound(few) == (
+        "cuda:0 run waited for data 80% of the time: loader-bound; try num_workers=15 (ran with 2 on 16 cores)"
+    )
+    busy = pair(cpu, [unet_run("cuda:0", 1.6, cores="2", num_workers="2", image_size="256")])
+    assert verdicts.loader_bound(busy).endswith(
+        "loader-bound; try a smaller image_size (ran at 256: every image is resized on the CPU)"
+    )
+    unknown = pair(cpu, [unet_run("cuda:0", 1.6, num_workers="2", image_size="512")])  # no core count
+    assert "try a smaller image_size (ran at 512" in verdicts.loader_bound(unknown)
+    small = pair(cpu, [unet_run("cuda:0", 1.6, cores="2", num_workers="4", image_size="64")])
+    assert verdicts.loader_bound(small).endswith(
+        "loader-bound; run devicebench tune unet to measure the num_workers this host runs fastest"
+    )
+    host = {"devicebench.host.cpu_count": "8"}  # no cpu.* tags: the fingerprint's count
+    fingerprint = unet_run("cuda:0", 1.6, num_workers="0", image_size="256")
+    fingerprint.tags.update(host)
+    assert "try num_workers=7 (ran with 0 on 8 cores)" in verdicts.loader_bound(pair(cpu, [fingerprint]))
+    for p in (few, busy, unknown, small):
+        assert "loader=" not in " ".join(p.verdicts)
+    cifar = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 1.6))])
+    assert verdicts.loader_bound(cifar).endswith("try loader=tensor")  # cifar takes it
 
 
 def test_launch_bound_rule() -> None:
@@ -413,9 +480,9 @@ def test_three_percent_change_within_spread_is_not_a_regression() -> None:
 
 def test_regression_must_clear_the_baseline_spread_too() -> None:
     base = Stat.of([8.0, 10.0, 12.5])
-    assert not verdicts.is_regression(11.5, base, 0.10)  # +15 % but inside a noisy baseline
-    assert verdicts.is_regression(13.0, base, 0.10)
-    assert not verdicts.is_regression(10.5, Stat.of([10.0]), 0.10)
+    assert not is_regression(11.5, base, 0.10)  # +15 % but inside a noisy baseline
+    assert is_regression(13.0, base, 0.10)
+    assert not is_regression(10.5, Stat.of([10.0]), 0.10)
 
 
 def test_regressions_are_per_device_and_use_suite_siblings() -> None:

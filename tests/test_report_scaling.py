@@ -19,7 +19,7 @@ from test_report_logic import rec, train
 from test_report_store import compare_here
 
 from benchmarks.bench_compare import Spec, log_runs, specs_for
-from devicebench.report import verdicts
+from devicebench.report import scaling_verdicts
 from devicebench.report.compare import compare, find_regressions
 from devicebench.report.query import Query, RunRecord, read_runs
 from devicebench.report.render import terminal_table, write_report
@@ -173,7 +173,10 @@ def job(device: str, n: int, throughput: float, key: str = "k1", **more: float) 
 def test_the_verdict_threshold_is_strict_and_old_runs_count_as_one_process() -> None:
     """Efficiency exactly 0.7 gets no verdict, 0.69 does; a run without the world_size tag is a job of 1."""
     at_07 = compare([job("cuda:0", 1, 100.0), job("cuda:0", 4, 280.0)]).scaling[0]
-    assert at_07.points[1].efficiency == pytest.approx(verdicts.SCALING_EFFICIENCY) and not at_07.verdicts
+    assert (
+        at_07.points[1].efficiency == pytest.approx(scaling_verdicts.SCALING_EFFICIENCY)
+        and not at_07.verdicts
+    )
     below = compare([job("cuda:0", 1, 100.0), job("cuda:0", 4, 276.0)]).scaling[0]
     assert below.verdicts == [
         "communication-bound at 4 GPUs (efficiency 0.69): larger batch or fewer processes"

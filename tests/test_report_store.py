@@ -17,6 +17,7 @@ from devicebench.errors import UsageError
 from devicebench.report import cli as report_cli
 from devicebench.report.compare import compare
 from devicebench.report.query import Query, read_runs, search_pages
+from devicebench.report.rest import rest_store, search_page
 from servers import QUICK_MATMUL, devicebench_env, run_cli
 
 DAY_MS = 86_400_000
@@ -69,7 +70,8 @@ def timed(t: float, start: int, device: str = "cuda:0", **kw: object) -> Spec:
 
 def test_pages_past_the_first_page_and_fetches_matmul_history(store, experiment_name: str) -> None:
     client, exp_id = store
-    specs = specs_for("cifar", ["cpu", "cuda:0"] * 3) + specs_for("matmul", ["cpu", "cuda:0"])
+    old_style = specs_for("matmul", ["cpu", "cuda:0"], flat=False)  # stepped histories only
+    specs = specs_for("cifar", ["cpu", "cuda:0"] * 3) + old_style
     custom, report = specs_for("unet", ["cpu", "cpu"])
     custom.workload, report.workload = "custom", "report"  # a future workload is read; reports are not
     log_runs(client, exp_id, [*specs, custom, report])
@@ -89,10 +91,70 @@ def test_pages_past_the_first_page_and_fetches_matmul_history(store, experiment_
     assert any("unsynchronised timing under-reports" in v for v in pair.verdicts)
 
 
+def test_matmul_runs_with_flat_points_read_in_one_search_and_report_like_old_ones(
+    mlflow_server, experiment_name: str
+) -> None:
+    """The same sweeps logged as the workload logs them now (flat per-size keys beside the stepped
+    series) and as runs were logged before (stepped histories only): the new ones need no history
+    request, the old ones stay readable, and both give the same pair, points and verdicts."""
+    client = MlflowClient(mlflow_server.url)
+    reads = {}
+    for style, flat in (("new", True), ("old", False)):
+        exp_id = client.create_experiment(f"{experiment_name}-{style}")
+        log_runs(client, exp_id, specs_for("matmul", ["cpu", "cuda:0"] * 2, flat=flat))
+        reads[style] = read_runs(client, Query(experiments=(f"{experiment_name}-{style}",)))
+    assert reads["new"].history_calls == 0
+    assert reads["old"].history_calls == 2 * (4 + 6)  # cpu: 4 time keys; cuda: 4 + 2 unsynchronised
+    new, old = (compare(reads[s].runs).pairs for s in ("new", "old"))
+    assert len(new) == len(old) == 1
+    assert new[0].matmul == old[0].matmul and len(new[0].matmul) == 12
+    assert new[0].verdicts == old[0].verdicts
+    for a, b in ((new[0].base, old[0].base), (new[0].other, old[0].other)):
+        assert a.matmul == b.matmul and ("torch", "float32", 4096) in a.matmul
+
+
+def test_server_pages_read_as_json_give_the_clients_records(store, experiment_name: str) -> None:
+    """The report reads a server's search answer as JSON (report/rest.py), not through the client's
+    protobuf parsing: the records are the ones the client gives, NaN, infinity, zero and empty values
+    included, and a filter the server rejects is still a usage error."""
+    from mlflow.entities import ViewType
+
+    from devicebench.report.query import RunRecord, _record
+
+    client, exp_id = store
+    specs = specs_for("matmul", ["cuda:0"]) + specs_for("unet", ["cpu"])
+    specs[1].metrics.update({"odd/nan": float("nan"), "odd/inf": float("inf"), "odd/zero": 0.0})
+    specs[1].params["empty"] = ""
+    log_runs(client, exp_id, specs)
+    rest = rest_store(client)
+    assert rest is not None
+    fields, token = search_page(rest, [exp_id], "", 1, ["attributes.start_time DESC"], None)
+    assert len(fields) == 1 and token  # paged like the client
+    fields += search_page(rest, [exp_id], "", 1, ["attributes.start_time DESC"], token)[0]
+    via_client = client.search_runs(
+        [exp_id], "", ViewType.ACTIVE_ONLY, order_by=["attributes.start_time DESC"]
+    )
+    expected = [_record(r) for r in via_client]
+    got = [RunRecord(**f) for f in fields]
+    for a, b in zip(got, expected, strict=True):
+        nan_a = {k for k, v in a.metrics.items() if v != v}
+        assert nan_a == {k for k, v in b.metrics.items() if v != v}
+        a.metrics = {k: v for k, v in a.metrics.items() if k not in nan_a}
+        b.metrics = {k: v for k, v in b.metrics.items() if k not in nan_a}
+        assert a == b
+    unet = next(r for r in got if r.workload == "unet")
+    assert unet.metrics["odd/inf"] > 1e308 and unet.params["empty"] == ""  # the store keeps inf as max
+    bad = Query(experiments=(experiment_name,), filter="metrics.x >>> 1")
+    with pytest.raises(UsageError, match="MLflow rejected the filter"):
+        read_runs(client, bad)
+
+
 def test_embedded_sqlite_store_reads_with_the_same_code(tmp_path: Path) -> None:
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp_id = client.create_experiment("embedded", artifact_location=str(tmp_path / "artifacts"))
-    log_runs(client, exp_id, specs_for("matmul", ["cpu"]) + specs_for("cifar", ["cpu", "cuda:0"]), workers=1)
+    specs = specs_for("matmul", ["cpu"], flat=False) + specs_for("cifar", ["cpu", "cuda:0"])
+    log_runs(client, exp_id, specs, workers=1)
+    assert rest_store(client) is None  # no server: the client's own path
     sel = read_runs(client, Query(experiments=("embedded",), page_size=2))
     assert len(sel.runs) == 3 and sel.history_calls == 4
     assert len(compare(sel.runs).pairs) == 1

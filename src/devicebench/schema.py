@@ -47,6 +47,25 @@ def fmt_speedup(x: float) -> str:
     return f"{x:.1f}×" if x < 100 else f"{x:.0f}×"
 
 
+# matmul's per-size figures. Each is logged twice: under `matmul/<backend>/<dtype>/<figure>` with step = n
+# (the MLflow UI draws it against n), and under a flat key per size, `matmul/<backend>/<dtype>/n<size>/<figure>`.
+# `search_runs` returns only a metric's latest value, so the stepped form needs one history request per
+# run and figure (664 of them made reading 2,000 runs take ~9 s); the flat keys come back with the search.
+MATMUL_POINT_FIGURES = ("gflops", "time_s", "unsynced_time_s")
+MATMUL_POINT_RE = re.compile(r"^matmul/([^/]+)/([^/]+)/n(\d+)/([^/]+)$")
+
+
+def matmul_key(backend: str, dtype: str, figure: str) -> str:
+    """`matmul/<backend>/<dtype>/<figure>`: the stepped series (step = matrix size)."""
+    return f"matmul/{backend}/{dtype}/{figure}"
+
+
+def matmul_point_key(backend: str, dtype: str, size: int, figure: str) -> str:
+    """`matmul/<backend>/<dtype>/n<size>/<figure>`: one point as a plain metric, so that the search that
+    finds the run returns it (the report then needs no history request for the run)."""
+    return f"matmul/{backend}/{dtype}/n{int(size)}/{figure}"
+
+
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
 _DEVICE_RE = re.compile(r"^(cpu|cuda|mps|auto|cuda:\d+)$")
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from devicebench.configs import not_work
-from devicebench.report import best_cpu, verdicts
+from devicebench.report import best_cpu, scaling_verdicts, verdicts
 from devicebench.report.pairs import Pair, build_pairs, make_pair
 from devicebench.report.query import RunRecord
 from devicebench.report.regressions import Regression, find_regressions, measures, newest_group
@@ -200,7 +200,7 @@ def compare(
     scaling = build_series(sides)
     for series in scaling:
         for point in series.points:
-            point.verdicts = verdicts.explain_scaling(series, point)
+            point.verdicts = scaling_verdicts.explain_scaling(series, point)
     in_series = {id(s) for series in scaling for s in series.sides}
     unpaired = [s for s in unpaired if id(s) not in in_series]  # a series is their comparison
     comp = Comparison(

@@ -1,10 +1,12 @@
-"""Read devicebench runs from the tracking store through `MlflowClient`: the same code for an embedded
-SQLite store and an HTTP server.
+"""Read devicebench runs from the tracking store: through `MlflowClient` for an embedded store, and as
+plain JSON from a tracking server (report/rest.py: the client's protobuf parsing cost seconds).
 
 Paging is explicit (page tokens until there are none), because `search_runs` silently stops at its
 `max_results`: a report that quietly compares the first 1,000 of 2,000 runs would be wrong, not slow.
-`search_runs` only returns each metric's latest value, so the per-size matmul histories are fetched
-separately, and only for matmul runs that swept more than one size (the one call that costs per run).
+`search_runs` only returns each metric's latest value. A matmul run logs each per-size point also as a
+flat metric (`matmul/<backend>/<dtype>/n<size>/time_s`, schema.matmul_point_key), which the search returns
+with the run; only runs logged before those keys existed, and swept more than one size, need their
+histories fetched one request per run and key (report/points.py: the one call that costs per run).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from devicebench.report.experiments import (
     read_line,
     resolve_experiments,
 )
+from devicebench.report.points import fetch_history, needs_history
+from devicebench.report.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 
@@ -31,7 +35,6 @@ NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workloa
 PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 1000 is MLflow's REST cap
 # 664 history requests to a local server on a 2-core VM took 33 s with 1 worker, 4.9 s with 8, 3.5 s with 16
 HISTORY_WORKERS = 16
-_MATMUL_TIME = re.compile(r"^matmul/([^/]+)/([^/]+)/(time_s|unsynced_time_s)$")
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -252,25 +255,39 @@ def keep(run: RunRecord, query: Query) -> bool:
     return not (query.host and not host_matches(run, query.host))
 
 
+def _page(
+    client: Any, experiment_ids: Sequence[str], filter_string: str, size: int, token: str | None
+) -> tuple[list[RunRecord], str | None]:
+    """One search page as RunRecords: JSON straight from a server (report/rest.py), else the client's."""
+    from mlflow.entities import ViewType
+
+    order = ["attributes.start_time DESC"]
+    store = rest_store(client)
+    if store is not None:
+        fields, token = search_page(store, experiment_ids, filter_string, size, order, token)
+        return [RunRecord(**f) for f in fields], token
+    page = client.search_runs(
+        list(experiment_ids),
+        filter_string=filter_string,
+        run_view_type=ViewType.ACTIVE_ONLY,
+        max_results=size,
+        order_by=order,
+        page_token=token,
+    )
+    return list(map(_record, page)), page.token or None
+
+
 def search_pages(
     client: Any, experiment_ids: Sequence[str], query: Query, workload_clause: str | None = None
 ) -> Iterator[list[RunRecord]]:
     """Every matching run, one page at a time (newest first), until MLflow returns no page token."""
-    from mlflow.entities import ViewType
     from mlflow.exceptions import MlflowException
 
     filter_string = build_filter(query, workload_clause)
     token: str | None = None
     while True:
         try:
-            page = client.search_runs(
-                list(experiment_ids),
-                filter_string=filter_string,
-                run_view_type=ViewType.ACTIVE_ONLY,
-                max_results=query.page_size,
-                order_by=["attributes.start_time DESC"],
-                page_token=token,
-            )
+            page, token = _page(client, experiment_ids, filter_string, query.page_size, token)
         except MlflowException as e:
             if query.filter:
                 raise UsageError(
@@ -278,31 +295,9 @@ def search_pages(
                     param="filter",
                 ) from None
             raise
-        yield [r for r in map(_record, page) if keep(r, query)]
-        token = page.token
+        yield [r for r in page if keep(r, query)]
         if not token:
             return
-
-
-def needs_history(run: RunRecord) -> list[str]:
-    """The matmul time keys whose per-size history must be fetched (none when one size was run).
-
-    GFLOP/s is derived from the time (2n³/t), so only `time_s` and `unsynced_time_s` are fetched:
-    half the round trips of fetching GFLOP/s too.
-    """
-    if run.workload != "matmul":
-        return []
-    keys = [k for k in run.metrics if _MATMUL_TIME.match(k)]
-    sizes = run.sizes()
-    if len(sizes) == 1:
-        run.history = {k: {sizes[0]: run.metrics[k]} for k in keys}
-        return []
-    return keys
-
-
-def _fetch(client: Any, run: RunRecord, key: str) -> None:
-    points = client.get_metric_history(run.run_id, key)
-    run.history[key] = {int(m.step): float(m.value) for m in points}
 
 
 @dataclass
@@ -344,7 +339,7 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
             for page in search_pages(client, list(experiments), query, clause):
                 got.extend(page)
                 futures.extend(
-                    history_pool.submit(_fetch, client, r, k) for r in page for k in needs_history(r)
+                    history_pool.submit(fetch_history, client, r, k) for r in page for k in needs_history(r)
                 )
             return got
 

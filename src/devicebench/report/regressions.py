@@ -6,7 +6,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from devicebench.report import verdicts
 from devicebench.report.query import RunRecord
 from devicebench.report.sides import Stat
 
@@ -108,10 +107,21 @@ def find_regressions(
             base = Stat.of(m[name] for m in old_m if name in m)
             if new is None or base is None:
                 continue
-            if verdicts.is_regression(new.median, base, threshold):
+            if is_regression(new.median, base, threshold):
                 found.append(
                     Regression(
                         workload, key, device, host, name, new.median, base, tuple(r.run_id for r in newest)
                     )
                 )
     return found, checked
+
+
+def is_regression(newest: float, baseline: Stat, threshold: float) -> bool:
+    """Slower than the baseline median by more than `threshold` AND above the baseline's own range.
+
+    The second condition is what keeps noise from paging anyone: a config whose earlier repeats already
+    spread over 25 % is not regressed by a run 12 % slower, however small `threshold` is.
+    """
+    if baseline.median <= 0:
+        return False
+    return newest > baseline.median * (1.0 + threshold) and newest > baseline.hi

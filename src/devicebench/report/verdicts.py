@@ -19,18 +19,16 @@ from devicebench.schema import fmt_speedup
 if TYPE_CHECKING:
     from devicebench.report.pairs import Pair
     from devicebench.report.query import RunRecord
-    from devicebench.report.scaling import Point, Series
     from devicebench.report.sides import Side, Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
+SMALL_IMAGE = 128  # unet images at most this side: shrinking them further is no longer the advice
 SMALL_BATCH = 32  # batches this small leave a GPU idle between kernel launches
 LAUNCH_BOUND_SPEEDUP = 3.0  # ...when the speedup stays below this
 QUALITY_ABS = 0.05  # accuracy / mIoU differ by more than 5 points...
 UNSYNCED_FACTOR = 2.0  # synchronised time more than 2x the unsynchronised one: the naive timer lies
 NOISY_SPREAD = 0.5  # repeats spread over more than 50 % of their median
 COMPUTE_BOUND_SPEEDUP = 5.0
-SCALING_EFFICIENCY = 0.7  # a job of N processes training under 0.7 × N times as fast as one process
-COMM_MINOR_SHARE = 0.1  # all-reduce at most 10 % of training (an upper bound) cannot explain poor scaling
 
 
 BARELY = 2.0  # against the CPU at its best, a GPU less than 2x faster barely helps this model
@@ -64,6 +62,47 @@ def synthetic_data(pair: Pair) -> str | None:
     return "synthetic data: timings are real, accuracy/mIoU are not comparable with the real dataset"
 
 
+def _int(value: str) -> int | None:
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def _cores(run: RunRecord) -> int | None:
+    """The cores the run's loader could use: the cores it was allowed (`cpu.usable_cores`, a container's
+    cpuset), else the host's affinity or count from its fingerprint; None for a run that logged none."""
+    for name in ("cpu.usable_cores", "host.cpu_affinity", "host.cpu_count"):
+        n = _int(run.tag(name))
+        if n is not None and n > 0:
+            return n
+    return None
+
+
+def loader_hint(side: Side) -> str:
+    """What to change about a loader-bound side, said only in parameters its workload takes: advice to
+    set a parameter the command rejects is worse than none.
+
+    cifar has `loader` (`tensor` keeps the data in memory). unet has no such option: it decodes and
+    resizes every image in `num_workers` processes, so the hint follows the run's own figures: more
+    workers where it ran with fewer than its cores could feed (one core left to training), else smaller
+    images (less resizing per sample), else `devicebench tune`, which measures the host's best setting.
+    """
+    params = side.params
+    if side.workload == "cifar" or "loader" in params:
+        return "; try loader=tensor" if params.get("loader", "dataloader") != "tensor" else ""
+    if side.workload != "unet":
+        return ""
+    workers = _int(params.get("num_workers", ""))
+    cores = _cores(side.runs[0])
+    if workers is not None and cores is not None and workers < cores - 1:
+        return f"; try num_workers={cores - 1} (ran with {workers} on {cores} cores)"
+    size = _int(params.get("image_size", ""))
+    if size is not None and size > SMALL_IMAGE:
+        return f"; try a smaller image_size (ran at {size}: every image is resized on the CPU)"
+    return "; run devicebench tune unet to measure the num_workers this host runs fastest"
+
+
 def loader_bound(pair: Pair) -> str | None:
     """A GPU that waits for the next batch most of the time measures the data loader, not itself."""
     if pair.other.is_cpu or pair.other.wait_share is None:
@@ -71,7 +110,7 @@ def loader_bound(pair: Pair) -> str | None:
     share = pair.other.wait_share.median
     if share <= LOADER_BOUND_SHARE:
         return None
-    hint = "; try loader=tensor" if pair.other.params.get("loader", "dataloader") != "tensor" else ""
+    hint = loader_hint(pair.other)
     return f"{pair.other.device} run waited for data {share:.0%} of the time: loader-bound{hint}"
 
 
@@ -329,46 +368,3 @@ RULES: tuple[Callable[[Pair], str | None], ...] = (
 def explain(pair: Pair) -> list[str]:
     """Every rule that applies to the pair, in RULES order (the first is the headline verdict)."""
     return [line for rule in RULES if (line := rule(pair))]
-
-
-def poor_scaling(series: Series, point: Point) -> str | None:
-    """A data-parallel job well short of N times the base's throughput: the extra processes cost more
-    than they gave.
-
-    `dist/comm_share` is an upper bound on the time spent communicating (DDP overlaps the all-reduce with
-    the backward pass). Where the runs logged it and it is small, communication cannot be the reason, and
-    the verdict says so rather than blame it; where it is large or unknown, communication is the usual
-    cause, and more work per all-reduce (a larger batch) or fewer processes is the fix.
-    """
-    eff, base = point.efficiency, series.base_n
-    if eff is None or base is None or point.world_size == base or eff >= SCALING_EFFICIENCY:
-        return None
-    at = f"at {point.world_size} {series.unit}"
-    over = "" if base == 1 else f" over {base}"
-    comm = point.comm_share
-    if comm is not None and comm.median < COMM_MINOR_SHARE:
-        return (
-            f"scales poorly {at} (efficiency {eff:.2f}{over}) though all-reduce took at most "
-            f"{comm.median:.0%} of training: not communication; look at data wait and the slowest rank"
-        )
-    share = f"; all-reduce up to {comm.median:.0%} of training" if comm is not None else ""
-    return f"communication-bound {at} (efficiency {eff:.2f}{over}{share}): larger batch or fewer processes"
-
-
-SCALING_RULES: tuple[Callable[[Series, Point], str | None], ...] = (poor_scaling,)
-
-
-def explain_scaling(series: Series, point: Point) -> list[str]:
-    """Every scaling rule that applies at one world size of a series, in SCALING_RULES order."""
-    return [line for rule in SCALING_RULES if (line := rule(series, point))]
-
-
-def is_regression(newest: float, baseline: Stat, threshold: float) -> bool:
-    """Slower than the baseline median by more than `threshold` AND above the baseline's own range.
-
-    The second condition is what keeps noise from paging anyone: a config whose earlier repeats already
-    spread over 25 % is not regressed by a run 12 % slower, however small `threshold` is.
-    """
-    if baseline.median <= 0:
-        return False
-    return newest > baseline.median * (1.0 + threshold) and newest > baseline.hi

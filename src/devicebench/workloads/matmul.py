@@ -22,7 +22,7 @@ from devicebench.configs import ISOLATION
 from devicebench.configs import MatmulConfig as Config
 from devicebench.device import device_name, require_native_bf16
 from devicebench.peaks import gpu_peak, matmul_dtype
-from devicebench.schema import gflops
+from devicebench.schema import MATMUL_POINT_FIGURES, gflops, matmul_key, matmul_point_key
 from devicebench.timing import TimingStats
 from devicebench.tracking import TAG_PREFIX, Tracker
 from devicebench.workloads import Context
@@ -131,8 +131,37 @@ def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], flo
     return fig
 
 
+def point_metrics(p: Point, peaks: dict[tuple[str, str], float]) -> dict[str, float]:
+    """One point's metrics, logged at step = its size: `matmul/<backend>/<dtype>/<figure>`, and the flat
+    per-size keys the report reads with one search (schema.matmul_point_key)."""
+    figures = {
+        "gflops": p.gflops,
+        "time_s": p.stats.median_s,
+        "time_p10_s": p.stats.p10_s,
+        "time_p90_s": p.stats.p90_s,
+        "rel_error": p.rel_error,
+        "samples": p.stats.samples,
+        "calls_per_sample": p.stats.calls_per_sample,
+    }
+    if p.unsynced_s is not None:
+        figures["unsynced_time_s"] = p.unsynced_s
+    if (p.backend, p.dtype) in peaks:  # this point's share of the GPU's datasheet peak
+        figures["peak_fraction"] = p.gflops / peaks[(p.backend, p.dtype)]
+    values = {matmul_key(p.backend, p.dtype, k): v for k, v in figures.items()}
+    values.update(
+        {
+            matmul_point_key(p.backend, p.dtype, p.size, k): v
+            for k, v in figures.items()
+            if k in MATMUL_POINT_FIGURES
+        }
+    )
+    return values
+
+
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
-    """Measure, then log each point with step = matrix size (the MLflow UI draws GFLOP/s against n)."""
+    """Measure, then log each point with step = matrix size (the MLflow UI draws GFLOP/s against n), and
+    its GFLOP/s and times once more as flat per-size keys, which the report reads without a history
+    request per run (schema.matmul_point_key)."""
     if "bfloat16" in cfg.dtypes and "torch" in cfg.backends:
         require_native_bf16(ctx.device, "dtypes")
     # fp32 products are IEEE fp32 on every device (matmul_series sets cuBLAS so): said, not assumed
@@ -141,20 +170,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     peaks = point_peaks(points, device_name(ctx.device)) if ctx.device.type == "cuda" else {}
     rows = []
     for p in points:
-        base = f"matmul/{p.backend}/{p.dtype}"
-        values = {
-            f"{base}/gflops": p.gflops,
-            f"{base}/time_s": p.stats.median_s,
-            f"{base}/time_p10_s": p.stats.p10_s,
-            f"{base}/time_p90_s": p.stats.p90_s,
-            f"{base}/rel_error": p.rel_error,
-            f"{base}/samples": p.stats.samples,
-            f"{base}/calls_per_sample": p.stats.calls_per_sample,
-        }
-        if p.unsynced_s is not None:
-            values[f"{base}/unsynced_time_s"] = p.unsynced_s
-        if (p.backend, p.dtype) in peaks:
-            values[f"{base}/peak_fraction"] = p.gflops / peaks[(p.backend, p.dtype)]
+        values = point_metrics(p, peaks)
         tracker.log_metrics(values, step=p.size)
         rows.append(
             {

@@ -1,0 +1,79 @@
+"""`search_runs` against a tracking server, read as plain JSON.
+
+`MlflowClient.search_runs` turns each page into protobuf messages and then into entities in pure Python:
+for 2,000 runs of ~40 metrics that was ~3.5 s of the client's CPU (cProfile: `json_format` ParseDict
+and `Metric.from_proto`), on a 2-core host taken from the server answering the other search streams.
+The report wants plain dicts anyway (RunRecord), so for a server it posts the same documented request
+(`POST /api/2.0/mlflow/runs/search`) through MLflow's own `http_request`, which applies the same
+credentials, TLS settings, retries and timeouts as the client, and reads the JSON directly. Embedded
+stores (`sqlite:///`, a directory) have no HTTP to skip and keep the client's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+SEARCH_ENDPOINT = "/api/2.0/mlflow/runs/search"
+
+
+def rest_store(client: Any) -> Any | None:
+    """The client's REST store when it talks to a tracking server, else None (use the client).
+
+    MLflow exposes no public accessor for the store behind a client; where the attribute is missing
+    (another MLflow version) the report falls back to `client.search_runs`, slower but the same runs.
+    """
+    try:
+        from mlflow.store.tracking.rest_store import RestStore
+    except ImportError:  # pragma: no cover - every MLflow this project supports has it
+        return None
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    return (
+        store if isinstance(store, RestStore) and callable(getattr(store, "get_host_creds", None)) else None
+    )
+
+
+def search_page(
+    store: Any,
+    experiment_ids: Sequence[str],
+    filter_string: str,
+    max_results: int,
+    order_by: Sequence[str],
+    page_token: str | None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of active runs as RunRecord fields, and the next page's token (None after the last).
+
+    A rejected request raises MlflowException, as `client.search_runs` does.
+    """
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+    body: dict[str, Any] = {
+        "experiment_ids": [str(e) for e in experiment_ids],
+        "filter": filter_string,
+        "run_view_type": "ACTIVE_ONLY",
+        "max_results": max_results,
+        "order_by": list(order_by),
+    }
+    if page_token:
+        body["page_token"] = page_token
+    response = http_request(store.get_host_creds(), SEARCH_ENDPOINT, "POST", json=body)
+    page = verify_rest_response(response, SEARCH_ENDPOINT).json()
+    return [record_fields(r) for r in page.get("runs", [])], page.get("next_page_token") or None
+
+
+def record_fields(run: dict[str, Any]) -> dict[str, Any]:
+    """One run of the REST answer as RunRecord's fields: what `Run.from_proto` would give, without it.
+
+    Metric values come as JSON numbers, or as strings for NaN and ±Infinity, which `float` reads alike.
+    """
+    info, data = run.get("info", {}), run.get("data", {})
+    return {
+        "run_id": info.get("run_id") or info.get("run_uuid", ""),
+        "status": info.get("status", ""),
+        "start_time": int(info.get("start_time") or 0),
+        "tags": {t["key"]: t.get("value", "") for t in data.get("tags", [])},
+        "params": {p["key"]: p.get("value", "") for p in data.get("params", [])},
+        "metrics": {m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics", [])},
+        "experiment_id": str(info.get("experiment_id", "")),
+        "run_name": info.get("run_name", ""),
+    }
