@@ -14,6 +14,7 @@ import contextlib
 import sys
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 VIEW = "workflowType=machine_learning"  # MLflow 3's "Model training" view, not the GenAI overview
 DEFAULT_UI_PORT = "5000"
@@ -87,3 +88,21 @@ def link_lines(
     if start_hint and not ui_url.strip() and not is_server(tracking_uri):
         lines.append(f"  (start the UI first: {ui_start_command(tracking_uri, shown_uri or tracking_uri)})")
     return lines
+
+
+def settings_link_lines(
+    settings: Any, experiment_id: str, report_run_id: str | None, *, start_hint: bool = True
+) -> list[str]:
+    """`link_lines` for the configured store (`Settings`: its URI, MLFLOW_UI_URL and port), the URI
+    shown with its password redacted: what compare and a suite both end with."""
+    from devicebench.redact import redact
+
+    return link_lines(
+        settings.tracking_uri,
+        experiment_id,
+        report_run_id,
+        shown_uri=redact(settings.tracking_uri),
+        ui_url=settings.ui_url,
+        ui_port=settings.ui_port,
+        start_hint=start_hint,
+    )

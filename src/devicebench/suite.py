@@ -226,20 +226,13 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
 def _print_links(settings: Any, experiment_id: str, report_out: Path | None) -> None:
     """The plan's last lines: links to its report run (the answer) and to its runs, in the UI's
     machine-learning view; the report run's id is what its compare left beside the report."""
-    from devicebench.links import link_lines
+    from devicebench.links import settings_link_lines
     from devicebench.report.cli import read_report_run
 
     found = read_report_run(report_out) if report_out else None
     report_id, exp_id = found if found else (None, experiment_id)
-    for line in link_lines(
-        settings.tracking_uri,
-        exp_id,
-        report_id,
-        shown_uri=redact(settings.tracking_uri),
-        ui_url=settings.ui_url,
-        ui_port=settings.ui_port,
-        start_hint=False,  # the summary's "open the MLflow UI" line says how
-    ):
+    # start_hint=False: the summary's "open the MLflow UI" line says how
+    for line in settings_link_lines(settings, exp_id, report_id, start_hint=False):
         print(line)
 
 

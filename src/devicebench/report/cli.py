@@ -339,19 +339,12 @@ def _print_links(home: Settings, out: Path, report_id: str) -> None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from devicebench.links import link_lines
+    from devicebench.links import settings_link_lines
 
     try:  # the run's own experiment: under `mlflow run`, MLflow chose it before this process started
         experiment_id = MlflowClient(home.tracking_uri).get_run(report_id).info.experiment_id
     except MlflowException:  # spooled: the store went away after the run was made; no link to print
         return
     write_report_run(out, report_id, experiment_id)
-    for line in link_lines(
-        home.tracking_uri,
-        experiment_id,
-        report_id,
-        shown_uri=redact(home.tracking_uri),
-        ui_url=home.ui_url,
-        ui_port=home.ui_port,
-    ):
+    for line in settings_link_lines(home, experiment_id, report_id):
         print(line)
