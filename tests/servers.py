@@ -59,12 +59,26 @@ ABSENT_GPU_SAYS = re.compile(
 QUICK_MATMUL = ("--min_time_s", "0", "--isolation", "none")
 
 
+def environ_snapshot() -> dict[str, str]:
+    """A copy of os.environ that a worker thread can take while pytest's main thread changes it (it
+    sets PYTEST_CURRENT_TEST around every test): copying iterates the keys, then reads each, so a key
+    removed in between raised KeyError, or the dict changed size mid-iteration (seen in test_bad_input's
+    pool). A copy that raced is taken again."""
+    for _ in range(100):
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):
+            continue
+    return dict(os.environ)
+
+
 def devicebench_env(tracking_uri: str, **extra: str) -> dict[str, str]:
     """Environment for a `devicebench` / `mlflow run` subprocess: the venv first on PATH, quiet, no .env."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
+    base = environ_snapshot()
+    env = {k: v for k, v in base.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
     env.update(
         MLFLOW_TRACKING_URI=tracking_uri,
-        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        PATH=f"{VENV_BIN}{os.pathsep}{base.get('PATH', '')}",
         DEVICEBENCH_DOTENV="none",
         PYTHONUNBUFFERED="1",
         GIT_PYTHON_REFRESH="quiet",

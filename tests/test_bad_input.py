@@ -563,6 +563,8 @@ def outcomes(
     ]
     auth = AuthServer(tmp_path_factory.mktemp("auth")) if any(c.server == "auth" for c in selected) else None
     root = tmp_path_factory.mktemp("bad-input")
+    import mlflow.tracking  # noqa: F401 - imported here, not first in a pool thread beside pytest's own
+
     zygote = Zygote()
     pool = ThreadPoolExecutor(max_workers=WORKERS)
     # the auth case last: its server is still starting while the others run
