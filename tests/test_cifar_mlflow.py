@@ -203,8 +203,8 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     """On this 2-core VM: 2 and 1 threads × data in memory, the DataLoader with 0, 2 and cores − threads
     workers (7 trials) within the budget, then one run that is tagged tuned, carries the trials as a
     table and trains at the best trial's rate. Measured 2026-11-24 beside other work (load ~6 on 2 cores):
-    2,775 against 2,794 and 3,094 against 2,713 samples/s (1 thread, data in memory); asserted within
-    50 %, as the suite's other workers share the 2 cores and a trial is a few hundred steps."""
+    2,775 against 2,794 and 3,094 against 2,713 samples/s (1 thread, data in memory); asserted not
+    below half the trial's rate, as the suite's other workers share the 2 cores."""
     from devicebench.tuning import settings, thread_counts
 
     assert len(settings("cifar", 2)) == 7 and len(settings("unet", 2)) == 5
@@ -233,7 +233,9 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     )
     best = float(tags["devicebench.cpu.tuned.best_trial_samples_per_s"])
     measured = run.data.metrics["throughput/train_samples_per_s"]
-    assert abs(measured / best - 1) <= 0.5, (measured, best)
+    # Not slower than the trial that chose it (a run of every step can be faster than a few hundred:
+    # CI measured 4,500 against a 2,957 trial on 3 workers and 2 cores); the ±10 % seen alone is the note's.
+    assert measured >= 0.5 * best, (measured, best)
     chosen = tags["devicebench.cpu.tuned.setting"]
     assert run.data.params["cpu_threads"] == chosen.split()[0]
     assert tags["devicebench.work_key"] and run.data.params["loader"] in ("tensor", "dataloader")
