@@ -109,7 +109,7 @@ def setup(
         compile=compile,
         progress=ctx.progress,
         precision=cfg.precision,
-        fp32_math=next(iter(math.values())),
+        fp32_math=math[tag("fp32_math")],
         world=world,
     )
     return opts, log
