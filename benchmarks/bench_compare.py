@@ -9,11 +9,17 @@ The matmul runs carry their per-size points as flat keys, as the workload logs t
 the store with matmul runs as logged before those keys existed (stepped histories only), which the report
 still reads, one history request per run and key: the figure to set beside the default one.
 
-Measured here (2-core VM, load ~1, 2026-11-24, one run each): 12.0 s before the flat keys and the JSON
-search (10.8 s reading, 664 history requests), 7.0 s after (6.0 s reading, none), 10.4 s with
-`--old-matmul`. What is left of the reading is the one-worker server's own search (SQLAlchemy rows and
-JSON for ~125,000 metrics, params and tags: ~5 s of its CPU), which no client change removes; the 5 s
-target is not met on this host yet.
+Each figure is the median of 3 rounds after a warm-up search, and each round is set beside the floor:
+one stream of plain REST search pages for the same runs, with nothing done with them. That ratio is the
+part devicebench owns; the absolute 5 s is the issue's target for the whole.
+
+Measured here (2-core VM, load ~1, 2026-11-24): 12.0 s before the flat keys and the JSON search (10.8 s
+reading, 664 history requests), 7.0 s after, then 6.5 s median of 3 warm rounds against a floor of
+5.7 s (1.14x); 10.4 s with `--old-matmul`. The floor is the server's: profiled in process, MLflow's
+SqlAlchemyStore builds ~124,000 ORM rows for 2,000 runs (4.2 s) and encodes the pages with the pure
+Python JSON encoder (1.7 s). Cutting the search into more concurrent streams (by workload and by start
+time, 10 to 40 streams) did not help on 2 uvicorn workers or 4: a burst of connections lands on one
+worker (5.5-6.3 of 6.4 server CPU-s on one), so the 5 s target is not met on this host.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import math
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +46,12 @@ from devicebench.schema import matmul_point_key
 ROOT = Path(__file__).resolve().parents[1]
 N_RUNS = 2000
 TARGET_S = 5.0
+ROUNDS = 3  # after a warm-up; the median round is printed
+TARGET_FLOOR = 1.25  # read + pair + render within a quarter of what the server alone takes to answer
 EXPERIMENT = "bench-compare"
+SERVER_WORKERS = (
+    2  # the project's server (docker/mlflow-server.sh, MLFLOW_WORKERS); MLflow's own default is 4
+)
 # The class names the real workloads log (the report reads them back as eval/acc/<class>, eval/iou/<class>).
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 VOC_CLASSES = list(voc.CLASSES)
@@ -284,6 +296,26 @@ def _timed_report(uri: str, experiment: str, out: Path) -> tuple[float, int, int
     return time.perf_counter() - t0, len(sel.runs), sel.history_calls, sel.read_s
 
 
+def bare_search_s(uri: str, experiment: str) -> float:
+    """The floor: every run of the experiment in one stream of plain REST search pages, nothing else."""
+    import requests
+
+    got = requests.get(
+        f"{uri}/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": experiment}, timeout=60
+    )
+    body: dict[str, Any] = {
+        "experiment_ids": [got.json()["experiment"]["experiment_id"]],
+        "max_results": 1000,
+    }
+    t0 = time.perf_counter()
+    with requests.Session() as session:
+        while True:
+            page = session.post(f"{uri}/api/2.0/mlflow/runs/search", json=body, timeout=120).json()
+            if not page.get("next_page_token"):
+                return time.perf_counter() - t0
+            body["page_token"] = page["next_page_token"]
+
+
 def build_store(d: Path, n_runs: int = N_RUNS, flat: bool = True) -> tuple[Any, float]:
     """A server on a SQLite file filled with `n_runs` runs; returns (started server, seconds to fill).
 
@@ -300,7 +332,7 @@ def build_store(d: Path, n_runs: int = N_RUNS, flat: bool = True) -> tuple[Any, 
     uri = f"sqlite:///{d}/mlflow.db"
     writer = MlflowClient(uri)
     exp = writer.create_experiment(EXPERIMENT, artifact_location=str(d / "artifacts"))
-    server = MlflowServer(uri, d / "artifacts")
+    server = MlflowServer(uri, d / "artifacts", workers=SERVER_WORKERS)
     failure: list[BaseException] = []
 
     def start() -> None:
@@ -331,23 +363,34 @@ def main(argv: Sequence[str] = ()) -> int:
     args = parser.parse_args(list(argv))
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    floors: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         server, fill_s = build_store(Path(tmp), flat=not args.old_matmul)
         try:
-            total_s, n, calls, read_s = _timed_report(server.url, EXPERIMENT, Path(tmp) / "report")
+            bare_search_s(server.url, EXPERIMENT)  # warm-up: a nightly compare meets a running server
+            rounds = []
+            for i in range(ROUNDS):  # alternated, so that both see the same machine
+                rounds.append((*_timed_report(server.url, EXPERIMENT, Path(tmp) / f"report{i}"),))
+                floors.append(bare_search_s(server.url, EXPERIMENT))
+            total_s, n, calls, read_s = sorted(rounds)[len(rounds) // 2]
+            floor_s = statistics.median(floors)
         finally:
             server.stop()
     per_1000 = total_s / n * 1000
     print(
-        f"compare: {n} runs read+reported in {total_s:.1f} s ({per_1000:.1f} s per 1000 runs) "
-        f"[target <= {TARGET_S:.0f} s]"
+        f"compare: {n} runs read+reported in {total_s:.1f} s ({per_1000:.1f} s per 1000 runs, median of "
+        f"{ROUNDS} after a warm-up) [target <= {TARGET_S:.0f} s]"
     )
     print(
         f"compare: of which reading {read_s:.1f} s, incl. {calls} matmul history requests"
         f"{' (old-style matmul runs)' if args.old_matmul else ''}; "
         f"filling the store took {fill_s:.0f} s (not timed)"
     )
-    return 0 if total_s <= TARGET_S else 1
+    print(
+        f"compare: {total_s / floor_s:.2f}x the server's own search of the same runs "
+        f"(one stream of REST pages, nothing else: {floor_s:.1f} s) [target <= {TARGET_FLOOR:.2f}x]"
+    )
+    return 0 if total_s <= TARGET_S and total_s / floor_s <= TARGET_FLOOR else 1
 
 
 def specs_for(workload: str, devices: Sequence[str], **kw: Any) -> list[Spec]:
