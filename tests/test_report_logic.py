@@ -16,6 +16,7 @@ from devicebench.errors import UsageError
 from devicebench.report import verdicts
 from devicebench.report.cli import compared_ids_tag, parse_baseline, parse_threshold, parse_workloads
 from devicebench.report.compare import Stat, compare, find_regressions, make_pair, summarise
+from devicebench.report.money import side_rows
 from devicebench.report.query import (
     Query,
     RunRecord,
@@ -715,8 +716,13 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     for r in (cpu, tuned, gpu):
         r.tags["devicebench.price.usd_per_hour"] = "1.0"
         r.metrics["cost/usd_per_epoch"] = r.metrics["time/train_s"] / 3600
-    (p,) = [p for p in compare([cpu, tuned, gpu]).pairs if p.is_cpu_gpu]
+    priced = compare([cpu, tuned, gpu])
+    (p,) = [p for p in priced.pairs if p.is_cpu_gpu]
     assert p.verdicts[0].endswith("is 1.15× faster: worth its price for this model")
+    # The work-per-money table ranks the tuned CPU beside the GPU: one group for the work, not per config.
+    rows = side_rows(priced, lambda s: s.config_key)
+    assert [(r[1], r[2].split()[0]) for r in rows] == [("k1", "cuda:0"), ("k2", "cpu"), ("k1", "cpu")]
+    assert [r[-1] for r in rows] == ["1.00×", "0.87×", "0.11×"]
     # The tuned side is the pair's own CPU side: one speedup, no second verdict.
     alone = rec(
         "cuda:0", key="k2", params={"loader": "tensor", "num_workers": "0"}, metrics=_tp(4.35), tags=work

@@ -1,7 +1,10 @@
-"""Work per money: for each config, which side (device and shape) buys the most epochs or GFLOP.
+"""Work per money: for each piece of work, which side (device, shape, CPU setting) buys the most.
 
-The report's price-performance table and `compare --budget` both read `cost.side_cost`, so they cannot
-disagree. A side without a price is listed last with the reason its runs gave, never with a number.
+The sides are grouped by work key (the config without how the CPU was fed: loader and workers), so a
+tuned CPU side ranks beside the GPU sides of the same work and the table asks the price-performance
+question of the CPU at its best, as the pairs do (report/best_cpu.py). The report's table and
+`compare --budget` both read `cost.side_cost`, so they cannot disagree. A side without a price is listed
+last with the reason its runs gave, never with a number.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from devicebench.report import cost
+from devicebench.report import best_cpu, cost
 from devicebench.report.compare import Comparison
 from devicebench.report.fmt import NONE, fmt_s, fmt_stat_s, fmt_x
 from devicebench.report.pairs import Pair, param_order
@@ -37,10 +40,10 @@ def _work(side: Side) -> float:
 
 
 def ranked(comp: Comparison) -> list[list[Side]]:
-    """The sides of each config, most work per money first (configs in the report's order)."""
+    """The sides of each piece of work, most work per money first (in the report's order of configs)."""
     groups: dict[tuple[str, str], list[Side]] = defaultdict(list)
     for s in comp.all_sides:
-        groups[(s.workload, s.config_key)].append(s)
+        groups[(s.workload, best_cpu.work_key(s))].append(s)
     order = sorted(groups, key=lambda k: (k[0], param_order(groups[k][0].params), k[1]))
     return [sorted(groups[k], key=_work) for k in order]
 
