@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from devicebench.config import build_config, to_params
-from devicebench.settings import load_settings
+from devicebench.config.fields import build_config, to_params
+from devicebench.config.settings import load_settings
 from devicebench.tracking import Tracker, null_tracker, run_context
 from devicebench.workloads import Context
 from devicebench.workloads.cifar import CifarResult, Config, run

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devicebench.config import key_of
-from devicebench.configs import not_work
+from devicebench.config.fields import key_of
+from devicebench.config.workloads import not_work
 from devicebench.data import voc
 from devicebench.schema import matmul_point_key
 

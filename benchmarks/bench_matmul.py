@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from mlflow.tracking import MlflowClient
 
-from devicebench.config import build_config, to_params
-from devicebench.settings import load_settings
+from devicebench.config.fields import build_config, to_params
+from devicebench.config.settings import load_settings
 from devicebench.tracking import null_tracker, run_context
 from devicebench.workloads import Context
 from devicebench.workloads.matmul import Config

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
-from devicebench.config import build_config
+from devicebench.config.fields import build_config
 from devicebench.data.cifar import normalize_uint8
 from devicebench.data.synthetic import make_split
+from devicebench.host.timing import device_sync
 from devicebench.models.cifar_net import build_model
-from devicebench.timing import device_sync
 from devicebench.tracking import null_tracker
 from devicebench.workloads import Context
 from devicebench.workloads.cifar import Config, run

@@ -196,10 +196,10 @@ def run_demo(work: Path) -> str:
 
 def pages(server: MlflowServer, work: Path) -> list[Page]:
     """The pages, found through the server's API; the report run and the runs list by the links
-    `devicebench.links` builds, the very ones the demo prints."""
+    `devicebench.report.links` builds, the very ones the demo prints."""
     from mlflow.tracking import MlflowClient
 
-    from devicebench.links import run_url, runs_list_url
+    from devicebench.report.links import run_url, runs_list_url
 
     client = MlflowClient(server.url)
     exp = client.get_experiment_by_name(DEMO_EXPERIMENT)

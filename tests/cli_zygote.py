@@ -3,7 +3,7 @@
 A fresh `devicebench` process spends 3-6 s of CPU importing torch, torchvision and MLflow before it can
 refuse a typo; the bad-input table has dozens of rows. Here the imports happen once, and each command runs
 in its own forked process with its own environment, working directory, stdout and stderr files and exit
-code, through the same `devicebench.cli.main` the console script calls. What a fork cannot show (warnings
+code, through the same `devicebench.run.cli.main` the console script calls. What a fork cannot show (warnings
 printed while importing) is covered by the tests that start the real console script.
 
 Protocol, one JSON object a line on stdin: {"args": [...], "env": {...}, "cwd": "...", "out": "DIR"},
@@ -26,12 +26,12 @@ from pathlib import Path
 def preload() -> None:
     """Everything a command may import, so a forked child starts warm (absent modules are skipped)."""
     for name in (
-        "devicebench.cli",
-        "devicebench.config",
-        "devicebench.device",
-        "devicebench.settings",
+        "devicebench.run.cli",
+        "devicebench.config.fields",
+        "devicebench.host.device",
+        "devicebench.config.settings",
         "devicebench.tracking",
-        "devicebench.suite",
+        "devicebench.plan.suite",
         "devicebench.workloads.matmul",
         "devicebench.workloads.cifar",
         "devicebench.workloads.unet",
@@ -89,7 +89,7 @@ def _run(request: dict) -> int:
         sys.argv = [request["script"], *request["args"]]
         runpy.run_path(request["script"], run_name="__main__")
         return 0
-    from devicebench.cli import main
+    from devicebench.run.cli import main
 
     return main(request["args"])
 

@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from devicebench.config.settings import load_settings
 from devicebench.errors import Interrupted, SpooledError, UsageError
-from devicebench.settings import load_settings
 from devicebench.tracking import run_context
 
 

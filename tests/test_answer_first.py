@@ -13,13 +13,13 @@ import pytest
 from test_report_cost import run as priced_run
 
 from devicebench.errors import UsageError
-from devicebench.links import link_lines, ui_base
-from devicebench.prices import Price, pricing_for, resolve_price
+from devicebench.pricing.prices import Price, pricing_for, resolve_price
 from devicebench.report.compare import compare
 from devicebench.report.content import build_doc, describe, varying_params
 from devicebench.report.headline import headline_metrics, report_name, summary_note
+from devicebench.report.links import link_lines, ui_base
 from devicebench.report.markdown import to_markdown
-from devicebench.run_line import GLANCE, glance_metrics, summary_line
+from devicebench.report.run_line import GLANCE, glance_metrics, summary_line
 
 ILLUSTRATIVE = Price(usd_per_hour=1.0, source="illustrative")
 
@@ -96,7 +96,7 @@ def test_illustrative_price_is_tagged_as_such_and_needs_a_price() -> None:
 
 
 def test_the_demo_plan_marks_its_price_illustrative(repo_root) -> None:
-    from devicebench.plan import load_plan
+    from devicebench.plan.spec import load_plan
 
     plan = load_plan(repo_root / "experiments" / "demo.yaml")
     for item in plan.runs:

@@ -8,7 +8,7 @@ a report.
 
 A fresh process costs 3-6 s of CPU here (torch, torchvision and MLflow imports), so each case is a fork
 of one interpreter that imported the CLI once (tests/cli_zygote.py): its own process, environment,
-directory, stdout, stderr and exit code, through the same `devicebench.cli.main` the console script calls.
+directory, stdout, stderr and exit code, through the same `devicebench.run.cli.main` the console script calls.
 Cases start together on a small pool when the module begins and each test waits for its own; the
 basic-auth server for the 401 case starts alongside them.
 """

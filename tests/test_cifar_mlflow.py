@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 from test_cifar_data import write_cifar
 from test_cifar_workload import CLASS_METRICS, SUMMARY_METRICS
 
-from devicebench.config import build_config, config_key, to_params
-from devicebench.configs import CifarConfig
+from devicebench.config.fields import build_config, config_key, to_params
+from devicebench.config.workloads import CifarConfig
 from devicebench.models.cifar_net import Net
 from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 
@@ -205,7 +205,7 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     table and trains at the best trial's rate. Measured 2026-11-24 beside other work (load ~6 on 2 cores):
     2,775 against 2,794 and 3,094 against 2,713 samples/s (1 thread, data in memory); asserted not
     below half the trial's rate, as the suite's other workers share the 2 cores."""
-    from devicebench.tuning import settings, thread_counts
+    from devicebench.run.tuning import settings, thread_counts
 
     assert len(settings("cifar", 2)) == 7 and len(settings("unet", 2)) == 5
     assert thread_counts(16) == [16, 8, 4, 2, 1] and thread_counts(6) == [6, 4, 2, 1]

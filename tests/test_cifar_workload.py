@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_cifar_data import write_cifar
 
-from devicebench.config import build_config, config_key, to_params
+from devicebench.config.fields import build_config, config_key, to_params
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.tracking import MemoryTracker
 from devicebench.workloads import Context

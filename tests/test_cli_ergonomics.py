@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from devicebench.cli import build_parser, main
-from devicebench.config import build_config, config_from_args, config_key, to_params
-from devicebench.configs import CONFIGS, CifarConfig, UNetConfig
+from devicebench.config.fields import build_config, config_from_args, config_key, to_params
+from devicebench.config.workloads import CONFIGS, CifarConfig, UNetConfig
 from devicebench.errors import UsageError
+from devicebench.run.cli import build_parser, main
 from servers import one_error_line
 
 

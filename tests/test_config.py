@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devicebench.config import build_config, config_key, to_params
+from devicebench.config.fields import build_config, config_key, to_params
 from devicebench.errors import UsageError
 from devicebench.workloads.matmul import Config
 
@@ -111,8 +111,8 @@ def test_an_integer_beyond_64_bits_is_out_of_range() -> None:
 def test_the_work_key_leaves_out_how_the_cpu_was_fed_and_nothing_else() -> None:
     """A tuned CPU side (loader=tensor, its own workers and threads) did the same training as the
     tutorial's DataLoader run: one work key, two config keys; a different batch is different work."""
-    from devicebench.config import config_key, work_key
-    from devicebench.configs import CifarConfig, MatmulConfig
+    from devicebench.config.fields import config_key, work_key
+    from devicebench.config.workloads import CifarConfig, MatmulConfig
 
     base = CifarConfig()
     fed = CifarConfig(loader="tensor", num_workers=0, cpu_threads=4)

@@ -7,15 +7,15 @@ import json
 import subprocess
 import sys
 
-from devicebench.config import config_key
-from devicebench.configs import CONFIGS, not_work
+from devicebench.config.fields import config_key
+from devicebench.config.workloads import CONFIGS, not_work
 from devicebench.schema import WORKLOADS
 from devicebench.workloads import load
 
 
 def test_importing_configs_imports_neither_torch_nor_numpy_nor_mlflow() -> None:
     code = (
-        "import json, sys; import devicebench.configs; "
+        "import json, sys; import devicebench.config.workloads; "
         "print(json.dumps(sorted(m for m in ('torch', 'numpy', 'mlflow') if m in sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

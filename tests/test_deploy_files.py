@@ -479,9 +479,9 @@ def _run_pod_command(container: dict[str, Any], env: dict[str, str], tmp_path: P
 
 def _cifar_config(argv: list[str]) -> Any:
     """The config the CLI builds from `argv`, through the CLI's own parser and checks."""
-    from devicebench.cli import build_parser
-    from devicebench.config import config_from_args
-    from devicebench.configs import CifarConfig
+    from devicebench.config.fields import config_from_args
+    from devicebench.config.workloads import CifarConfig
+    from devicebench.run.cli import build_parser
 
     assert argv[0] == "cifar", argv
     return config_from_args(CifarConfig, build_parser("cifar").parse_args(argv))

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from devicebench.device import (
+from devicebench.errors import DeviceUnavailable, UsageError
+from devicebench.host.cpu import cpu_budget, numpy_blas, thread_facts
+from devicebench.host.device import (
     activate,
     check_device_spelling,
     host_fingerprint,
@@ -21,8 +23,6 @@ from devicebench.device import (
     require_native_bf16,
     resolve_device,
 )
-from devicebench.errors import DeviceUnavailable, UsageError
-from devicebench.host_cpu import cpu_budget, numpy_blas, thread_facts
 from servers import fake_oci_metadata
 
 # What OCI's instance metadata service v2 returns on a GPU VM (abridged, values made up).
@@ -262,7 +262,7 @@ def test_a_bare_cuda_gets_its_index_once_where_it_is_resolved(monkeypatch: pytes
     """H100 host, 2026-11-24: `matmul.run` given `torch.device("cuda")` raised in its isolated child
     ("Expected a torch.device with a specified index"). Every way in gives the index: the CLI's
     resolution, `auto`, and a `Context` built by a caller of the Python API; matmul's child spec too."""
-    from devicebench.config import build_config
+    from devicebench.config.fields import build_config
     from devicebench.workloads import Context
     from devicebench.workloads.matmul import Config
 
@@ -292,7 +292,7 @@ def test_bf16_on_a_gpu_older_than_ampere_is_refused_even_where_torch_emulates_it
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A V100 (OCI VM.GPU3) says is_bf16_supported() (emulation counts); its figure would not be bf16."""
-    from devicebench.precision import check_precision
+    from devicebench.host.precision import check_precision
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 0))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from devicebench.host_cpu import usable_cores
-from devicebench.launch import Failure, blame, torchrun_args
+from devicebench.host.cpu import usable_cores
+from devicebench.run.launch import Failure, blame, torchrun_args
 from servers import MlflowServer, devicebench_env, one_error_line, run_cli, runs_of
 
 # Two processes need two cores to run side by side (each takes one thread: OMP_NUM_THREADS = cores / 2).
@@ -178,8 +178,8 @@ def test_a_job_that_cannot_be_set_up_is_refused_before_any_run(args: list[str], 
 
 
 def test_world_size_is_not_the_work_one_config_at_every_size_is_one_series() -> None:
-    from devicebench.config import config_key
-    from devicebench.configs import CifarConfig
+    from devicebench.config.fields import config_key
+    from devicebench.config.workloads import CifarConfig
 
     base = config_key("cifar", CifarConfig())
     assert config_key("cifar", CifarConfig(nproc=8, nnodes=2, rdzv_endpoint="h:1")) == base

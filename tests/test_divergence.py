@@ -11,7 +11,7 @@ import torch
 
 from devicebench.errors import Diverged
 from devicebench.tracking import MemoryTracker
-from devicebench.training import LossLog, train_epoch
+from devicebench.train.training import LossLog, train_epoch
 
 
 def test_a_flush_logs_the_finite_points_then_names_the_first_bad_step() -> None:

@@ -572,9 +572,9 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
     """LossLog brings losses to the host in batches of 1024 steps; a SIGTERM after 7 logged steps must not drop those 7."""
     import torch
 
-    from devicebench import training
     from devicebench.errors import Interrupted
     from devicebench.tracking import MemoryTracker
+    from devicebench.train import training
 
     def loader() -> Iterator[tuple[Any, Any]]:
         for _ in range(7):
@@ -663,7 +663,7 @@ def test_out_of_host_memory_names_the_parameter_to_lower(tmp_path: Path) -> None
 def test_four_runs_at_once_on_the_embedded_sqlite_store(tmp_path: Path) -> None:
     """DESIGN: whoever fans out creates the store and experiment first. Then four writers either all
     finish with every metric, or each that fails says so in one line that recommends a server."""
-    from devicebench.settings import load_settings
+    from devicebench.config.settings import load_settings
     from devicebench.tracking import ensure_experiment
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"

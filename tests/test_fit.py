@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from devicebench import fit
-from devicebench.configs import CifarConfig
+from devicebench.config.workloads import CifarConfig
 from devicebench.data.loader import data_loader
 from devicebench.tracking import MemoryTracker
+from devicebench.train import fit
 from devicebench.workloads import Context
 
 CPU = torch.device("cpu")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from devicebench.gpu_info import gpu_identity
+from devicebench.host.gpu_info import gpu_identity
 
 CUDA = torch.device("cuda", 1)
 WHOLE = "GPU-11111111-2222-3333-4444-555555555555"

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from devicebench.handoff import Handoff, child_env
+from devicebench.plan.handoff import Handoff, child_env
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "devicebench"
 
@@ -18,7 +18,10 @@ def test_a_handoff_survives_the_trip_through_the_environment() -> None:
     assert "MLFLOW_RUN_ID" not in env, "a child that inherits the parent's run logs into it"
     assert env["MLFLOW_EXPERIMENT_ID"] == "7" and env["PATH"] == "/bin"
     assert env["PYTHONPATH"].split(os.pathsep) == [str(SRC.parent), "/elsewhere"]
-    assert sent.tags() == {"devicebench.suite": "nightly:parent123", "devicebench.suite.item": "ab12cd"}
+    assert sent.tags() == {
+        "devicebench.suite": "nightly:parent123",
+        "devicebench.suite.item": "ab12cd",
+    }
 
 
 def test_a_run_started_by_a_person_has_no_handoff() -> None:

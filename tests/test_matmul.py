@@ -11,9 +11,9 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from devicebench.config import build_config
+from devicebench.config.fields import build_config
+from devicebench.host.timing import MAX_SAMPLES
 from devicebench.schema import gflops, matmul_key, matmul_point_key
-from devicebench.timing import MAX_SAMPLES
 from devicebench.tracking import MemoryTracker
 from devicebench.workloads import Context
 from devicebench.workloads.matmul import Config, rel_error, run
@@ -95,7 +95,7 @@ def test_points_are_sampled_for_the_minimum_time_and_the_count_is_logged(tmp_pat
 
 
 def test_the_isolated_process_hands_back_results_and_exceptions() -> None:
-    from devicebench import isolated
+    from devicebench.util import isolated
 
     assert isolated.call("math:sqrt", 4.0) == 2.0
     with pytest.raises(ValueError, match="math domain error"):
@@ -191,8 +191,8 @@ def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() ->
     """Planted points as an H100 SXM measured them on 2026-11-24 (bf16 n=4096 at ~701 TFLOP/s, fp32
     IEEE at ~51): the fraction is GFLOP/s over the table's dense figure; NumPy's CPU points get none,
     and a GPU the table does not know gets none either (never a made-up peak)."""
-    from devicebench.peaks import gpu_peak
-    from devicebench.timing import TimingStats
+    from devicebench.host.peaks import gpu_peak
+    from devicebench.host.timing import TimingStats
     from devicebench.workloads.matmul import Point, point_peaks
 
     def point(backend: str, dtype: str, tflops: float) -> Point:

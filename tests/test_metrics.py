@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from devicebench.metrics import (
+from devicebench.train.metrics import (
     IGNORE_INDEX,
     accuracy,
     confusion_matrix,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from devicebench.config import build_config
-from devicebench.configs import CONFIGS
-from devicebench.naming import is_generated, run_name
-from devicebench.suite import next_commands
+from devicebench.config.fields import build_config
+from devicebench.config.naming import is_generated, run_name
+from devicebench.config.workloads import CONFIGS
+from devicebench.plan.suite import next_commands
 
 
 def cfg(workload: str, **values: str):

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from devicebench.config import build_config
-from devicebench.configs import CONFIGS
-from devicebench.costs import headline_gflop_per_usd, matmul_costs, training_costs
+from devicebench.config.fields import build_config
+from devicebench.config.settings import load_settings
+from devicebench.config.workloads import CONFIGS
 from devicebench.errors import UsageError
-from devicebench.prices import (
+from devicebench.pricing.costs import headline_gflop_per_usd, matmul_costs, training_costs
+from devicebench.pricing.prices import (
     MAX_PRICES_BYTES,
     Price,
     Pricing,
@@ -32,7 +33,6 @@ from devicebench.prices import (
     pricing_for,
     resolve_price,
 )
-from devicebench.settings import load_settings
 from servers import (
     QUICK_MATMUL,
     MlflowServer,
@@ -63,7 +63,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_prices_and_costs_import_neither_torch_nor_numpy_nor_mlflow() -> None:
     code = (
-        "import json, sys; import devicebench.prices, devicebench.costs; "
+        "import json, sys; import devicebench.pricing.prices, devicebench.pricing.costs; "
         "print(json.dumps(sorted(m for m in ('torch', 'numpy', 'mlflow') if m in sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -239,7 +239,7 @@ def test_price_settings_are_read() -> None:
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_price_per_hour_is_every_workloads_param_and_not_the_work(name: str) -> None:
-    from devicebench.config import config_key
+    from devicebench.config.fields import config_key
 
     cls = CONFIGS[name]
     assert config_key(name, build_config(cls, {"price_per_hour": "0.9"})) == config_key(name, cls())
@@ -259,7 +259,7 @@ def test_training_costs_per_epoch_and_per_1k_samples() -> None:
 
 def test_a_training_run_logs_its_cost_metrics_from_its_result() -> None:
     """What the CLI logs at the end of a cifar/unet run (no training run here: the result is planted)."""
-    from devicebench.costs import log_costs
+    from devicebench.pricing.costs import log_costs
     from devicebench.tracking.protocol import MemoryTracker
 
     tracker = MemoryTracker()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devicebench.cli import build_parser
-from devicebench.config import to_params
-from devicebench.configs import CONFIGS
+from devicebench.config.fields import to_params
+from devicebench.config.workloads import CONFIGS
+from devicebench.run.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 

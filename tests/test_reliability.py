@@ -63,7 +63,7 @@ def fill(folder: Path) -> None:
 
 
 def test_redact_covers_each_form() -> None:
-    from devicebench.redact import redact
+    from devicebench.util.redact import redact
 
     cases = {
         "postgresql://postgres:SECRET@127.0.0.1:5432/db": "postgresql://postgres:***@127.0.0.1:5432/db",
@@ -198,8 +198,8 @@ def test_a_numpy_py_in_the_working_directory_is_not_imported(tmp_path: Path) -> 
 
 
 def test_every_child_is_started_without_the_working_directory() -> None:
-    from devicebench.handoff import child_env
-    from devicebench.plan import PlannedRun
+    from devicebench.plan.handoff import child_env
+    from devicebench.plan.spec import PlannedRun
 
     argv = PlannedRun(1, "matmul", {"sizes": "32"}, 1, 1).argv()
     assert argv[:4] == [sys.executable, "-P", "-m", "devicebench"]
@@ -210,7 +210,7 @@ def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
     """What a SIGKILLed suite does to its child: the kernel sends it SIGTERM (PR_SET_PDEATHSIG)."""
     code = (
         "import subprocess, sys, time\n"
-        "from devicebench.children import death_signal\n"
+        "from devicebench.util.children import death_signal\n"
         "p = subprocess.Popen(['sleep', '60'], preexec_fn=death_signal())\n"
         "print(p.pid, flush=True)\n"
         "time.sleep(60)\n"
@@ -401,8 +401,8 @@ def test_read_only_store_and_atomic_report(tmp_path: Path) -> None:
 
 
 def test_duplicate_sizes_are_one_size_and_one_config_key() -> None:
-    from devicebench.config import build_config, config_key, to_params
-    from devicebench.configs import MatmulConfig
+    from devicebench.config.fields import build_config, config_key, to_params
+    from devicebench.config.workloads import MatmulConfig
 
     once = build_config(MatmulConfig, {"sizes": "64"})
     thrice = build_config(MatmulConfig, {"sizes": "64,64,64"})
@@ -412,8 +412,8 @@ def test_duplicate_sizes_are_one_size_and_one_config_key() -> None:
 def test_the_lr_help_says_above_zero() -> None:
     import argparse
 
-    from devicebench.config import add_config_arguments
-    from devicebench.configs import CifarConfig
+    from devicebench.config.fields import add_config_arguments
+    from devicebench.config.workloads import CifarConfig
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser, CifarConfig)
@@ -422,7 +422,7 @@ def test_the_lr_help_says_above_zero() -> None:
 
 
 def test_absurd_instance_metadata_sizes_are_ignored() -> None:
-    from devicebench.device import oci_metadata
+    from devicebench.host.device import oci_metadata
 
     doc = {"shape": "VM.Standard.E5.Flex", "shapeConfig": {"ocpus": 1e308, "memoryInGBs": 16}}
     with fake_oci_metadata(lambda: doc) as url:

@@ -255,7 +255,7 @@ def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -
 
 
 def test_compare_parser_takes_budget() -> None:
-    from devicebench.cli import build_parser
+    from devicebench.run.cli import build_parser
 
     assert build_parser("compare").parse_args(["compare", "--budget"]).budget is True
     assert build_parser("compare").parse_args(["compare"]).budget is False

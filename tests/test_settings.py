@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from devicebench.errors import StoreUnavailable, UsageError
-from devicebench.settings import (
+from devicebench.config.settings import (
     DEFAULT_TRACKING_URI,
     Settings,
     load_dotenv_file,
     load_settings,
     preflight_store,
 )
+from devicebench.errors import StoreUnavailable, UsageError
 
 
 def test_defaults_are_the_embedded_store_and_local_paths() -> None:

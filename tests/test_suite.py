@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from devicebench.errors import UsageError
-from devicebench.suite import _run_items, load_plan, unavailable_reason
+from devicebench.plan.suite import _run_items, load_plan, unavailable_reason
 from servers import ABSENT_GPU, MlflowServer, devicebench_env, run_cli, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,8 +180,8 @@ def test_scaling_plan_is_one_series_of_four_world_sizes_on_cuda() -> None:
     """experiments/scaling.yaml: 1, 2, 4 and 8 processes of one config (one config key, so the report
     pairs them as a series), on CUDA, skipping what the host lacks, through the DataLoader (a
     DistributedSampler shards it; loader=tensor has no sampler)."""
-    from devicebench.config import build_config, config_key
-    from devicebench.configs import CifarConfig
+    from devicebench.config.fields import build_config, config_key
+    from devicebench.config.workloads import CifarConfig
 
     plan = load_plan(ROOT / "experiments" / "scaling.yaml")
     assert plan.skip_unavailable and plan.report
@@ -207,7 +207,7 @@ def test_skip_unavailable_names_an_nproc_beyond_this_hosts_cores(
 ) -> None:
     """More processes than this process may use cores: skipped, in one line that says why. In process,
     with no child started: an item that is not skipped fails the test instead of training."""
-    from devicebench.host_cpu import usable_cores
+    from devicebench.host.cpu import usable_cores
 
     cores = usable_cores()
     path = write(
@@ -234,7 +234,7 @@ def test_skip_unavailable_names_an_nproc_beyond_this_hosts_cores(
 
 def test_without_skip_unavailable_too_many_processes_still_run(tmp_path: Path) -> None:
     """No skip_unavailable: the item is started (and the CLI refuses it, exit 2, as a listed failure)."""
-    from devicebench.host_cpu import usable_cores
+    from devicebench.host.cpu import usable_cores
 
     path = write(
         tmp_path,

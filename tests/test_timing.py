@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from devicebench.timing import Timer, TimingStats
+from devicebench.host.timing import Timer, TimingStats
 
 
 class Recorder:

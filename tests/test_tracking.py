@@ -11,8 +11,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from devicebench.config.settings import Settings, load_settings
 from devicebench.errors import StoreUnavailable
-from devicebench.settings import Settings, load_settings
 from devicebench.tracking import MemoryTracker, run_context
 from servers import MlflowServer
 
@@ -33,7 +33,9 @@ def test_a_finished_run_has_params_tags_and_every_metric(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
 ) -> None:
     s = settings_for(mlflow_server.url, tmp_path, experiment_name)
-    with run_context(s, "matmul", {"sizes": "64", "repeats": 3}, tags={"devicebench.device": "cpu"}) as t:
+    with run_context(
+        s, "matmul", {"sizes": "64", "repeats": 3}, tags={"devicebench.device": "cpu"}
+    ) as t:
         for step in range(2500):  # more than two log_batch pages
             t.log_metrics({"train/loss": 1.0 / (step + 1), "other": step}, step=step)
         t.log_dict({"a": 1}, "per_class.json")

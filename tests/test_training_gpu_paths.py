@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import torch
 
-from devicebench import precision, training
-from devicebench.config import build_config
+from devicebench.config.fields import build_config
 from devicebench.errors import UsageError
+from devicebench.host import precision
 from devicebench.tracking import MemoryTracker
+from devicebench.train import training
 from devicebench.workloads import Context
 from devicebench.workloads import cifar as cifar_workload
 

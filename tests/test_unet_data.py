@@ -17,7 +17,7 @@ from PIL import Image
 
 from devicebench.data import scenes, voc
 from devicebench.errors import DataUnavailable, UsageError
-from devicebench.metrics import IGNORE_INDEX
+from devicebench.train.metrics import IGNORE_INDEX
 from devicebench.workloads.unet import Config, load_datasets
 
 # VOC's palette as documented by its devkit (VOClabelcolormap): the first classes and the void colour.
@@ -173,7 +173,7 @@ def test_a_missing_image_or_split_list_names_the_file(voc_dir: Path) -> None:
 
 
 def test_a_missing_list_file_is_refused_before_any_run(tmp_path: Path) -> None:
-    from devicebench.config import build_config
+    from devicebench.config.fields import build_config
 
     with pytest.raises(DataUnavailable, match=r"--train_list: list file .*nope\.txt not found"):
         build_config(Config, {"train_list": str(tmp_path / "nope.txt")})

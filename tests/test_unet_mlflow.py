@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_unet_data import write_voc
 
-from devicebench import training
 from devicebench.data.voc import CLASSES
+from devicebench.train import training
 from devicebench.workloads.unet import Config, build_model
 from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from devicebench import training
 from devicebench.models.unet import UNet, count_parameters
+from devicebench.train import training
 from devicebench.workloads.unet import Config, build_model
 
 # milesial/Pytorch-UNet at n_classes=2: 31,037,698 (transposed convolutions), 17,263,042 (bilinear).

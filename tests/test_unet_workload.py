@@ -13,11 +13,11 @@ import pytest
 import torch
 from test_unet_data import write_voc
 
-from devicebench import training
-from devicebench.config import build_config
+from devicebench.config.fields import build_config
 from devicebench.data.voc import CLASSES
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.tracking import MemoryTracker, _portable_model
+from devicebench.train import training
 from devicebench.workloads import Context
 from devicebench.workloads.unet import (
     NUM_CLASSES,
@@ -54,7 +54,7 @@ def test_config_matches_the_mlproject_entry_point(repo_root: Path) -> None:
     fields = dataclasses.fields(Config)
     assert [f.name for f in fields] == list(entry)
     # each default spelled as the CLI logs it, so `mlflow run` and the CLI log the same params
-    from devicebench.config import to_params
+    from devicebench.config.fields import to_params
 
     assert {k: str(v["default"]) for k, v in entry.items()} == to_params(Config())
 
@@ -137,7 +137,7 @@ def test_synthetic_scenes_are_learnable(tmp_path: Path) -> None:
     before = training.evaluate(
         build_model(cfg), val_loader, segmentation_loss, CPU, NUM_CLASSES, amp_dtype=None, channels_last=False
     )
-    from devicebench.metrics import iou_per_class, nanmean
+    from devicebench.train.metrics import iou_per_class, nanmean
 
     miou_before = nanmean(iou_per_class(before.confusion))
     result, _, _ = _run(cfg, tmp_path)

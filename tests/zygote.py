@@ -2,7 +2,7 @@
 
 A fresh `devicebench` process spends 5-8 CPU-seconds importing torch and MLflow before it does anything;
 the suite starts about a hundred. Through the zygote each command is still its own process (own pid,
-environment, working directory, stdout, stderr and exit code, through the same `devicebench.cli.main` the
+environment, working directory, stdout, stderr and exit code, through the same `devicebench.run.cli.main` the
 console script calls) but the imports are paid once per test worker. What a fork cannot show (warnings
 printed while importing, the console script itself, signal exit codes) is left to tests that pass
 `real=True` to servers.run_cli.
@@ -32,7 +32,7 @@ class Zygote:
     def __init__(self, cwd: Path | None = None) -> None:
         self.lock = threading.Lock()
         self.scratch = Path(tempfile.mkdtemp(prefix="devicebench-zygote-"))
-        # as `devicebench.cli.main` sets it before MLflow is imported (here MLflow is imported first)
+        # as `devicebench.run.cli.main` sets it before MLflow is imported (here MLflow is imported first)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
         env.update(OMP_NUM_THREADS="1", MLFLOW_LOGGING_LEVEL="WARNING", GIT_PYTHON_REFRESH="quiet")
         env.update(MLFLOW_DISABLE_TELEMETRY="true", DEVICEBENCH_DOTENV="none")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from devicebench.children import die_with_parent
+from devicebench.util.children import die_with_parent
 
 SamplerFor = Callable[[Dataset, bool], "Sampler[Any] | None"]
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from devicebench.data.voc import CLASSES, NUM_CLASSES, normalize
-from devicebench.metrics import IGNORE_INDEX
+from devicebench.train.metrics import IGNORE_INDEX
 
 DATA_SEED = 20_240_611
 DEFAULT_SIZES = {"train": 300, "val": 100}

@@ -34,7 +34,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from devicebench.errors import DataUnavailable
-from devicebench.metrics import IGNORE_INDEX
+from devicebench.train.metrics import IGNORE_INDEX
 
 CLASSES = (
     "background",

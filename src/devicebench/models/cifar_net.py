@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from devicebench.configs import CIFAR_MODELS
+from devicebench.config.workloads import CIFAR_MODELS
 
 NUM_CLASSES = 10
-MODELS = CIFAR_MODELS  # the config offers them (devicebench/configs.py), this module builds them
+MODELS = CIFAR_MODELS  # the config offers them (devicebench/config/workloads.py), this module builds them
 
 
 class Net(nn.Module):

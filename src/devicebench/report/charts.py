@@ -18,7 +18,7 @@ from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
 from devicebench.report.sides import Side
 from devicebench.schema import fmt_speedup, gflops
-from devicebench.stats import quantile
+from devicebench.util.stats import quantile
 
 SPEEDUP_PNG = "speedup_by_workload.png"
 GFLOPS_PNG = "matmul_gflops.png"

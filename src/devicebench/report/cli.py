@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devicebench.errors import UsageError
-from devicebench.redact import redact
 from devicebench.report.experiments import run_counts
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
 from devicebench.schema import UNSET_WORDS, WORKLOADS, tag
+from devicebench.util.redact import redact
 
 if TYPE_CHECKING:
+    from devicebench.config.settings import Settings
     from devicebench.report.compare import Comparison
     from devicebench.report.query import Query, RunRecord, Selection
-    from devicebench.settings import Settings
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
 BASELINES = ("none", "previous")
@@ -153,7 +153,7 @@ def log_report(
     answer where the MLflow UI shows it at once: a name that says what it holds, headline metrics and
     a Markdown description with the verdicts and those metrics."""
     from devicebench.report.headline import headline_metrics, report_name, summary_note
-    from devicebench.run_line import NOTE_TAG
+    from devicebench.report.run_line import NOTE_TAG
     from devicebench.tracking import run_context
 
     run_ids = [r.run_id for r in comp.runs]
@@ -283,10 +283,10 @@ def _regression_exit(comp: Comparison, threshold: float) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Read, compare, write, print, log; 1 when regression mode found a regression, else 0."""
+    from devicebench.config.settings import load_settings
     from devicebench.report import render
     from devicebench.report.compare import compare
     from devicebench.report.query import Query, parse_since, split_list
-    from devicebench.settings import load_settings
 
     threshold = parse_threshold(args.threshold)
     baseline = parse_baseline(args.baseline)
@@ -303,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         filter=args.filter.strip() or None,
         host=args.host.strip() or None,
     )
-    from devicebench.settings import preflight_store
+    from devicebench.config.settings import preflight_store
     from devicebench.tracking import check_store, configure_mlflow_client
 
     preflight_store(settings, read_only=args.no_log)
@@ -339,7 +339,7 @@ def _print_links(home: Settings, out: Path, report_id: str) -> None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from devicebench.links import settings_link_lines
+    from devicebench.report.links import settings_link_lines
 
     try:  # the run's own experiment: under `mlflow run`, MLflow chose it before this process started
         experiment_id = MlflowClient(home.tracking_uri).get_run(report_id).info.experiment_id

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from devicebench.configs import not_work
+from devicebench.config.workloads import not_work
 from devicebench.report import best_cpu, scaling_verdicts, verdicts
 from devicebench.report.pairs import Pair, build_pairs, make_pair
 from devicebench.report.query import RunRecord

@@ -12,9 +12,9 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 
-from devicebench.config import is_keyed, to_params
-from devicebench.configs import CONFIGS
-from devicebench.naming import SEP, SHORT
+from devicebench.config.fields import is_keyed, to_params
+from devicebench.config.naming import SEP, SHORT
+from devicebench.config.workloads import CONFIGS
 from devicebench.report.compare import NOT_WORK
 from devicebench.report.sides import Side
 

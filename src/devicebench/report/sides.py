@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from devicebench.report.query import RunRecord
-from devicebench.stats import quantile
+from devicebench.util.stats import quantile
 
 TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s")
 THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")

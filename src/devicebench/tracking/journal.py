@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devicebench.config.settings import Settings
 from devicebench.errors import SpoolUnwritable, UsageError
-from devicebench.redact import redact
-from devicebench.settings import Settings
 from devicebench.tracking.locks import release as release_lock
 from devicebench.tracking.locks import try_lock
+from devicebench.util.redact import redact
 
 # The least free space a journal starts with: a run's operations and staged artifacts (models
 # excluded) take tens of KiB to a few MiB. A spool on a full disk is refused before the run exists.

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from devicebench.errors import UsageError
-from devicebench.redact import redact
 from devicebench.schema import MAX_TAG_VALUE
 from devicebench.schema import TAG_PREFIX as TAG_PREFIX  # workloads and the suite import it from here
+from devicebench.util.redact import redact
 
 
 class Tracker(Protocol):

@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devicebench.config.settings import Settings
 from devicebench.errors import UsageError
-from devicebench.redact import MASK, is_redacted, redact
 from devicebench.schema import MAX_BATCH_METRICS, tag
-from devicebench.settings import Settings
 from devicebench.tracking.artifacts import _log_saved_model, link_metrics, mark_tables, upload_files
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.store import configure_mlflow_client
+from devicebench.util.redact import MASK, is_redacted, redact
 
 DIED_WITHOUT_END = "process died (no end record)"
 _BATCH_TAGS_OR_PARAMS = 100  # MLflow's log_batch limit for tags and params

@@ -17,11 +17,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from devicebench.config.naming import is_generated
+from devicebench.config.settings import Settings
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
-from devicebench.naming import is_generated
-from devicebench.redact import redact
 from devicebench.schema import tag
-from devicebench.settings import Settings
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.store import (
@@ -31,6 +30,7 @@ from devicebench.tracking.store import (
     store_error_hint,
 )
 from devicebench.tracking.tracker import MlflowTracker
+from devicebench.util.redact import redact
 
 _FINISHING = threading.Event()
 _DEFAULT_EXCEPTHOOK: list[Any] = []

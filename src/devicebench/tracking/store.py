@@ -18,11 +18,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from devicebench.config.settings import Settings
 from devicebench.errors import StoreUnavailable, UsageError
-from devicebench.redact import redact
-from devicebench.settings import Settings
 from devicebench.tracking.locks import file_lock
 from devicebench.tracking.protocol import one_line
+from devicebench.util.redact import redact
 
 SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (2-15 s on a 2-core VM)
 

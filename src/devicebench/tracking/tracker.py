@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from devicebench.config.settings import Settings
 from devicebench.schema import MAX_TAG_VALUE, tag
-from devicebench.settings import Settings
 from devicebench.tracking.artifacts import _portable_model, save_model, upload_model
 from devicebench.tracking.journal import Journal, spool_root
 from devicebench.tracking.protocol import one_line

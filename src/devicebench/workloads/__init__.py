@@ -18,7 +18,7 @@ from devicebench.schema import WORKLOADS as WORKLOADS  # the CLI's subcommands
 if TYPE_CHECKING:
     import torch
 
-    from devicebench.distributed import World
+    from devicebench.host.distributed import World
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Context:
         """A bare `cuda` from a caller of the Python API gets its index here, as the CLI's does in
         `resolve_device`: a workload never passes an unindexed CUDA device on (device.indexed says why)."""
         if self.device.type == "cuda" and self.device.index is None:
-            from devicebench.device import indexed
+            from devicebench.host.device import indexed
 
             object.__setattr__(self, "device", indexed(self.device))
 

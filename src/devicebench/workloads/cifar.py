@@ -19,13 +19,14 @@ from typing import Any, cast
 
 import torch
 
-from devicebench import figures, fit, precision, training
-from devicebench.configs import CifarConfig as Config
+from devicebench.config.workloads import CifarConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.loader import SamplerFor, no_sampler
-from devicebench.metrics import accuracy, confusion_table, metric_name, per_class_accuracy
+from devicebench.host import precision
 from devicebench.models.cifar_net import build_model
 from devicebench.tracking import Tracker
+from devicebench.train import figures, fit, training
+from devicebench.train.metrics import accuracy, confusion_table, metric_name, per_class_accuracy
 from devicebench.workloads import Context
 
 DATA = "cifar10"

@@ -8,7 +8,7 @@ reference, because a fast wrong answer is not a speedup.
 
 Each backend is measured in a fresh process of its own (`isolation=process`, the default): NumPy's and
 torch's CPU thread pools spin after each call and, in one process on a small host, halve each other's
-figures (see devicebench/isolated.py). `isolation=none` measures in this process, to show the effect.
+figures (see devicebench/util/isolated.py). `isolation=none` measures in this process, to show the effect.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from devicebench import isolated
-from devicebench.configs import ISOLATION
-from devicebench.configs import MatmulConfig as Config
-from devicebench.device import device_name, require_native_bf16
-from devicebench.peaks import gpu_peak, matmul_dtype
+from devicebench.config.workloads import ISOLATION
+from devicebench.config.workloads import MatmulConfig as Config
+from devicebench.host.device import device_name, require_native_bf16
+from devicebench.host.peaks import gpu_peak, matmul_dtype
+from devicebench.host.timing import TimingStats
 from devicebench.schema import MATMUL_POINT_FIGURES, gflops, matmul_key, matmul_point_key
-from devicebench.timing import TimingStats
 from devicebench.tracking import TAG_PREFIX, Tracker
+from devicebench.util import isolated
 from devicebench.workloads import Context
 from devicebench.workloads.matmul_series import matrices, measure_series
 

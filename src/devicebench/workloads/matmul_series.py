@@ -1,5 +1,5 @@
 """One backend's matmul series, measured where nothing else has run: the part of matmul that may live in
-its own process (devicebench/isolated.py says why).
+its own process (devicebench/util/isolated.py says why).
 
 This module imports neither torch nor mlflow at load time, so the NumPy process never loads torch's
 OpenMP runtime at all. The matrices are drawn from the seed in a fixed order, so every process (and
@@ -14,8 +14,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from devicebench.configs import NUMPY_DTYPES as NUMPY_DTYPES  # defined with the config that offers them
-from devicebench.timing import Timer, TimingStats
+from devicebench.config.workloads import (
+    NUMPY_DTYPES as NUMPY_DTYPES,  # defined with the config that offers them
+)
+from devicebench.host.timing import Timer, TimingStats
 
 ERROR_ROWS = 32
 

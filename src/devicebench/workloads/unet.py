@@ -24,12 +24,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from devicebench import figures, fit, precision, training
-from devicebench.configs import UNetConfig as Config
+from devicebench.config.workloads import UNetConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.loader import SamplerFor, data_loader, no_sampler
 from devicebench.errors import DataUnavailable
-from devicebench.metrics import (
+from devicebench.host import precision
+from devicebench.schema import tag
+from devicebench.tracking import Tracker
+from devicebench.train import figures, fit, training
+from devicebench.train.metrics import (
     IGNORE_INDEX,
     accuracy,
     confusion_table,
@@ -40,8 +43,6 @@ from devicebench.metrics import (
     per_class_accuracy,
     soft_dice_loss,
 )
-from devicebench.schema import tag
-from devicebench.tracking import Tracker
 from devicebench.workloads import Context
 
 DATA = "voc2012"

@@ -5,7 +5,7 @@ report splits it by world size), so all are `key=False`.
 
 from __future__ import annotations
 
-from devicebench.config import param
+from devicebench.config.fields import param
 from devicebench.errors import UsageError
 
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicebench.children import SAFE_PATH
 from devicebench.schema import MAX_RUN_NAME, tag
+from devicebench.util.children import SAFE_PATH
 
 PARENT = "DEVICEBENCH_PARENT_RUN_ID"
 SUITE = "DEVICEBENCH_SUITE"
@@ -70,7 +70,7 @@ def child_env(base: Mapping[str, str]) -> dict[str, str]:
     """Any child the suite starts (a run, the report): never the parent's run, and this very package first
     on the path, so a suite started from a checkout runs that checkout's code in its children too."""
     env = {k: v for k, v in base.items() if k != "MLFLOW_RUN_ID"}
-    src = str(Path(__file__).resolve().parents[1])
+    src = str(Path(__file__).resolve().parents[2])  # src/devicebench/plan/handoff.py -> src
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env.update(SAFE_PATH)  # and never the working directory: a numpy.py there is not ours to run

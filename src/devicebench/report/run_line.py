@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from devicebench.prices import ILLUSTRATIVE, OVERRIDE, Price, fmt_price
+from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, fmt_price
 
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 GLANCE = "at_a_glance"  # sorts before cost/ dist/ eval/ matmul/ memory/ system/ throughput/ time/ train/

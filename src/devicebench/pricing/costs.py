@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from devicebench.prices import Price
+from devicebench.pricing.prices import Price
 from devicebench.schema import tag
 
 SECONDS_PER_HOUR = 3600.0

@@ -95,7 +95,7 @@ def settings_link_lines(
 ) -> list[str]:
     """`link_lines` for the configured store (`Settings`: its URI, MLFLOW_UI_URL and port), the URI
     shown with its password redacted: what compare and a suite both end with."""
-    from devicebench.redact import redact
+    from devicebench.util.redact import redact
 
     return link_lines(
         settings.tracking_uri,

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devicebench.children import SAFE_PATH
 from devicebench.errors import Interrupted, UsageError
 from devicebench.schema import MAX_TAG_VALUE, tag
 from devicebench.tracking.journal import _write_atomic
+from devicebench.util.children import SAFE_PATH
 
 JOB_DIR = "DEVICEBENCH_JOB_DIR"  # the launcher's mark on its workers' environment; torchrun sets the rest
 RUN_FILE = "run.json"
@@ -187,7 +187,7 @@ def _fail_job(settings: Any, job: Path, failure: Failure, world_size: int) -> in
     run = job / RUN_FILE
     run_id = json.loads(run.read_text())["run_id"] if run.is_file() else None
     ended = f"; run {run_id} ended FAILED" if run_id and _end_failed(settings, run_id, who, failure) else ""
-    from devicebench.redact import redact
+    from devicebench.util.redact import redact
 
     print(f"devicebench: error: {redact(f'{who} failed: {failure.reason}{ended}')}", file=sys.stderr)
     return failure.code if failure.code in (1, 2) else 1
@@ -218,7 +218,7 @@ def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
 
 def check_job(cfg: Any, device: Any) -> None:
     """What a job of several processes cannot do, refused before any process starts (exit 2)."""
-    from devicebench.device import check_processes
+    from devicebench.host.device import check_processes
 
     if device.type == "cuda" and ":" in cfg.device:
         raise UsageError(

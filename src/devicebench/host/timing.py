@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from devicebench.stats import quantile
+from devicebench.util.stats import quantile
 
 if TYPE_CHECKING:
     import torch

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from devicebench import training
+from devicebench.train import training
 
 
 @dataclass(frozen=True)

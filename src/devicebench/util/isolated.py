@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from devicebench.children import die_with_parent, python_argv
+from devicebench.util.children import die_with_parent, python_argv
 
-ENTRY = "devicebench.isolated"
+ENTRY = "devicebench.util.isolated"
 
 
 class IsolatedProcessDied(RuntimeError):

@@ -84,9 +84,9 @@ def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
 def _fail(message: str, code: int, error: BaseException | None = None) -> int:
     """One line on stderr, passwords redacted; a rank of a job reports to its launcher instead, which
     names the rank."""
-    from devicebench.launch import record_failure, worker_rank
-    from devicebench.redact import redact
+    from devicebench.run.launch import record_failure, worker_rank
     from devicebench.tracking.runs import exiting
+    from devicebench.util.redact import redact
 
     exiting()  # no SIGTERM may cut this line short or follow it with a traceback
     if worker_rank() is not None:
@@ -102,8 +102,8 @@ def _fail(message: str, code: int, error: BaseException | None = None) -> int:
 def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None:
     """The workload's arguments from its torch-free config: a typo is refused in well under a second,
     before torch (seconds of import) is loaded; the docstring is read from the source for the same reason."""
-    from devicebench.config import add_config_arguments
-    from devicebench.configs import CONFIGS
+    from devicebench.config.fields import add_config_arguments
+    from devicebench.config.workloads import CONFIGS
 
     spec = importlib.util.find_spec(f"devicebench.workloads.{name}")
     source = Path(spec.origin).read_text() if spec and spec.origin else ""
@@ -114,7 +114,7 @@ def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None
 
 
 def _run_workload(name: str, args: argparse.Namespace) -> int:
-    from devicebench.workload_run import run_workload
+    from devicebench.run.workload import run_workload
 
     return run_workload(name, args)
 
@@ -122,14 +122,14 @@ def _run_workload(name: str, args: argparse.Namespace) -> int:
 def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
     """`devicebench tune <workload> [its flags] [--tune_budget_s S]`: the workload's own flags, so a tuned
     CPU side is asked for exactly as the run it stands in for."""
-    from devicebench.config import add_config_arguments
-    from devicebench.configs import CONFIGS
-    from devicebench.tuning import TUNABLE
+    from devicebench.config.fields import add_config_arguments
+    from devicebench.config.workloads import CONFIGS
+    from devicebench.run.tuning import TUNABLE
 
     p = sub.add_parser(
         "tune",
         help=COMMANDS["tune"],
-        description=(importlib.import_module("devicebench.tuning").__doc__ or "").strip(),
+        description=(importlib.import_module("devicebench.run.tuning").__doc__ or "").strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     after = list(argv[list(argv).index("tune") + 1 :]) if "tune" in argv else []
@@ -147,7 +147,7 @@ def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
 
 
 def _run_tuned(args: argparse.Namespace) -> int:
-    from devicebench.workload_run import run_workload
+    from devicebench.run.workload import run_workload
 
     budget = args.tune_budget_s
     if not 1 <= budget <= 3600:
@@ -164,7 +164,7 @@ def _add_sync(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
-    from devicebench.settings import load_settings
+    from devicebench.config.settings import load_settings
     from devicebench.tracking import sync_spool
 
     settings = load_settings()
@@ -226,7 +226,7 @@ def build_parser(selected: str | None = None, argv: Sequence[str] = ()) -> argpa
         elif name == "compare":
             _add_module_command(sub, name, "devicebench.report.cli", help)
         elif name == "suite":
-            _add_module_command(sub, name, "devicebench.suite", help)
+            _add_module_command(sub, name, "devicebench.plan.suite", help)
         elif name == "tune":
             _add_tune(sub, argv)
         else:
@@ -268,7 +268,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as e:
         if debug:
             raise
-        from devicebench.launch import worker_rank
+        from devicebench.run.launch import worker_rank
         from devicebench.tracking import one_line
 
         if worker_rank() is not None:

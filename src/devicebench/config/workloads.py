@@ -1,7 +1,7 @@
 """The workloads' configs in one torch-free place: what each workload's parameters are, and which of
 them are not the work.
 
-A frozen dataclass per workload is the single source of its parameters (devicebench/config.py says
+A frozen dataclass per workload is the single source of its parameters (devicebench/config/fields.py says
 how one feeds the CLI, the MLflow params and the config key). They live here rather than beside each
 workload's code so that the suite can validate a plan, and the report can tell work from setting,
 without importing torch, NumPy or mlflow; each workload module re-exports its own as `Config`.
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devicebench import job_fields
-from devicebench.config import NOT_KEYED, is_keyed, param
+from devicebench.config import job_fields
+from devicebench.config.fields import NOT_KEYED, is_keyed, param
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
 

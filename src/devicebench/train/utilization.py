@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import torch
 
-from devicebench.peaks import gpu_peak
+from devicebench.host.peaks import gpu_peak
+from devicebench.host.timing import Timer
 from devicebench.schema import tag
-from devicebench.timing import Timer
 
 CPU_PEAK_N = 1024  # a product large enough to run at the CPU's matmul speed, short enough to be cheap
 CPU_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

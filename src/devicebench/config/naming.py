@@ -12,7 +12,7 @@ import dataclasses
 import re
 from typing import Any
 
-from devicebench.config import is_keyed
+from devicebench.config.fields import is_keyed
 from devicebench.schema import MAX_RUN_NAME
 
 SEP = " · "

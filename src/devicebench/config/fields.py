@@ -222,7 +222,7 @@ def _param_strings(cfg: Any, *, words: bool) -> dict[str, str]:
 
 def is_keyed(f: dataclasses.Field) -> bool:
     """Whether a field is part of the work a run did: the config key's one rule, which
-    `devicebench.configs.not_work` reads too."""
+    `devicebench.config.workloads.not_work` reads too."""
     return bool(f.metadata.get("key", True)) and f.name not in NOT_KEYED
 
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devicebench.children import death_signal, python_argv
 from devicebench.errors import UsageError
-from devicebench.handoff import Handoff, child_env
-from devicebench.plan import Plan, PlannedRun, load_plan
-from devicebench.redact import redact
+from devicebench.plan.handoff import Handoff, child_env
+from devicebench.plan.spec import Plan, PlannedRun, load_plan
 from devicebench.schema import tag
+from devicebench.util.children import death_signal, python_argv
+from devicebench.util.redact import redact
 
 __all__ = ["Plan", "PlannedRun", "load_plan", "run", "run_plan"]
 
@@ -31,8 +31,8 @@ __all__ = ["Plan", "PlannedRun", "load_plan", "run", "run_plan"]
 def _capacity(device: str) -> tuple[str, int] | None:
     """What `device` resolves to here and how many data-parallel processes it takes on this node
     (device.max_processes), or None when this host has no such device."""
-    from devicebench.device import max_processes, resolve_device
     from devicebench.errors import DeviceUnavailable
+    from devicebench.host.device import max_processes, resolve_device
 
     try:
         resolved = resolve_device(device)
@@ -82,7 +82,7 @@ def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
 
 
 def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun) -> dict[str, str]:
-    # the child names its run (devicebench/naming.py); a repeated item says which repeat it is
+    # the child names its run (devicebench/config/naming.py); a repeated item says which repeat it is
     suffix = f"repeat {item.repeat}/{item.repeats}" if item.repeats > 1 else ""
     return Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, suffix).env(os.environ)
 
@@ -140,7 +140,7 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     """Run every planned item in its own process under one parent run; report; exit 0, or 1 on any failure."""
     from mlflow.tracking import MlflowClient
 
-    from devicebench.settings import load_settings, preflight_store
+    from devicebench.config.settings import load_settings, preflight_store
     from devicebench.tracking import configure_mlflow_client, ensure_experiment, run_context
 
     settings = load_settings()
@@ -226,8 +226,8 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
 def _print_links(settings: Any, experiment_id: str, report_out: Path | None) -> None:
     """The plan's last lines: links to its report run (the answer) and to its runs, in the UI's
     machine-learning view; the report run's id is what its compare left beside the report."""
-    from devicebench.links import settings_link_lines
     from devicebench.report.cli import read_report_run
+    from devicebench.report.links import settings_link_lines
 
     found = read_report_run(report_out) if report_out else None
     report_id, exp_id = found if found else (None, experiment_id)
@@ -288,7 +288,7 @@ def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: s
 
 def next_commands(tracking_uri: str) -> list[str]:
     """What to type next, in a form that works in a fresh shell (no venv activated)."""
-    from devicebench.links import ui_start_command, venv_command
+    from devicebench.report.links import ui_start_command, venv_command
 
     uri = redact(tracking_uri)
     compare = f"compare all runs again: {venv_command('devicebench')} compare"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from devicebench.configs import PRECISIONS
-from devicebench.device import require_native_bf16
+from devicebench.config.workloads import PRECISIONS
 from devicebench.errors import UsageError
+from devicebench.host.device import require_native_bf16
 from devicebench.schema import tag
 
 # PyTorch's own fp32 math, read when this module is first imported, before any run sets it: cuDNN

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from devicebench.errors import DeviceUnavailable, UsageError
-from devicebench.gpu_info import gpu_identity
-from devicebench.host_cpu import cpu_model, thread_facts, usable_cores
+from devicebench.host.cpu import cpu_model, thread_facts, usable_cores
+from devicebench.host.gpu_info import gpu_identity
 from devicebench.schema import check_device_spelling
 
 

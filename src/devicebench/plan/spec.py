@@ -19,13 +19,13 @@ from typing import Any
 
 import yaml
 
-from devicebench.children import python_argv
-from devicebench.config import build_config
-from devicebench.configs import CONFIGS
+from devicebench.config.fields import build_config
+from devicebench.config.workloads import CONFIGS
 from devicebench.errors import UsageError
+from devicebench.run.tuning import TUNABLE
 from devicebench.schema import MAX_EXPERIMENT, WORKLOADS, check_device_spelling
-from devicebench.tuning import TUNABLE
-from devicebench.yamlfile import load_capped
+from devicebench.util.children import python_argv
+from devicebench.util.yamlfile import load_capped
 
 PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "tune_cpu", "runs", "report"}
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
-from devicebench.redact import redact
 from devicebench.schema import tag
+from devicebench.util.redact import redact
 
 PROG = "devicebench"
 
@@ -23,8 +23,8 @@ PROG = "devicebench"
 def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
     """The run of `name` with the flags in `args`; the CLI's exit code. With `tune_budget_s`, the CPU's
     threads and feeding are tuned first (tuning.py) and the run measures the CPU the fastest way found."""
-    from devicebench.costs import log_costs
-    from devicebench.launch import record_run, worker_rank
+    from devicebench.pricing.costs import log_costs
+    from devicebench.run.launch import record_run, worker_rank
 
     cfg, settings, pricing = _checked(name, args)
     rank = worker_rank()
@@ -76,12 +76,12 @@ def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | Non
 def _checked(name: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, settings, pricing), every input checked before torch is imported or a run exists: the
     flags, the device's spelling, the price table and (on the process that owns the run) the store."""
-    from devicebench.config import config_from_args
-    from devicebench.configs import CONFIGS
-    from devicebench.launch import worker_rank
-    from devicebench.prices import pricing_for
+    from devicebench.config.fields import config_from_args
+    from devicebench.config.settings import load_settings, preflight_store
+    from devicebench.config.workloads import CONFIGS
+    from devicebench.pricing.prices import pricing_for
+    from devicebench.run.launch import worker_rank
     from devicebench.schema import check_device_spelling
-    from devicebench.settings import load_settings, preflight_store
 
     cfg = config_from_args(CONFIGS[name], args)
     check_device_spelling(cfg.device)
@@ -99,8 +99,8 @@ def _tune(name: str, cfg: Any, settings: Any, budget_s: float, world_size: int) 
     """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run."""
     import dataclasses
 
-    from devicebench import tuning
-    from devicebench.host_cpu import usable_cores
+    from devicebench.host.cpu import usable_cores
+    from devicebench.run import tuning
 
     if cfg.device != "cpu" or world_size > 1:
         raise UsageError("tune measures one CPU process; use device=cpu and nproc=1", param="device")
@@ -118,7 +118,7 @@ def _lead_with_figures(
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
     the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py)."""
-    from devicebench.run_line import NOTE_TAG, glance_metrics, summary_line
+    from devicebench.report.run_line import NOTE_TAG, glance_metrics, summary_line
 
     glance = glance_metrics(name, result, costs)
     tracker.log_metrics(glance)
@@ -134,9 +134,9 @@ def _open_run(
 
     A training config also logs `global_batch_size`: `batch_size` is per process, and the batch one
     optimizer step sees is what a scaling series keeps in mind."""
-    from devicebench.config import config_key, to_params, work_key
-    from devicebench.handoff import Handoff
-    from devicebench.naming import run_name
+    from devicebench.config.fields import config_key, to_params, work_key
+    from devicebench.config.naming import run_name
+    from devicebench.plan.handoff import Handoff
     from devicebench.tracking import run_context
 
     params = to_params(cfg)
@@ -166,9 +166,9 @@ def _open_run(
 def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[Any, Any]:
     """(this process's World, its device), resolved, made current, and the process group joined; torch's
     CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
-    from devicebench.device import activate, resolve_device
-    from devicebench.distributed import World
-    from devicebench.host_cpu import set_cpu_threads
+    from devicebench.host.cpu import set_cpu_threads
+    from devicebench.host.device import activate, resolve_device
+    from devicebench.host.distributed import World
 
     set_cpu_threads(cpu_threads)
     world = World.from_env() if rank is not None else World()
@@ -181,7 +181,7 @@ def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[Any, 
 def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
     """A rank other than 0: the same work, its stdout silenced (rank 0 prints the run's lines) and
     nothing logged; its figures reach rank 0 through the process group."""
-    from devicebench.launch import worker_rank
+    from devicebench.run.launch import worker_rank
     from devicebench.tracking import null_tracker
     from devicebench.workloads import Context
 
@@ -198,10 +198,10 @@ def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
 def _launch_job(name: str, cfg: Any, settings: Any, module: Any) -> int:
     """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
     it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
-    from devicebench.config import to_params
-    from devicebench.device import resolve_device
-    from devicebench.host_cpu import usable_cores
-    from devicebench.launch import check_job, launch
+    from devicebench.config.fields import to_params
+    from devicebench.host.cpu import usable_cores
+    from devicebench.host.device import resolve_device
+    from devicebench.run.launch import check_job, launch
 
     try:
         check_job(cfg, resolve_device(cfg.device))
@@ -217,7 +217,7 @@ def _launch_job(name: str, cfg: Any, settings: Any, module: Any) -> int:
 def _planned_device(requested: str) -> str:
     """The device the run will resolve to, for its name (`auto` -> `cuda:0`); when it cannot resolve, the
     request as typed: the error itself is raised inside the run, which then ends FAILED."""
-    from devicebench.device import resolve_device
+    from devicebench.host.device import resolve_device
 
     try:
         return str(resolve_device(requested))
@@ -230,10 +230,10 @@ def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any, pricing: Any) 
     run could use against its threads and loader processes (an oversubscribed CPU baseline is named).
     Returns this host's price (or why it has none), priced from the same fingerprint: the OCI metadata
     service is asked once."""
-    from devicebench.costs import log_price
-    from devicebench.device import device_name, host_fingerprint
-    from devicebench.host_cpu import cpu_budget
-    from devicebench.prices import resolve_price
+    from devicebench.host.cpu import cpu_budget
+    from devicebench.host.device import device_name, host_fingerprint
+    from devicebench.pricing.costs import log_price
+    from devicebench.pricing.prices import resolve_price
 
     host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
     if settings.host_label:

@@ -21,19 +21,20 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from devicebench import peaks, precision, training, utilization
-from devicebench.distributed import World
+from devicebench.host import peaks, precision
+from devicebench.host.distributed import World
+from devicebench.host.timing import Timer
 from devicebench.schema import tag
-from devicebench.timing import Timer
-from devicebench.totals import Totals, dist_metrics
 from devicebench.tracking import Tracker
+from devicebench.train import training, utilization
+from devicebench.train.totals import Totals, dist_metrics
 from devicebench.workloads import Context
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class TrainingConfig(Protocol):
-    """The fields every training workload's config has (devicebench/configs.py)."""
+    """The fields every training workload's config has (devicebench/config/workloads.py)."""
 
     epochs: int
     batch_size: int

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicebench.errors import StoreUnavailable, UsageError
-from devicebench.redact import redact
 from devicebench.schema import MAX_EXPERIMENT
+from devicebench.util.redact import redact
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: the embedded SQLite store
 OCI_METADATA_URL = "http://169.254.169.254/opc/v2/instance/"

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from devicebench.errors import Diverged
-from devicebench.metrics import confusion_matrix
-from devicebench.timing import Timer
+from devicebench.host.timing import Timer
 from devicebench.tracking import Tracker
+from devicebench.train.metrics import confusion_matrix
 
 
 def seed_everything(seed: int) -> None:

@@ -21,7 +21,7 @@ import yaml
 
 from devicebench.errors import UsageError
 from devicebench.schema import tag
-from devicebench.yamlfile import load_capped
+from devicebench.util.yamlfile import load_capped
 
 # A price table is a page of YAML; past this it is not one (a plan's cap is 1 MiB, a table needs far less).
 MAX_PRICES_BYTES = 256 * 1024
@@ -42,7 +42,7 @@ def default_path() -> Path:
     """The repository's own table, beside the plans; when the package is installed elsewhere (the
     trainer image pip-installs it and copies experiments/ to its working directory), the working
     directory's experiments/prices.yaml."""
-    beside_source = Path(__file__).resolve().parents[2] / DEFAULT_LABEL
+    beside_source = Path(__file__).resolve().parents[3] / DEFAULT_LABEL  # src/devicebench/pricing/..
     in_cwd = Path.cwd() / DEFAULT_LABEL
     return in_cwd if not beside_source.is_file() and in_cwd.is_file() else beside_source
 
