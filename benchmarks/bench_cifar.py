@@ -23,8 +23,9 @@ import torch
 
 from devicebench.config.fields import build_config, to_params
 from devicebench.config.settings import load_settings
-from devicebench.tracking import Tracker, null_tracker, run_context
-from devicebench.workloads import Context
+from devicebench.host.context import Context
+from devicebench.tracking.protocol import Tracker, null_tracker
+from devicebench.tracking.runs import run_context
 from devicebench.workloads.cifar import CifarResult, Config, run
 
 BATCH = 64

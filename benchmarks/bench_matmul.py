@@ -25,8 +25,9 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.config.fields import build_config, to_params
 from devicebench.config.settings import load_settings
-from devicebench.tracking import null_tracker, run_context
-from devicebench.workloads import Context
+from devicebench.host.context import Context
+from devicebench.tracking.protocol import null_tracker
+from devicebench.tracking.runs import run_context
 from devicebench.workloads.matmul import Config
 from testbed.mlflow_server import MlflowServer
 

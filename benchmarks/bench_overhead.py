@@ -28,10 +28,10 @@ import torch
 from devicebench.config.fields import build_config
 from devicebench.data.cifar import normalize_uint8
 from devicebench.data.synthetic import make_split
+from devicebench.host.context import Context
 from devicebench.host.timing import device_sync
 from devicebench.models.cifar_net import build_model
-from devicebench.tracking import null_tracker
-from devicebench.workloads import Context
+from devicebench.tracking.protocol import null_tracker
 from devicebench.workloads.cifar import Config, run
 
 TARGET = 0.95

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from devicebench.config.settings import load_settings
 from devicebench.errors import Interrupted, SpooledError, UsageError
-from devicebench.tracking import run_context
+from devicebench.tracking.runs import run_context
 
 
 def _write(path: Path, value: object) -> None:

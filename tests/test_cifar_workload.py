@@ -13,8 +13,8 @@ from test_cifar_data import write_cifar
 
 from devicebench.config.fields import build_config, config_key, to_params
 from devicebench.errors import DataUnavailable, UsageError
-from devicebench.tracking import MemoryTracker
-from devicebench.workloads import Context
+from devicebench.host.context import Context
+from devicebench.tracking.protocol import MemoryTracker
 from devicebench.workloads.cifar import Config, run
 from servers import MlflowServer, devicebench_env, one_error_line, run_cli, runs_of
 

@@ -263,8 +263,9 @@ def test_a_bare_cuda_gets_its_index_once_where_it_is_resolved(monkeypatch: pytes
     ("Expected a torch.device with a specified index"). Every way in gives the index: the CLI's
     resolution, `auto`, and a `Context` built by a caller of the Python API; matmul's child spec too."""
     from devicebench.config.fields import build_config
-    from devicebench.workloads import Context
+    from devicebench.host.context import Context
     from devicebench.workloads.matmul import Config
+    from devicebench.workloads.matmul_series import series
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -277,7 +278,7 @@ def test_a_bare_cuda_gets_its_index_once_where_it_is_resolved(monkeypatch: pytes
     ctx = Context(torch.device("cuda"), Path("."), False)
     assert ctx.device == torch.device("cuda", 1)
     cfg = build_config(Config, {"device": "cuda", "sizes": "64", "backends": "torch"})
-    assert [spec.device for spec in cfg.series(str(ctx.device))] == ["cuda:1"]
+    assert [spec.device for spec in series(cfg, str(ctx.device))] == ["cuda:1"]
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from devicebench.errors import Diverged
-from devicebench.tracking import MemoryTracker
+from devicebench.tracking.protocol import MemoryTracker
 from devicebench.train.training import LossLog, train_epoch
 
 

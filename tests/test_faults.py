@@ -573,7 +573,7 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
     import torch
 
     from devicebench.errors import Interrupted
-    from devicebench.tracking import MemoryTracker
+    from devicebench.tracking.protocol import MemoryTracker
     from devicebench.train import training
 
     def loader() -> Iterator[tuple[Any, Any]]:
@@ -605,8 +605,8 @@ def test_a_dataloader_worker_whose_peer_left_mid_handshake_prints_no_traceback(t
     script = tmp_path / "peer_gone.py"
     script.write_text(
         "import os, socket, time\n"
-        "from devicebench.tracking import _install_signal_handlers\n"
-        "_install_signal_handlers()  # what every run does first; forked workers inherit it\n"
+        "from devicebench.tracking.runs import install_signal_handlers\n"
+        "install_signal_handlers()  # what every run does first; forked workers inherit it\n"
         "from multiprocessing import resource_sharer\n"
         "resource_sharer.DupFd(os.open(os.devnull, os.O_RDONLY))  # starts the sharer thread\n"
         "s = socket.socket(socket.AF_UNIX)\n"
@@ -664,7 +664,7 @@ def test_four_runs_at_once_on_the_embedded_sqlite_store(tmp_path: Path) -> None:
     """DESIGN: whoever fans out creates the store and experiment first. Then four writers either all
     finish with every metric, or each that fails says so in one line that recommends a server."""
     from devicebench.config.settings import load_settings
-    from devicebench.tracking import ensure_experiment
+    from devicebench.tracking.store import ensure_experiment
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     ensure_experiment(load_settings({"MLFLOW_TRACKING_URI": uri, "DEVICEBENCH_EXPERIMENT": "four"}))
@@ -738,16 +738,15 @@ def test_a_sigterm_after_the_command_returned_is_not_raised_into_shutdown() -> N
     exiting (its line written, atexit running) printed a traceback under it. Once the command returned,
     SIGTERM is not raised; a new run in the same process is interruptible again."""
     from devicebench.errors import Interrupted
-    from devicebench.tracking import _install_signal_handlers
-    from devicebench.tracking.runs import exiting
+    from devicebench.tracking.runs import exiting, install_signal_handlers
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        _install_signal_handlers()
+        install_signal_handlers()
         exiting()
         os.kill(os.getpid(), signal.SIGTERM)  # would raise Interrupted here
         time.sleep(0.05)
-        _install_signal_handlers()  # what run_context does first
+        install_signal_handlers()  # what run_context does first
         with pytest.raises(Interrupted):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)

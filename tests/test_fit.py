@@ -10,9 +10,9 @@ from torch.utils.data import DistributedSampler, TensorDataset
 
 from devicebench.config.workloads import CifarConfig
 from devicebench.data.loader import data_loader
-from devicebench.tracking import MemoryTracker
+from devicebench.host.context import Context
+from devicebench.tracking.protocol import MemoryTracker
 from devicebench.train import fit
-from devicebench.workloads import Context
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -1,13 +1,138 @@
-"""Short readable files, one job each: the size rules a newcomer can rely on, checked rather than hoped for."""
+"""The layout a newcomer can rely on, checked rather than hoped for (ARCHITECTURE.md says why).
+
+- Every import points down the layers or stays in its own package: a package never reaches up.
+- No module imports another module's private name (`_x`), or reads one through a module (`mod._x`).
+- The import graph has no cycle, counting imports inside functions and under TYPE_CHECKING.
+- No function is over 60 lines: short readable steps.
+
+Every import counts, wherever it sits in the module: a lazy import inside a function is still a
+dependency that a reader has to follow.
+"""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "devicebench"
 MAX_FUNCTION_LINES = 60
-MAX_MODULE_LINES = 375  # "about 350": room for a docstring, not for a second job
+# Lowest first. A module may import its own package and any package in a lower layer, nothing higher.
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "schema", "util", "__init__"}),  # foundation: names, the error type, helpers
+    frozenset({"config"}),  # what a run is asked to do; the environment
+    frozenset({"host", "pricing"}),  # the machine it runs on; what that machine costs
+    frozenset({"tracking", "data", "models"}),  # where results go; what is trained on, and what
+    frozenset({"train"}),  # one training run
+    frozenset({"workloads"}),  # matmul, cifar, unet
+    frozenset({"report"}),  # runs read back and compared (torch-free)
+    frozenset({"plan"}),  # many runs from one YAML, then the report
+    frozenset({"run", "__main__"}),  # the command line and one run from flags to store
+)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def top(module: str) -> str:
+    """`devicebench.report.cli` -> `report`; the package itself -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer(module: str) -> int:
+    name = top(module)
+    for i, packages in enumerate(LAYERS):
+        if name in packages:
+            return i
+    raise AssertionError(f"{module}: package {name!r} is in no layer of tests/test_layout.py")
+
+
+def imports(path: Path) -> Iterator[tuple[int, str, str | None]]:
+    """(line, imported devicebench module, imported name or None) for every import in the file."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "devicebench":
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                yield (node.lineno, full, None) if full in MODULES else (node.lineno, node.module, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "devicebench":
+                    yield node.lineno, alias.name, None
+
+
+def test_every_package_is_in_a_layer() -> None:
+    for module in MODULES:
+        layer(module)
+
+
+def test_no_import_points_up_a_layer() -> None:
+    up = [
+        f"{module} (layer {layer(module)}):{line} imports {target} (layer {layer(target)})"
+        for module, path in MODULES.items()
+        for line, target, _ in imports(path)
+        if layer(target) > layer(module)
+    ]
+    assert not up, "move the shared part down, or the caller up:\n" + "\n".join(up)
+
+
+def private_reads(path: Path) -> Iterator[str]:
+    """`from x import _y` of another module, and `mod._y` where `mod` names an imported devicebench module."""
+    tree = ast.parse(path.read_text())
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("devicebench"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    yield f"{node.lineno}: from {node.module} import {a.name}"
+                if f"{node.module}.{a.name}" in MODULES:
+                    aliases.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            aliases.update(a.asname or a.name for a in node.names if a.name.startswith("devicebench"))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            yield f"{node.lineno}: {node.value.id}.{node.attr}"
+
+
+def test_no_module_reads_another_modules_private_names() -> None:
+    found = [f"{m}:{hit}" for m, p in MODULES.items() for hit in private_reads(p)]
+    assert not found, "make it public (and say why it is shared) or keep it in its module:\n" + "\n".join(
+        found
+    )
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = {m: {t for _, t, _ in imports(p) if t != m} for m, p in MODULES.items()}
+    cycles: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(graph.get(m, ())):
+            if state.get(t) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(t) :], t]))
+            elif t not in state:
+                visit(t, [*stack, t])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "break each cycle by moving what both need down a layer:\n" + "\n".join(cycles)
 
 
 def test_no_function_in_src_is_over_60_lines() -> None:
@@ -19,12 +144,3 @@ def test_no_function_in_src_is_over_60_lines() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, "split these into named steps:\n" + "\n".join(long)
-
-
-def test_no_module_in_src_is_over_about_350_lines() -> None:
-    big = [
-        f"{p.relative_to(SRC)} ({n} lines)"
-        for p in sorted(SRC.rglob("*.py"))
-        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
-    ]
-    assert not big, "a module this long does more than one job:\n" + "\n".join(big)

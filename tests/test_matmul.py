@@ -12,10 +12,10 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from devicebench.config.fields import build_config
+from devicebench.host.context import Context
 from devicebench.host.timing import MAX_SAMPLES
 from devicebench.schema import gflops, matmul_key, matmul_point_key
-from devicebench.tracking import MemoryTracker
-from devicebench.workloads import Context
+from devicebench.tracking.protocol import MemoryTracker
 from devicebench.workloads.matmul import Config, rel_error, run
 from servers import ABSENT_GPU, ABSENT_GPU_SAYS, MlflowServer, devicebench_env, run_mlflow_project, runs_of
 

@@ -19,7 +19,7 @@ from devicebench.report.compare import compare
 from devicebench.report.content import PAIR_HEADERS, pair_row
 from devicebench.report.headline import headline_metrics
 from devicebench.report.money import side_rows
-from devicebench.report.query import RunRecord
+from devicebench.report.records import RunRecord
 from devicebench.report.render import terminal_table, write_report
 
 _ids = itertools.count()

@@ -19,13 +19,13 @@ from devicebench.report.compare import Stat, compare, find_regressions, make_pai
 from devicebench.report.money import side_rows
 from devicebench.report.query import (
     Query,
-    RunRecord,
     build_filter,
     needs_history,
     parse_since,
     partitions,
     split_list,
 )
+from devicebench.report.records import RunRecord
 from devicebench.report.regressions import is_regression
 from devicebench.report.render import terminal_table, write_report
 from devicebench.schema import MAX_TAG_VALUE as MAX_TAG

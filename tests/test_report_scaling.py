@@ -21,7 +21,8 @@ from test_report_store import compare_here
 from benchmarks.bench_compare import Spec, log_runs, specs_for
 from devicebench.report import scaling_verdicts
 from devicebench.report.compare import compare, find_regressions
-from devicebench.report.query import Query, RunRecord, read_runs
+from devicebench.report.query import Query, read_runs
+from devicebench.report.records import RunRecord
 from devicebench.report.render import terminal_table, write_report
 
 SAMPLES = 100_000  # per epoch: time/train_s = SAMPLES / throughput, so pairs and series agree

@@ -119,7 +119,8 @@ def test_server_pages_read_as_json_give_the_clients_records(store, experiment_na
     included, and a filter the server rejects is still a usage error."""
     from mlflow.entities import ViewType
 
-    from devicebench.report.query import RunRecord, _record
+    from devicebench.report.query import _record
+    from devicebench.report.records import RunRecord
 
     client, exp_id = store
     specs = specs_for("matmul", ["cuda:0"]) + specs_for("unet", ["cpu"])

@@ -194,7 +194,7 @@ def test_the_kubernetes_secret_is_ignored_by_git() -> None:
 def test_the_spool_root_is_private(tmp_path: Path) -> None:
     """Journals carry the tracking URI (with any credentials) and every metric: the root is 0700 too."""
     from devicebench.config.settings import load_settings
-    from devicebench.tracking import spool_root
+    from devicebench.tracking.journal import spool_root
 
     root = spool_root(load_settings({"XDG_STATE_HOME": str(tmp_path / "state")}))
     assert root == tmp_path / "state" / "devicebench" / "spool"

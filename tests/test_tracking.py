@@ -13,7 +13,8 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings, load_settings
 from devicebench.errors import StoreUnavailable
-from devicebench.tracking import MemoryTracker, run_context
+from devicebench.tracking.protocol import MemoryTracker
+from devicebench.tracking.runs import run_context
 from servers import MlflowServer
 
 
@@ -33,9 +34,7 @@ def test_a_finished_run_has_params_tags_and_every_metric(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
 ) -> None:
     s = settings_for(mlflow_server.url, tmp_path, experiment_name)
-    with run_context(
-        s, "matmul", {"sizes": "64", "repeats": 3}, tags={"devicebench.device": "cpu"}
-    ) as t:
+    with run_context(s, "matmul", {"sizes": "64", "repeats": 3}, tags={"devicebench.device": "cpu"}) as t:
         for step in range(2500):  # more than two log_batch pages
             t.log_metrics({"train/loss": 1.0 / (step + 1), "other": step}, step=step)
         t.log_dict({"a": 1}, "per_class.json")
@@ -185,7 +184,7 @@ def test_a_half_migrated_sqlite_store_is_named_with_the_way_out(
     `mlflow db upgrade` gets past; the line must say what happened and how to recover."""
     import sqlite3
 
-    from devicebench.tracking import check_store
+    from devicebench.tracking.store import check_store
 
     db = tmp_path / "broken.db"
     src = sqlite3.connect(mlflow_server.backend_uri.removeprefix("sqlite:///"))
@@ -230,15 +229,17 @@ def test_replaying_a_model_twice_logs_it_once(
 
     import mlflow.pytorch
 
-    from devicebench.tracking import Journal, _model_options, _portable_model, sync_spool
+    from devicebench.tracking.artifacts import model_options, portable_model
+    from devicebench.tracking.journal import Journal
+    from devicebench.tracking.replay import sync_spool
 
     client = MlflowClient(mlflow_server.url)
     run_id = client.create_run(client.create_experiment(experiment_name)).info.run_id
     s = settings_for(mlflow_server.url, tmp_path, experiment_name)
     journal = Journal(s.spool_dir, run_id, mlflow_server.url)
-    module, _, signature = _portable_model(Tiny(), torch.randn(2, 3, 8, 8))
+    module, _, signature = portable_model(Tiny(), torch.randn(2, 3, 8, 8))
     mlflow.pytorch.save_model(
-        module, str(journal.files / "models" / "model"), signature=signature, **_model_options()
+        module, str(journal.files / "models" / "model"), signature=signature, **model_options()
     )
     ts = int(time.time() * 1000)
     journal.append({"op": "metrics", "values": {"eval/accuracy": 0.75}, "step": 2, "ts": ts})

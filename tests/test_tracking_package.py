@@ -12,7 +12,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from test_tracking import settings_for
 
-from devicebench.tracking import artifacts, run_context
+from devicebench.tracking import artifacts
+from devicebench.tracking.runs import run_context
 from servers import MlflowServer
 
 

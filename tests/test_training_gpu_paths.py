@@ -15,9 +15,9 @@ import torch
 from devicebench.config.fields import build_config
 from devicebench.errors import UsageError
 from devicebench.host import precision
-from devicebench.tracking import MemoryTracker
+from devicebench.host.context import Context
+from devicebench.tracking.protocol import MemoryTracker
 from devicebench.train import training
-from devicebench.workloads import Context
 from devicebench.workloads import cifar as cifar_workload
 
 # One torch thread for this module (conftest.py says why).

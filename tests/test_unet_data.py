@@ -15,9 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-from devicebench.data import scenes, voc
+from devicebench.data import IGNORE_INDEX, scenes, voc
 from devicebench.errors import DataUnavailable, UsageError
-from devicebench.train.metrics import IGNORE_INDEX
 from devicebench.workloads.unet import Config, load_datasets
 
 # VOC's palette as documented by its devkit (VOClabelcolormap): the first classes and the void colour.

@@ -16,9 +16,10 @@ from test_unet_data import write_voc
 from devicebench.config.fields import build_config
 from devicebench.data.voc import CLASSES
 from devicebench.errors import DataUnavailable, UsageError
-from devicebench.tracking import MemoryTracker, _portable_model
+from devicebench.host.context import Context
+from devicebench.tracking.artifacts import portable_model
+from devicebench.tracking.protocol import MemoryTracker
 from devicebench.train import training
-from devicebench.workloads import Context
 from devicebench.workloads.unet import (
     NUM_CLASSES,
     Config,
@@ -114,7 +115,7 @@ def test_a_run_logs_the_schema(tmp_path: Path) -> None:
     assert {"eval/dice", "eval/pixel_accuracy"} <= set(linked)
     model, example = tr.models["unet"]
     assert example.shape == (2, 3, 32, 32)
-    logged, _, signature = _portable_model(model, example)  # what MlflowTracker logs
+    logged, _, signature = portable_model(model, example)  # what MlflowTracker logs
     assert signature.inputs.to_dict()[0]["tensor-spec"]["shape"] in ([-1, 3, 32, 32], (-1, 3, 32, 32))
     for n in (1, 3):
         with torch.no_grad():

@@ -9,8 +9,8 @@ exception" under the launcher's one line (seen in CI when torchrun stopped rank 
 import os
 import sys
 
+from devicebench.host.job import worker_rank
 from devicebench.run.cli import main
-from devicebench.run.launch import worker_rank
 
 code = main()
 if worker_rank() is not None:

@@ -13,6 +13,7 @@ import re
 from devicebench.errors import UsageError
 
 WORKLOADS = ("matmul", "cifar", "unet")
+TRAINING_WORKLOADS = ("cifar", "unet")  # the ones that train: CPU tuning, FLOPs, the best-CPU speedup
 TAG_PREFIX = "devicebench."
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
 MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit

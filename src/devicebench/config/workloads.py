@@ -13,15 +13,11 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from devicebench.config import job_fields
 from devicebench.config.fields import NOT_KEYED, is_keyed, param
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
-
-if TYPE_CHECKING:
-    from devicebench.workloads.matmul_series import SeriesSpec
 
 # cifar and unet: `default` is PyTorch's out-of-the-box math (TF32 convolutions on an Ampere or newer GPU,
 # IEEE matmuls), what users' own code runs; fp32 is strict IEEE, tf32 TF32 everywhere, bf16/fp16 autocast.
@@ -151,27 +147,6 @@ class MatmulConfig:
     def points(self) -> list[tuple[str, str]]:
         """The (backend, dtype) pairs to measure: NumPy has no bfloat16 and no fast float16."""
         return [(b, d) for b in self.backends for d in self.dtypes if b == "torch" or d in NUMPY_DTYPES]
-
-    def series(self, device: str) -> list[SeriesSpec]:
-        """One spec per backend, each measured as a whole (in its own process under isolation=process)."""
-        from devicebench.workloads.matmul_series import SeriesSpec  # imports NumPy: only when run
-
-        dtypes = {b: tuple(d for bb, d in self.points() if bb == b) for b in self.backends}
-        return [
-            SeriesSpec(
-                backend=b,
-                dtypes=dtypes[b],
-                sizes=self.sizes,
-                device="cpu" if b == "numpy" else device,
-                seed=self.seed,
-                warmup=self.warmup,
-                repeats=self.repeats,
-                min_time_s=self.min_time_s,
-                threads=self.cpu_threads,
-            )
-            for b in self.backends
-            if dtypes[b]
-        ]
 
 
 @dataclass(frozen=True)

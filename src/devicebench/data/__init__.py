@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The label of a pixel that is not scored: VOC's object borders (255 in its palette PNGs), and the
+# look-alikes' too. The loss and the metrics (train/metrics.py) skip it.
+IGNORE_INDEX = 255
+
 
 def resolve_root(data_dir: str, default: Path) -> Path:
     """Where a run reads its data: the config's `data_dir` when given (`~` expanded), else the settings'

@@ -18,8 +18,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from devicebench.data import IGNORE_INDEX
 from devicebench.data.voc import CLASSES, NUM_CLASSES, normalize
-from devicebench.train.metrics import IGNORE_INDEX
 
 DATA_SEED = 20_240_611
 DEFAULT_SIZES = {"train": 300, "val": 100}

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from devicebench.data import IGNORE_INDEX
 from devicebench.errors import DataUnavailable
-from devicebench.train.metrics import IGNORE_INDEX
 
 CLASSES = (
     "background",

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from devicebench.run.launch import worker_rank
+from devicebench.host.job import worker_rank
 
 # How long a collective may wait for a slow or dead peer before raising: the launcher's monitor ends
 # the job within a second of a rank's death, so this only bounds a hang that monitor cannot see.

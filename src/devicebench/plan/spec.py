@@ -22,8 +22,8 @@ import yaml
 from devicebench.config.fields import build_config
 from devicebench.config.workloads import CONFIGS
 from devicebench.errors import UsageError
-from devicebench.run.tuning import TUNABLE
 from devicebench.schema import MAX_EXPERIMENT, WORKLOADS, check_device_spelling
+from devicebench.schema import TRAINING_WORKLOADS as TUNABLE
 from devicebench.util.children import python_argv
 from devicebench.util.yamlfile import load_capped
 

@@ -141,7 +141,8 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     from mlflow.tracking import MlflowClient
 
     from devicebench.config.settings import load_settings, preflight_store
-    from devicebench.tracking import configure_mlflow_client, ensure_experiment, run_context
+    from devicebench.tracking.runs import run_context
+    from devicebench.tracking.store import configure_mlflow_client, ensure_experiment
 
     settings = load_settings()
     if plan.experiment:
@@ -193,7 +194,8 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from devicebench.tracking import check_store, one_line
+    from devicebench.tracking.protocol import one_line
+    from devicebench.tracking.store import check_store
 
     check_store(settings)
     try:

@@ -17,8 +17,8 @@ from devicebench.report.cost import pair_cost
 from devicebench.report.fmt import NONE, fmt_x
 from devicebench.report.pairs import Pair
 from devicebench.report.sides import THROUGHPUT_METRICS, Side
+from devicebench.schema import TRAINING_WORKLOADS as TRAINING
 
-TRAINING = ("cifar", "unet")
 WHICH = "any threads or data feeding, e.g. a devicebench tune run"
 
 
@@ -62,7 +62,7 @@ def attach(pairs: Sequence[Pair], sides: Iterable[Side]) -> None:
         pair.best_cpu = best
         pair.speedups["best_cpu"] = gpu / (throughput(best) or 1.0)
         if best is not pair.base:
-            pair.cost = pair_cost(Pair(best, pair.other))
+            pair.cost = pair_cost(best, pair.other)
 
 
 def cpu_setting(side: Side) -> str:

@@ -28,7 +28,8 @@ from devicebench.util.redact import redact
 if TYPE_CHECKING:
     from devicebench.config.settings import Settings
     from devicebench.report.compare import Comparison
-    from devicebench.report.query import Query, RunRecord, Selection
+    from devicebench.report.query import Query, Selection
+    from devicebench.report.records import RunRecord
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
 BASELINES = ("none", "previous")
@@ -154,7 +155,7 @@ def log_report(
     a Markdown description with the verdicts and those metrics."""
     from devicebench.report.headline import headline_metrics, report_name, summary_note
     from devicebench.report.run_line import NOTE_TAG
-    from devicebench.tracking import run_context
+    from devicebench.tracking.runs import run_context
 
     run_ids = [r.run_id for r in comp.runs]
     ids, truncated = compared_ids_tag(run_ids)
@@ -304,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host.strip() or None,
     )
     from devicebench.config.settings import preflight_store
-    from devicebench.tracking import check_store, configure_mlflow_client
+    from devicebench.tracking.store import check_store, configure_mlflow_client
 
     preflight_store(settings, read_only=args.no_log)
     configure_mlflow_client(settings)

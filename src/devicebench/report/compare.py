@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from devicebench.config.workloads import not_work
 from devicebench.report import best_cpu, scaling_verdicts, verdicts
 from devicebench.report.pairs import Pair, build_pairs, make_pair
-from devicebench.report.query import RunRecord
+from devicebench.report.records import RunRecord
 from devicebench.report.regressions import Regression, find_regressions, measures, newest_group
 from devicebench.report.scaling import Series, build_series
 from devicebench.report.sides import (

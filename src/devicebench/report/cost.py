@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from devicebench.report.fmt import NONE
-from devicebench.report.query import RunRecord
+from devicebench.report.records import RunRecord
 from devicebench.report.sides import Side, Stat
 from devicebench.schema import gflops
-
-if TYPE_CHECKING:
-    from devicebench.report.pairs import Pair
 
 PER_EPOCH = "cost/usd_per_epoch"
 PER_1K = "cost/usd_per_1k_samples"
@@ -158,12 +154,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return b / a
 
 
-def pair_cost(pair: Pair) -> PairCost:
-    """The pair's ratios, None where either side has no price or the currencies differ. Matmul is read
+def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None = None) -> PairCost:
+    """A pair's ratios, None where either side has no price or the currencies differ. Matmul is read
     at the pair's own headline point (where its speedup was taken), so both describe one product."""
-    base, other = pair.base, pair.other
-    if pair.workload == "matmul" and pair.matmul_point is not None:
-        b_pt = pair.matmul_point
+    if base.workload == "matmul" and matmul_point is not None:
+        b_pt = matmul_point
         o_pt = ("torch", b_pt[1], b_pt[2])
         b = SideCost(GFLOP, per_gflop(base, b_pt), point=b_pt)
         o = SideCost(GFLOP, per_gflop(other, o_pt), point=o_pt)

@@ -111,7 +111,7 @@ def make_pair(base: Side, other: Side) -> Pair:
     pair = Pair(base, other)
     _time_speedups(pair)
     _matmul_speedups(pair)
-    pair.cost = pair_cost(pair)
+    pair.cost = pair_cost(pair.base, pair.other, pair.matmul_point)
     return pair
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from devicebench.schema import MATMUL_POINT_RE, matmul_key
 
 if TYPE_CHECKING:
-    from devicebench.report.query import RunRecord
+    from devicebench.report.records import RunRecord
 
 _TIME_FIGURES = ("time_s", "unsynced_time_s")
 _MATMUL_TIME = re.compile(r"^matmul/([^/]+)/([^/]+)/(time_s|unsynced_time_s)$")

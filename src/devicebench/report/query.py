@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from devicebench.report.experiments import (
     resolve_experiments,
 )
 from devicebench.report.points import fetch_history, needs_history
+from devicebench.report.records import RunRecord
 from devicebench.report.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
@@ -37,82 +38,6 @@ PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 100
 HISTORY_WORKERS = 16
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-@dataclass
-class RunRecord:
-    """One run as the report sees it: plain dicts, no MLflow entities (so the logic is testable on data)."""
-
-    run_id: str
-    status: str
-    start_time: int  # ms since the epoch
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-    experiment_id: str = ""
-    run_name: str = ""
-    # matmul only: metric key -> {step (matrix size): value}
-    history: dict[str, dict[int, float]] = field(default_factory=dict)
-
-    def tag(self, name: str, default: str = "") -> str:
-        """A `devicebench.<name>` tag, or `default` when the run does not carry it."""
-        return self.tags.get(TAG + name, default)
-
-    @property
-    def workload(self) -> str:
-        return self.tag("workload")
-
-    @property
-    def config_key(self) -> str:
-        return self.tag("config_key")
-
-    @property
-    def device(self) -> str:
-        """The resolved device (`cuda:0`), falling back to the requested one for runs that died early."""
-        return self.tag("device.resolved") or self.tag("device") or "?"
-
-    @property
-    def world_size(self) -> int:
-        """The processes of the job (`devicebench.world_size`): 1 for runs logged before data-parallel
-        runs existed (they lack the tag, and ran one process) and for a tag that is not a count."""
-        try:
-            return max(int(self.tag("world_size") or 1), 1)
-        except ValueError:
-            return 1
-
-    @property
-    def device_name(self) -> str:
-        """The hardware model: what makes `cuda:0` on an A10 different from `cuda:0` on an H100."""
-        if self.device.startswith("cpu"):
-            return self.tag("device.name") or self.tag("host.cpu_model")
-        return self.tag("device.name") or self.tag("host.gpu_name")
-
-    @property
-    def host(self) -> str:
-        """The machine, as the regression check and the per-host tables group it: `DEVICEBENCH_HOST`
-        where it was set, else its hardware (OCI shape, GPU count × model, CPU model).
-
-        Never the hostname: under `compose run` it is a fresh container ID and under the CronJob a fresh
-        pod name every night, so no night would ever find a baseline.
-        """
-        label = self.tag("host.label")
-        if label:
-            return label
-        gpus = self.tag("host.gpu_name")
-        count = self.tag("host.gpu_count")
-        if gpus and gpus != "none" and count not in ("", "0", "1"):
-            gpus = f"{count}× {gpus}"
-        parts = (self.tag("host.oci.shape"), gpus if gpus != "none" else "", self.tag("host.cpu_model"))
-        return " / ".join(x for x in parts if x) or self.tag("host.hostname") or "?"
-
-    def sizes(self) -> list[int]:
-        """The matmul sizes a run swept (from its params)."""
-        out = []
-        for s in self.params.get("sizes", "").split(","):
-            s = s.strip()
-            if s.isdigit():
-                out.append(int(s))
-        return sorted(set(out))
 
 
 @dataclass(frozen=True)

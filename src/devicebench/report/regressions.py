@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from devicebench.report.query import RunRecord
+from devicebench.report.records import RunRecord
 from devicebench.report.sides import Stat
 
 

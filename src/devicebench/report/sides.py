@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from devicebench.report.query import RunRecord
+from devicebench.report.records import RunRecord
 from devicebench.util.stats import quantile
 
 TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s")

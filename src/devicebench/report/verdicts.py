@@ -18,7 +18,7 @@ from devicebench.schema import fmt_speedup
 
 if TYPE_CHECKING:
     from devicebench.report.pairs import Pair
-    from devicebench.report.query import RunRecord
+    from devicebench.report.records import RunRecord
     from devicebench.report.sides import Side, Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time

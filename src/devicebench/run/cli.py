@@ -84,7 +84,8 @@ def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
 def _fail(message: str, code: int, error: BaseException | None = None) -> int:
     """One line on stderr, passwords redacted; a rank of a job reports to its launcher instead, which
     names the rank."""
-    from devicebench.run.launch import record_failure, worker_rank
+    from devicebench.host.job import worker_rank
+    from devicebench.run.launch import record_failure
     from devicebench.tracking.runs import exiting
     from devicebench.util.redact import redact
 
@@ -165,7 +166,7 @@ def _add_sync(sub: argparse._SubParsersAction) -> None:
 
 def _run_sync(args: argparse.Namespace) -> int:
     from devicebench.config.settings import load_settings
-    from devicebench.tracking import sync_spool
+    from devicebench.tracking.replay import sync_spool
 
     settings = load_settings()
     out = sync_spool(settings)
@@ -268,8 +269,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as e:
         if debug:
             raise
-        from devicebench.run.launch import worker_rank
-        from devicebench.tracking import one_line
+        from devicebench.host.job import worker_rank
+        from devicebench.tracking.protocol import one_line
 
         if worker_rank() is not None:
             return _fail(one_line(e), 1, e)

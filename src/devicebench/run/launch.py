@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from devicebench.errors import Interrupted, UsageError
+from devicebench.host.job import JOB_DIR, worker_rank
 from devicebench.schema import MAX_TAG_VALUE, tag
-from devicebench.tracking.journal import _write_atomic
+from devicebench.tracking.journal import write_atomic
 from devicebench.util.children import SAFE_PATH
 
-JOB_DIR = "DEVICEBENCH_JOB_DIR"  # the launcher's mark on its workers' environment; torchrun sets the rest
 RUN_FILE = "run.json"
 # What a collective raises on the ranks that outlive a dead peer: a consequence, never the root cause.
 _PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "DistBackendError")
@@ -41,16 +41,9 @@ _PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken 
 # --------------------------------------------------------------------------------------------- ranks
 
 
-def worker_rank(environ: Mapping[str, str] = os.environ) -> int | None:
-    """This process's global rank when devicebench's launcher started it, else None."""
-    if environ.get(JOB_DIR) and "RANK" in environ:
-        return int(environ["RANK"])
-    return None
-
-
 def record_run(run_id: str) -> None:
     """Rank 0, as soon as its run exists: the launcher ends it FAILED if the job fails later."""
-    _write_atomic(Path(os.environ[JOB_DIR]) / RUN_FILE, json.dumps({"run_id": run_id}))
+    write_atomic(Path(os.environ[JOB_DIR]) / RUN_FILE, json.dumps({"run_id": run_id}))
 
 
 def record_failure(error: BaseException | None, message: str, code: int) -> None:
@@ -62,7 +55,7 @@ def record_failure(error: BaseException | None, message: str, code: int) -> None
     peer = any(s in message or s == kind for s in _PEER_SIGNS) or kind in ("DistNetworkError", "DistError")
     report = {"rank": rank, "code": code, "message": message, "time": time.time(), "peer": peer}
     with contextlib.suppress(OSError):
-        _write_atomic(Path(os.environ[JOB_DIR]) / f"rank-{rank}.json", json.dumps(report))
+        write_atomic(Path(os.environ[JOB_DIR]) / f"rank-{rank}.json", json.dumps(report))
 
 
 # --------------------------------------------------------------------------------------------- launcher
@@ -209,7 +202,7 @@ def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
         client.set_tag(run_id, tag("failed_rank"), str(failure.rank))
         client.set_terminated(run_id, "FAILED")
     except Exception as e:  # the store went away: rank 0's journal (if any) still ends the run on sync
-        from devicebench.tracking import one_line
+        from devicebench.tracking.protocol import one_line
 
         print(f"devicebench: run {run_id} could not be marked FAILED: {one_line(e)}", file=sys.stderr)
         return False

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from devicebench.errors import UsageError
+from devicebench.schema import TRAINING_WORKLOADS
 
-TUNABLE = ("cifar", "unet")
+TUNABLE = TRAINING_WORKLOADS
 PROBE_STEPS = 30  # the first trial's steps: long enough to time a step, short enough for any model
 MIN_STEPS, MAX_STEPS = 10, 300  # "a few hundred steps" where the budget allows
 
@@ -98,8 +99,9 @@ def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: 
     """One trial in this process (torch's threads set for it and put back): train samples/s as logged."""
     import torch
 
-    from devicebench.tracking import null_tracker
-    from devicebench.workloads import Context, load
+    from devicebench.host.context import Context
+    from devicebench.tracking.protocol import null_tracker
+    from devicebench.workloads import load
 
     before = torch.get_num_threads()
     torch.set_num_threads(setting.threads)

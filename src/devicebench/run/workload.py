@@ -23,13 +23,15 @@ PROG = "devicebench"
 def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
     """The run of `name` with the flags in `args`; the CLI's exit code. With `tune_budget_s`, the CPU's
     threads and feeding are tuned first (tuning.py) and the run measures the CPU the fastest way found."""
+    from devicebench.host.job import worker_rank
     from devicebench.pricing.costs import log_costs
-    from devicebench.run.launch import record_run, worker_rank
+    from devicebench.run.launch import record_run
 
     cfg, settings, pricing = _checked(name, args)
     rank = worker_rank()
 
-    from devicebench.workloads import Context, load, progress_enabled
+    from devicebench.host.context import Context
+    from devicebench.workloads import load, progress_enabled
 
     module = load(name)
     world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
@@ -79,8 +81,8 @@ def _checked(name: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from devicebench.config.fields import config_from_args
     from devicebench.config.settings import load_settings, preflight_store
     from devicebench.config.workloads import CONFIGS
+    from devicebench.host.job import worker_rank
     from devicebench.pricing.prices import pricing_for
-    from devicebench.run.launch import worker_rank
     from devicebench.schema import check_device_spelling
 
     cfg = config_from_args(CONFIGS[name], args)
@@ -137,7 +139,7 @@ def _open_run(
     from devicebench.config.fields import config_key, to_params, work_key
     from devicebench.config.naming import run_name
     from devicebench.plan.handoff import Handoff
-    from devicebench.tracking import run_context
+    from devicebench.tracking.runs import run_context
 
     params = to_params(cfg)
     tags = {
@@ -181,9 +183,9 @@ def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[Any, 
 def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
     """A rank other than 0: the same work, its stdout silenced (rank 0 prints the run's lines) and
     nothing logged; its figures reach rank 0 through the process group."""
-    from devicebench.run.launch import worker_rank
-    from devicebench.tracking import null_tracker
-    from devicebench.workloads import Context
+    from devicebench.host.context import Context
+    from devicebench.host.job import worker_rank
+    from devicebench.tracking.protocol import null_tracker
 
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
     world, device = _join(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
@@ -258,7 +260,7 @@ def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any, pricing: Any) 
 def _work(module: Any, cfg: Any, ctx: Any, tracker: Any) -> Any:
     """The workload itself, returning its result; a permission problem or an out-of-memory becomes one
     line naming the fix."""
-    from devicebench.tracking import one_line
+    from devicebench.tracking.protocol import one_line
 
     try:
         return module.run(cfg, ctx, tracker)

@@ -16,46 +16,12 @@ the store, so the rules that keep a measurement trustworthy live here once, a mo
 * `artifacts`: how models are packaged (any batch size, code carried along) and files uploaded;
 * `tracker`: `MlflowTracker`, the `Tracker` that writes through all of the above.
 
-Importing the package does not import mlflow (each function imports it when it needs it), so callers
-that only want `Tracker` or `TAG_PREFIX` stay light.
+The package itself imports nothing: a caller names the module it needs, so a workload that imports
+`tracking.protocol` (the `Tracker` it is handed) loads that module alone, and mlflow is imported only by
+the functions that talk to a store. The public face is:
+
+* `protocol`: `Tracker`, `MemoryTracker`, `null_tracker`, `one_line`, `TAG_PREFIX` (what workloads see);
+* `runs.run_context`: one MLflow run around a workload (what the CLI, suite and report use);
+* `store`: `check_store`, `configure_mlflow_client`, `ensure_experiment`, `prepare_sqlite_store`;
+* `replay.sync_spool` (`devicebench sync`) and `journal.spool_root`.
 """
-
-from __future__ import annotations
-
-from devicebench.tracking.artifacts import _model_options, _portable_model
-from devicebench.tracking.journal import Journal, spool_root
-from devicebench.tracking.protocol import TAG_PREFIX, MemoryTracker, Tracker, null_tracker, one_line
-from devicebench.tracking.replay import DIED_WITHOUT_END, SyncOutcome, send_ops, sync_spool
-from devicebench.tracking.runs import _install_signal_handlers, run_context
-from devicebench.tracking.store import (
-    SQLITE_CREATE_TIMEOUT_S,
-    check_store,
-    configure_mlflow_client,
-    ensure_experiment,
-    prepare_sqlite_store,
-)
-from devicebench.tracking.tracker import MlflowTracker
-
-__all__ = [
-    "DIED_WITHOUT_END",
-    "SQLITE_CREATE_TIMEOUT_S",
-    "TAG_PREFIX",
-    "Journal",
-    "MemoryTracker",
-    "MlflowTracker",
-    "SyncOutcome",
-    "Tracker",
-    "_install_signal_handlers",
-    "_model_options",
-    "_portable_model",
-    "check_store",
-    "configure_mlflow_client",
-    "ensure_experiment",
-    "null_tracker",
-    "one_line",
-    "prepare_sqlite_store",
-    "run_context",
-    "send_ops",
-    "spool_root",
-    "sync_spool",
-]

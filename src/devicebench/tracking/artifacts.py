@@ -2,7 +2,7 @@
 artifact repositories that uploads go through; tables named for the UI, metrics linked to models.
 
 Every model goes through `upload_model` (live, or replayed from the spool) or `save_model` (spooled),
-both with `_model_options`, so a model logged late is packaged exactly like one logged on time.
+both with `model_options`, so a model logged late is packaged exactly like one logged on time.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def link_metrics(client: Any, run_id: str, model_id: str, points: list[list[Any]
         client.log_batch(run_id, metrics=metrics)
 
 
-def _model_options() -> dict[str, Any]:
+def model_options() -> dict[str, Any]:
     """How every model is saved: pickled eager modules, their code carried along, requirements pinned.
 
     Pickle (not MLflow's graph export) keeps the batch dimension free. `code_paths` ships the
@@ -123,7 +123,7 @@ def _quiet_mlflow() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
+def portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
     """A CPU copy of the model, a numpy example of batch >= 2 and a signature with a free batch dimension.
 
     MLflow's graph export specialises the batch dimension to the example's; pickled eager modules with a
@@ -151,13 +151,13 @@ def _portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
 
 
 def upload_model(run_id: str, module: Any, name: str, signature: Any, input_example: Any = None) -> str:
-    """Log a portable module (see `_portable_model`) to the run as a logged model called `name`; its id."""
+    """Log a portable module (see `portable_model`) to the run as a logged model called `name`; its id."""
     import mlflow
     import mlflow.pytorch
 
     with mlflow.start_run(run_id=run_id), _quiet_mlflow():
         info = mlflow.pytorch.log_model(
-            module, name=name, signature=signature, input_example=input_example, **_model_options()
+            module, name=name, signature=signature, input_example=input_example, **model_options()
         )
     return str(info.model_id)
 
@@ -167,7 +167,7 @@ def save_model(module: Any, path: Path, signature: Any) -> None:
     import mlflow.pytorch
 
     with _quiet_mlflow():
-        mlflow.pytorch.save_model(module, str(path), signature=signature, **_model_options())
+        mlflow.pytorch.save_model(module, str(path), signature=signature, **model_options())
 
 
 def _logged_model_id(client: Any, run_id: str, name: str) -> str | None:
@@ -192,7 +192,7 @@ def _logged_model_id(client: Any, run_id: str, name: str) -> str | None:
     return None
 
 
-def _log_saved_model(client: Any, run_id: str, path: Path, name: str) -> str:
+def log_saved_model(client: Any, run_id: str, path: Path, name: str) -> str:
     """Log a model that was saved to the spool while the store was away, unless a replay already did;
     the logged model's id either way."""
     import mlflow

@@ -26,7 +26,7 @@ from devicebench.util.redact import redact
 MIN_FREE_BYTES = 4 << 20
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.write_text(text)
@@ -135,7 +135,7 @@ class Journal:
         meta = self.dir / "run.json"
         if not meta.exists():  # never the password: `sync` takes it from the store it is pointed at
             try:
-                _write_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": redact(tracking_uri)}))
+                write_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": redact(tracking_uri)}))
             except OSError as e:
                 raise unwritable(self.dir, e) from None
 
@@ -173,7 +173,7 @@ class Journal:
     def mark_sent(run_dir: Path, seq: int) -> None:
         """The one writer of `sent`, atomic: a kill leaves the old mark or the new one, never half of it.
         `sync` calls it on journals whose writer is gone (it holds their lock, not a `Journal`)."""
-        _write_atomic(run_dir / "sent", str(seq))
+        write_atomic(run_dir / "sent", str(seq))
 
     def close(self, release: bool = True) -> None:
         """Close the journal; `release` hands it to `sync` (False while a sender thread may still write)."""

@@ -18,7 +18,7 @@ from typing import Any
 from devicebench.config.settings import Settings
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_BATCH_METRICS, tag
-from devicebench.tracking.artifacts import _log_saved_model, link_metrics, mark_tables, upload_files
+from devicebench.tracking.artifacts import link_metrics, log_saved_model, mark_tables, upload_files
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
@@ -61,7 +61,7 @@ def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: P
             items = [Param(k, v) for k, v in op["values"].items() if k not in existing]
             _log_batched(client, run_id, "params", items)
         elif kind == "model":
-            model_id = _log_saved_model(client, run_id, journal_dir / op["path"], op["name"])
+            model_id = log_saved_model(client, run_id, journal_dir / op["path"], op["name"])
             link_metrics(client, run_id, model_id, op.get("points", []))
         elif kind == "link":  # a model logged live, its metrics linked through the journal
             link_metrics(client, run_id, op["model_id"], op["points"])

@@ -36,7 +36,7 @@ _FINISHING = threading.Event()
 _DEFAULT_EXCEPTHOOK: list[Any] = []
 
 
-def _install_signal_handlers() -> None:
+def install_signal_handlers() -> None:
     """SIGTERM (a scheduler stopping us) raises in the main thread so the run can end KILLED.
 
     A SIGTERM that arrives while the run is already ending is not raised again: the scheduler's grace
@@ -97,7 +97,7 @@ def run_context(
     `mlflow run` hands its run over), and without either a new run is created. The store is checked
     before anything else, so an unreachable server costs seconds, not a training run.
     """
-    _install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
+    install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
     check_store(settings)
     configure_mlflow_client(settings)
     from mlflow.tracking import MlflowClient

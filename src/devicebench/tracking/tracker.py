@@ -17,7 +17,7 @@ from typing import Any
 
 from devicebench.config.settings import Settings
 from devicebench.schema import MAX_TAG_VALUE, tag
-from devicebench.tracking.artifacts import _portable_model, save_model, upload_model
+from devicebench.tracking.artifacts import portable_model, save_model, upload_model
 from devicebench.tracking.journal import Journal, spool_root
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.sender import Sender
@@ -127,7 +127,7 @@ class MlflowTracker:
         history gains no second point: the store keeps one row per point and adds only the link.
         """
         points = [[k, *self._latest[k]] for k in metrics if k in self._latest]
-        module, example, signature = _portable_model(model, input_example)
+        module, example, signature = portable_model(model, input_example)
         if self._sender.drain(timeout_s=self.settings.final_flush_s):
             try:
                 model_id = upload_model(self.run_id, module, name, signature, example)

@@ -22,13 +22,13 @@ from typing import Any, Protocol, cast
 import torch
 
 from devicebench.host import peaks, precision
+from devicebench.host.context import Context
 from devicebench.host.distributed import World
 from devicebench.host.timing import Timer
 from devicebench.schema import tag
-from devicebench.tracking import Tracker
+from devicebench.tracking.protocol import Tracker
 from devicebench.train import training, utilization
 from devicebench.train.totals import Totals, dist_metrics
-from devicebench.workloads import Context
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

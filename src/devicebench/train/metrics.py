@@ -22,7 +22,7 @@ import math
 
 import torch
 
-IGNORE_INDEX = 255
+from devicebench.data import IGNORE_INDEX
 
 
 def confusion_matrix(

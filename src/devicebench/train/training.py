@@ -23,7 +23,7 @@ import torch
 
 from devicebench.errors import Diverged
 from devicebench.host.timing import Timer
-from devicebench.tracking import Tracker
+from devicebench.tracking.protocol import Tracker
 from devicebench.train.metrics import confusion_matrix
 
 

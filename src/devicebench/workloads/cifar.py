@@ -23,11 +23,11 @@ from devicebench.config.workloads import CifarConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.loader import SamplerFor, no_sampler
 from devicebench.host import precision
+from devicebench.host.context import Context
 from devicebench.models.cifar_net import build_model
-from devicebench.tracking import Tracker
+from devicebench.tracking.protocol import Tracker
 from devicebench.train import figures, fit, training
 from devicebench.train.metrics import accuracy, confusion_table, metric_name, per_class_accuracy
-from devicebench.workloads import Context
 
 DATA = "cifar10"
 # What to lower when a run does not fit (the CLI names them); loader=tensor holds the whole split.

@@ -19,14 +19,14 @@ import numpy as np
 
 from devicebench.config.workloads import ISOLATION
 from devicebench.config.workloads import MatmulConfig as Config
+from devicebench.host.context import Context
 from devicebench.host.device import device_name, require_native_bf16
 from devicebench.host.peaks import gpu_peak, matmul_dtype
 from devicebench.host.timing import TimingStats
 from devicebench.schema import MATMUL_POINT_FIGURES, gflops, matmul_key, matmul_point_key
-from devicebench.tracking import TAG_PREFIX, Tracker
+from devicebench.tracking.protocol import TAG_PREFIX, Tracker
 from devicebench.util import isolated
-from devicebench.workloads import Context
-from devicebench.workloads.matmul_series import matrices, measure_series
+from devicebench.workloads.matmul_series import matrices, measure_series, series
 
 DATA = "random"
 MEMORY_PARAMS = ("sizes",)  # what to lower when a run does not fit in memory (the CLI names them)
@@ -62,7 +62,7 @@ def measure(cfg: Config, device: object) -> list[Point]:
     calls too, and must not run beside a measurement.
     """
     samples = []
-    for spec in cfg.series(str(device)):
+    for spec in series(cfg, str(device)):
         if cfg.isolation == "process":
             samples += isolated.call("devicebench.workloads.matmul_series:measure_series", spec)
         else:

@@ -17,6 +17,7 @@ import numpy as np
 from devicebench.config.workloads import (
     NUMPY_DTYPES as NUMPY_DTYPES,  # defined with the config that offers them
 )
+from devicebench.config.workloads import MatmulConfig
 from devicebench.host.timing import Timer, TimingStats
 
 ERROR_ROWS = 32
@@ -35,6 +36,27 @@ class SeriesSpec:
     repeats: int
     min_time_s: float
     threads: int = 0  # cpu_threads: torch's pool, or NumPy's BLAS, at this many threads (0: default)
+
+
+def series(cfg: MatmulConfig, device: str) -> list[SeriesSpec]:
+    """One spec per backend of the config, each measured as a whole (in its own process under
+    isolation=process); NumPy's always on the CPU."""
+    dtypes = {b: tuple(d for bb, d in cfg.points() if bb == b) for b in cfg.backends}
+    return [
+        SeriesSpec(
+            backend=b,
+            dtypes=dtypes[b],
+            sizes=cfg.sizes,
+            device="cpu" if b == "numpy" else device,
+            seed=cfg.seed,
+            warmup=cfg.warmup,
+            repeats=cfg.repeats,
+            min_time_s=cfg.min_time_s,
+            threads=cfg.cpu_threads,
+        )
+        for b in cfg.backends
+        if dtypes[b]
+    ]
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ from devicebench.data import resolve_root
 from devicebench.data.loader import SamplerFor, data_loader, no_sampler
 from devicebench.errors import DataUnavailable
 from devicebench.host import precision
+from devicebench.host.context import Context
 from devicebench.schema import tag
-from devicebench.tracking import Tracker
+from devicebench.tracking.protocol import Tracker
 from devicebench.train import figures, fit, training
 from devicebench.train.metrics import (
     IGNORE_INDEX,
@@ -43,7 +44,6 @@ from devicebench.train.metrics import (
     per_class_accuracy,
     soft_dice_loss,
 )
-from devicebench.workloads import Context
 
 DATA = "voc2012"
 MEMORY_PARAMS = ("batch_size", "image_size", "base_channels")  # what to lower when a run does not fit

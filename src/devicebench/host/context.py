@@ -1,0 +1,31 @@
+"""What a workload needs from its surroundings, resolved once by the CLI: the device, where the data is,
+whether to draw progress bars, and this rank's place in a torchrun job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from devicebench.host.distributed import World
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a workload needs from its surroundings, resolved once by the CLI."""
+
+    device: torch.device
+    data_root: Path
+    progress: bool
+    world: World | None = None  # this rank's place in a torchrun job; None: a single process
+
+    def __post_init__(self) -> None:
+        """A bare `cuda` from a caller of the Python API gets its index here, as the CLI's does in
+        `resolve_device`: a workload never passes an unindexed CUDA device on (device.indexed says why)."""
+        if self.device.type == "cuda" and self.device.index is None:
+            from devicebench.host.device import indexed
+
+            object.__setattr__(self, "device", indexed(self.device))

@@ -1,0 +1,84 @@
+"""One run as the report sees it: plain dicts, no MLflow entities, so every rule of the report can be
+tested on data made in the test. The query (query.py) makes them; everything after it reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from devicebench.schema import TAG_PREFIX as TAG
+
+
+@dataclass
+class RunRecord:
+    """One run as the report sees it: plain dicts, no MLflow entities (so the logic is testable on data)."""
+
+    run_id: str
+    status: str
+    start_time: int  # ms since the epoch
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    experiment_id: str = ""
+    run_name: str = ""
+    # matmul only: metric key -> {step (matrix size): value}
+    history: dict[str, dict[int, float]] = field(default_factory=dict)
+
+    def tag(self, name: str, default: str = "") -> str:
+        """A `devicebench.<name>` tag, or `default` when the run does not carry it."""
+        return self.tags.get(TAG + name, default)
+
+    @property
+    def workload(self) -> str:
+        return self.tag("workload")
+
+    @property
+    def config_key(self) -> str:
+        return self.tag("config_key")
+
+    @property
+    def device(self) -> str:
+        """The resolved device (`cuda:0`), falling back to the requested one for runs that died early."""
+        return self.tag("device.resolved") or self.tag("device") or "?"
+
+    @property
+    def world_size(self) -> int:
+        """The processes of the job (`devicebench.world_size`): 1 for runs logged before data-parallel
+        runs existed (they lack the tag, and ran one process) and for a tag that is not a count."""
+        try:
+            return max(int(self.tag("world_size") or 1), 1)
+        except ValueError:
+            return 1
+
+    @property
+    def device_name(self) -> str:
+        """The hardware model: what makes `cuda:0` on an A10 different from `cuda:0` on an H100."""
+        if self.device.startswith("cpu"):
+            return self.tag("device.name") or self.tag("host.cpu_model")
+        return self.tag("device.name") or self.tag("host.gpu_name")
+
+    @property
+    def host(self) -> str:
+        """The machine, as the regression check and the per-host tables group it: `DEVICEBENCH_HOST`
+        where it was set, else its hardware (OCI shape, GPU count × model, CPU model).
+
+        Never the hostname: under `compose run` it is a fresh container ID and under the CronJob a fresh
+        pod name every night, so no night would ever find a baseline.
+        """
+        label = self.tag("host.label")
+        if label:
+            return label
+        gpus = self.tag("host.gpu_name")
+        count = self.tag("host.gpu_count")
+        if gpus and gpus != "none" and count not in ("", "0", "1"):
+            gpus = f"{count}× {gpus}"
+        parts = (self.tag("host.oci.shape"), gpus if gpus != "none" else "", self.tag("host.cpu_model"))
+        return " / ".join(x for x in parts if x) or self.tag("host.hostname") or "?"
+
+    def sizes(self) -> list[int]:
+        """The matmul sizes a run swept (from its params)."""
+        out = []
+        for s in self.params.get("sizes", "").split(","):
+            s = s.strip()
+            if s.isdigit():
+                out.append(int(s))
+        return sorted(set(out))
