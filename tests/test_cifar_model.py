@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from devicebench.models.cifar_net import Net, build_model, count_parameters, resnet18_cifar
+from devicebench.models import count_parameters
+from devicebench.models.cifar_net import Net, build_model, resnet18_cifar
 
 TUTORIAL_KEYS = [
     "conv1.weight",

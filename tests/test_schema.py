@@ -58,6 +58,35 @@ def test_no_tag_is_spelled_with_a_literal_prefix() -> None:
     assert not stray, "spell tags with schema.tag() / TAG_PREFIX:\n" + "\n".join(stray)
 
 
+METRIC_NAME = re.compile(r"^[a-z]+/[a-z0-9_]+$")
+METRICS = {
+    v: k for k, v in vars(schema).items() if k.isupper() and isinstance(v, str) and METRIC_NAME.match(v)
+}
+
+
+def test_every_metric_name_is_spelled_once_in_schema_and_imported_where_it_is_written_and_read() -> None:
+    """A metric's name as a string in code (not in prose) anywhere but schema.py is a second spelling."""
+    assert {"time/train_s", "throughput/train_samples_per_s", "util/peak_fraction"} <= set(METRICS)
+    stray = []
+    importers: dict[str, set[str]] = {name: set() for name in METRICS.values()}
+    for path in _sources():
+        tree = _code(path)
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in METRICS and id(node) not in docs:
+                stray.append(
+                    f"{path.relative_to(SRC)}:{node.lineno}: {node.value!r} is {METRICS[node.value]}"
+                )
+            if isinstance(node, ast.ImportFrom) and node.module == "devicebench.schema":
+                for alias in node.names:
+                    importers.get(alias.name, set()).add(str(path.relative_to(SRC)))
+    assert not stray, "import the name from devicebench.schema:\n" + "\n".join(stray)
+    # one symbol search finds where training time is measured and every place that reads it
+    assert "train/fit.py" in importers["TRAIN_S"]
+    assert {"report/sides.py", "report/cost.py", "report/regressions.py"} <= importers["TRAIN_S"]
+    assert "train/fit.py" in importers["TRAIN_RATE"] and "report/scaling.py" in importers["TRAIN_RATE"]
+
+
 def test_the_workload_names_are_listed_once() -> None:
     names = set(schema.WORKLOADS)
     stray = []

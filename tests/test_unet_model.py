@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from devicebench.models.unet import UNet, count_parameters
+from devicebench.models import count_parameters
+from devicebench.models.unet import UNet
 from devicebench.train import training
 from devicebench.workloads.unet import Config, build_model
 

@@ -1,8 +1,10 @@
-"""The run schema in one torch-free place: workload names, the tag prefix, MLflow's size limits.
+"""The run schema in one torch-free place: workload names, the tag prefix, metric names, MLflow's limits.
 
 Workloads, tracker, suite, report and benchmarks all speak this schema (DESIGN.md, "Run schema"); a
-name defined twice drifts, so each is defined here once. Nothing here imports torch or mlflow: the
-report and the suite's plan validation read it without paying for either.
+name defined twice drifts, so each is defined here once, and the code that logs a metric and every
+piece that reads it import the same constant: `grep TRAIN_S` finds where training time is measured
+(train/fit.py), priced, compared and printed. Nothing here imports torch or mlflow: the report and the
+suite's plan validation read it without paying for either.
 """
 
 from __future__ import annotations
@@ -16,6 +18,41 @@ WORKLOADS = ("matmul", "cifar", "unet")
 TRAINING_WORKLOADS = ("cifar", "unet")  # the ones that train: CPU tuning, FLOPs, the best-CPU speedup
 TAG_PREFIX = "devicebench."
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
+
+# ---- metric names (the per-class, per-size and per-rank families are built by the functions below) ----
+# Timings, seconds (time/<phase>_s; the report reads a phase generically as f"time/{phase}_s")
+TRAIN_S = "time/train_s"  # all epochs' training steps; a job's is its slowest rank's (train/totals.py)
+EVAL_S = "time/eval_s"
+DATA_WAIT_S = "time/data_wait_s"  # the part of TRAIN_S spent waiting for the next batch
+EPOCH_S = "time/epoch_s"  # per epoch, step = epoch
+WARMUP_S = "time/warmup_s"  # before the clock: cuDNN autotuning, allocator, first launches
+COMPILE_S = "time/compile_s"  # torch.compile's share of the warm-up
+TO_TARGET_S = "time/to_target_s"  # training seconds until test accuracy reached the target
+TOTAL_S = "time/total_s"  # the run's wall time, from the run's creation to its end
+# Rates and the share of the device
+TRAIN_RATE = "throughput/train_samples_per_s"  # a job's: every rank's samples / the slowest rank's time
+EVAL_RATE = "throughput/eval_samples_per_s"
+TRAIN_TFLOPS = "throughput/train_tflops"
+FLOPS_PER_SAMPLE = "flops/train_per_sample"  # forward + backward, counted once (train/utilization.py)
+PEAK_TFLOPS = "util/peak_tflops"  # the datasheet's dense peak for the dtype the run computed in
+PEAK_FRACTION = "util/peak_fraction"
+# Learning
+TRAIN_LOSS = "train/loss"  # step = optimizer step, window means
+EPOCH_LOSS = "train/epoch_loss"  # step = epoch
+EVAL_LOSS = "eval/loss"
+ACCURACY = "eval/accuracy"  # cifar; per class: eval/acc/<class>
+MIOU = "eval/miou"  # unet; per class: eval/iou/<class>
+DICE = "eval/dice"
+PIXEL_ACCURACY = "eval/pixel_accuracy"
+# Memory, bytes
+PEAK_BYTES = "memory/peak_bytes"  # the device allocator's peak (GPU)
+PEAK_RSS_BYTES = "memory/peak_rss_bytes"  # the process's
+# Money (pricing/costs.py), where the run had a price
+COST_USD = "cost/usd"
+COST_PER_HOUR = "cost/usd_per_hour"
+COST_PER_EPOCH = "cost/usd_per_epoch"
+COST_PER_1K = "cost/usd_per_1k_samples"
+GFLOP_PER_USD = "cost/gflop_per_usd"  # matmul
 MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
 MAX_RUN_NAME = 250  # MLflow's run name limit
 MAX_EXPERIMENT = 500  # MLflow's experiment name limit

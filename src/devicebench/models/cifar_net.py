@@ -63,7 +63,3 @@ def build_model(name: str, width: int = 1, num_classes: int = NUM_CLASSES) -> nn
     if name == "resnet18":
         return resnet18_cifar(num_classes)
     raise ValueError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -100,8 +100,3 @@ class UNet(nn.Module):
         x = self.up3(x, x2)
         x = self.up4(x, x1)
         return self.outc(x)
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Trainable parameters: the figure the classic "31 M" refers to."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)

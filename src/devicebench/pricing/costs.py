@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import Price
-from devicebench.schema import tag
+from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_PER_HOUR, COST_USD, GFLOP_PER_USD, tag
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -42,7 +42,7 @@ def log_costs(
             tracker.log_metrics(values, step=size)
         best = headline_gflop_per_usd(per_point)
         if best is not None:
-            logged["cost/gflop_per_usd"] = best
+            logged[GFLOP_PER_USD] = best
     else:
         logged.update(
             training_costs(
@@ -58,7 +58,7 @@ def log_costs(
 
 def run_costs(hourly: float, total_s: float) -> dict[str, float]:
     """What the whole run cost at `hourly` per hour over its wall time, and the hourly price itself."""
-    return {"cost/usd": hourly * total_s / SECONDS_PER_HOUR, "cost/usd_per_hour": hourly}
+    return {COST_USD: hourly * total_s / SECONDS_PER_HOUR, COST_PER_HOUR: hourly}
 
 
 def training_costs(hourly: float, train_s: float, samples_per_s: float, epochs: int) -> dict[str, float]:
@@ -66,9 +66,9 @@ def training_costs(hourly: float, train_s: float, samples_per_s: float, epochs: 
     (no epochs, no time, no samples) is left out rather than logged as 0 or infinity."""
     out = {}
     if epochs > 0 and _finite_positive(train_s):
-        out["cost/usd_per_epoch"] = hourly * (train_s / epochs) / SECONDS_PER_HOUR
+        out[COST_PER_EPOCH] = hourly * (train_s / epochs) / SECONDS_PER_HOUR
     if _finite_positive(samples_per_s):
-        out["cost/usd_per_1k_samples"] = hourly * 1000.0 / samples_per_s / SECONDS_PER_HOUR
+        out[COST_PER_1K] = hourly * 1000.0 / samples_per_s / SECONDS_PER_HOUR
     return out
 
 

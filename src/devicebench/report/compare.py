@@ -33,6 +33,7 @@ from devicebench.report.sides import (
     summarise,
     wait_share,
 )
+from devicebench.schema import PEAK_FRACTION
 
 __all__ = [  # the names the report and its tests import from here, wherever they are defined
     "GRID_AXES",
@@ -130,7 +131,7 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
             cells[cell] = p.headline  # type: ignore[assignment]
             if p.cost_ratio is not None:
                 costs[cell] = p.cost_ratio
-            if (share := p.other.metrics.get("util/peak_fraction")) is not None:
+            if (share := p.other.metrics.get(PEAK_FRACTION)) is not None:
                 peaks[cell] = share.median
         if len(cells) >= 2:
             grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks))

@@ -28,7 +28,7 @@ from devicebench.report.labels import describe, timed_label, varying_params
 from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
 from devicebench.report.sides import Side
-from devicebench.schema import gflops
+from devicebench.schema import ACCURACY, MIOU, TOTAL_S, gflops
 
 # --------------------------------------------------------------------------------------------- pair rows
 
@@ -85,7 +85,7 @@ SPLIT = (
 
 
 def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
-    key = p.base.time_metric() or "time/total_s"
+    key = p.base.time_metric() or TOTAL_S
     if p.workload == "matmul" and "matmul" in p.speedups:
         timed = f"one product, n={int(p.speedups['matmul_point'])}"
         base_time = other_time = NONE
@@ -266,7 +266,7 @@ def _quality(doc: Doc, comp: Comparison, varying: dict[str, list[str]]) -> None:
     rows = [
         [s.workload, describe(s, varying), s.label, s.data, fmt_q(s.metrics.get(k)), k.removeprefix("eval/")]
         for s in comp.all_sides
-        for k in ("eval/accuracy", "eval/miou")
+        for k in (ACCURACY, MIOU)
         if k in s.metrics
     ]
     if rows:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from devicebench.report.fmt import NONE
 from devicebench.report.records import RunRecord
 from devicebench.report.sides import Side, Stat
-from devicebench.schema import gflops
+from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TRAIN_S, gflops
 
-PER_EPOCH = "cost/usd_per_epoch"
-PER_1K = "cost/usd_per_1k_samples"
-PER_RUN = "cost/usd"
+PER_EPOCH = COST_PER_EPOCH
+PER_1K = COST_PER_1K
+PER_RUN = COST_USD
 GFLOP = "GFLOP"  # the matmul unit of work
 
 
@@ -78,7 +78,7 @@ def epoch_time(side: Side) -> Stat | None:
     """Training time per epoch (`time/train_s` / the `epochs` param), per run: the x of the cost chart."""
     values = []
     for r in side.runs:
-        t, epochs = r.metrics.get("time/train_s"), _float(r.params.get("epochs", "1"))
+        t, epochs = r.metrics.get(TRAIN_S), _float(r.params.get("epochs", "1"))
         if t is not None and epochs:
             values.append(t / epochs)
     return Stat.of(values)

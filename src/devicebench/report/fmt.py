@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from devicebench.report.sides import Side, Stat
-from devicebench.schema import fmt_speedup
+from devicebench.schema import PEAK_BYTES, PEAK_RSS_BYTES, fmt_speedup
 
 NONE = "–"  # what a cell shows when there is nothing to show
 
@@ -84,7 +84,7 @@ def fmt_memory(side: Side) -> str:
     """A side's peak memory, saying which kind: on CUDA what the caching allocator handed out
     (`max_memory_allocated`) beside the process's RSS; elsewhere the process's peak RSS, which is all
     `memory/peak_bytes` holds there. A bare number of each kind side by side read as one measure."""
-    rss = side.metrics.get("memory/peak_rss_bytes")
+    rss = side.metrics.get(PEAK_RSS_BYTES)
     if side.device.startswith("cuda"):
-        return f"GPU alloc {fmt_bytes(side.metrics.get('memory/peak_bytes'))}, RSS {fmt_bytes(rss)}"
-    return f"RSS {fmt_bytes(rss or side.metrics.get('memory/peak_bytes'))}"
+        return f"GPU alloc {fmt_bytes(side.metrics.get(PEAK_BYTES))}, RSS {fmt_bytes(rss)}"
+    return f"RSS {fmt_bytes(rss or side.metrics.get(PEAK_BYTES))}"

@@ -17,12 +17,13 @@ from devicebench.config.naming import SEP, SHORT
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.compare import NOT_WORK
 from devicebench.report.sides import Side
+from devicebench.schema import TOTAL_S, TRAIN_S
 
 NONE = "–"
 # What each headline time measures, for the column that shows it (sides.Side.time_metric's choices)
 TIMED = {
-    "time/train_s": "training, all epochs",
-    "time/total_s": "whole run (setup, data, work, logging)",
+    TRAIN_S: "training, all epochs",
+    TOTAL_S: "whole run (setup, data, work, logging)",
 }
 
 

@@ -17,6 +17,7 @@ from devicebench.report.compare import Comparison
 from devicebench.report.fmt import NONE, fmt_s, fmt_stat_s, fmt_x
 from devicebench.report.pairs import Pair, param_order
 from devicebench.report.sides import Side
+from devicebench.schema import TOTAL_S
 
 Describe = Callable[[Side], str]  # a side's config as the report spells it (content.describe)
 
@@ -79,7 +80,7 @@ def _time_text(side: Side, c: cost.SideCost) -> str:
         return f"{fmt_s(v['time'].median)} at n={c.point[2]}" if v and "time" in v and c.point else NONE
     if c.unit == "epoch":
         return fmt_stat_s(cost.epoch_time(side))
-    return fmt_stat_s(side.metrics.get("time/total_s"))
+    return fmt_stat_s(side.metrics.get(TOTAL_S))
 
 
 def side_rows(comp: Comparison, describe: Describe) -> list[list[str]]:

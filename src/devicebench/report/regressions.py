@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from devicebench.report.records import RunRecord
 from devicebench.report.sides import Stat
+from devicebench.schema import TOTAL_S, TRAIN_S
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Regression:
 def measures(run: RunRecord) -> dict[str, float]:
     """The lower-is-better times a regression is judged on: training time, or each matmul point."""
     out = {}
-    for key in ("time/train_s", "time/total_s"):
+    for key in (TRAIN_S, TOTAL_S):
         if key in run.metrics and run.workload != "matmul":
             out[key] = run.metrics[key]
             break

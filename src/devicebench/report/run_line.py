@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, fmt_price
+from devicebench.schema import COST_PER_EPOCH, GFLOP_PER_USD
 
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 GLANCE = "at_a_glance"  # sorts before cost/ dist/ eval/ matmul/ memory/ system/ throughput/ time/ train/
@@ -92,16 +93,16 @@ def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> di
             out["time_s"] = best.stats.median_s
             out["gflops"] = best.gflops
             out["rel_error"] = best.rel_error
-        if "cost/gflop_per_usd" in costs:
-            out["gflop_per_usd"] = costs["cost/gflop_per_usd"]
+        if GFLOP_PER_USD in costs:
+            out["gflop_per_usd"] = costs[GFLOP_PER_USD]
     else:
         out["train_s"] = getattr(result, "train_s", math.nan)
         out["train_samples_per_s"] = getattr(result, "train_samples_per_s", math.nan)
         for name in ("accuracy", "miou"):
             if _finite(getattr(result, name, None)):
                 out[name] = getattr(result, name)
-        if "cost/usd_per_epoch" in costs:
-            out["usd_per_epoch"] = costs["cost/usd_per_epoch"]
+        if COST_PER_EPOCH in costs:
+            out["usd_per_epoch"] = costs[COST_PER_EPOCH]
     return {f"{GLANCE}/{k}": float(v) for k, v in out.items() if _finite(v)}
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from devicebench.report.fmt import NONE
 from devicebench.report.pairs import param_order
 from devicebench.report.sides import Side, Stat, side_of, summarise
+from devicebench.schema import TRAIN_RATE
 
-THROUGHPUT = "throughput/train_samples_per_s"  # the JOB's: every rank's samples / the slowest rank's time
 COMM_SHARE = "dist/comm_share"  # steps × one all-reduce / training time: an upper bound (DDP overlaps it)
 
 
@@ -37,7 +37,7 @@ class Point:
 
     @property
     def throughput(self) -> Stat | None:
-        return self.side.metrics.get(THROUGHPUT)
+        return self.side.metrics.get(TRAIN_RATE)
 
     @property
     def comm_share(self) -> Stat | None:

@@ -16,20 +16,39 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from devicebench.report.records import RunRecord
+from devicebench.schema import (
+    ACCURACY,
+    COST_PER_1K,
+    COST_PER_EPOCH,
+    COST_PER_HOUR,
+    COST_USD,
+    DATA_WAIT_S,
+    EVAL_RATE,
+    EVAL_S,
+    GFLOP_PER_USD,
+    MIOU,
+    PEAK_BYTES,
+    PEAK_FRACTION,
+    PEAK_RSS_BYTES,
+    TOTAL_S,
+    TRAIN_RATE,
+    TRAIN_S,
+    TRAIN_TFLOPS,
+)
 from devicebench.util.stats import quantile
 
-TIME_METRICS = ("time/train_s", "time/eval_s", "time/total_s", "time/data_wait_s")
-THROUGHPUT_METRICS = ("throughput/train_samples_per_s", "throughput/eval_samples_per_s")
-QUALITY_METRICS = ("eval/accuracy", "eval/miou")
-MEMORY_METRICS = ("memory/peak_bytes", "memory/peak_rss_bytes")
-UTIL_METRICS = ("util/peak_fraction", "throughput/train_tflops")  # the share of the device's peak
+TIME_METRICS = (TRAIN_S, EVAL_S, TOTAL_S, DATA_WAIT_S)
+THROUGHPUT_METRICS = (TRAIN_RATE, EVAL_RATE)
+QUALITY_METRICS = (ACCURACY, MIOU)
+MEMORY_METRICS = (PEAK_BYTES, PEAK_RSS_BYTES)
+UTIL_METRICS = (PEAK_FRACTION, TRAIN_TFLOPS)  # the share of the device's peak
 # what the run side logs where it knew a price (issue 17); absent: no price, never a zero
 COST_METRICS = (
-    "cost/usd",
-    "cost/usd_per_hour",
-    "cost/usd_per_epoch",
-    "cost/usd_per_1k_samples",
-    "cost/gflop_per_usd",
+    COST_USD,
+    COST_PER_HOUR,
+    COST_PER_EPOCH,
+    COST_PER_1K,
+    GFLOP_PER_USD,
 )
 # data-parallel jobs (issue 18): the upper bound on the share of training spent in all-reduce, and its time
 DIST_METRICS = ("dist/comm_share", "dist/allreduce_s")
@@ -118,7 +137,7 @@ class Side:
 
     def time_metric(self) -> str | None:
         """The headline time: training where there is one, else the whole run."""
-        for key in ("time/train_s", "time/total_s"):
+        for key in (TRAIN_S, TOTAL_S):
             if key in self.metrics:
                 return key
         return None
@@ -126,8 +145,8 @@ class Side:
 
 def wait_share(run: RunRecord) -> float | None:
     """The fraction of training time spent waiting for the next batch (`data_wait / train`)."""
-    wait = run.metrics.get("time/data_wait_s")
-    total = run.metrics.get("time/train_s") or run.metrics.get("time/total_s")
+    wait = run.metrics.get(DATA_WAIT_S)
+    total = run.metrics.get(TRAIN_S) or run.metrics.get(TOTAL_S)
     if wait is None or not total:
         return None
     return min(max(wait / total, 0.0), 1.0)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from devicebench.schema import fmt_speedup
+from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION, fmt_speedup
 
 if TYPE_CHECKING:
     from devicebench.report.pairs import Pair
@@ -177,7 +177,7 @@ SMALL_PEAK_SHARE = 0.05  # a GPU side computing at under 5 % of its dense peak i
 def peak_share(pair: Pair) -> str | None:
     """How much of the GPU the run used (`util/peak_fraction`, against the datasheet peak of the dtype it
     computed in): a tiny share says a larger batch or model will gain and a larger GPU will not."""
-    stat = pair.other.metrics.get("util/peak_fraction")
+    stat = pair.other.metrics.get(PEAK_FRACTION)
     if not pair.is_cpu_gpu or stat is None or stat.median >= SMALL_PEAK_SHARE:
         return None
     dtype = pair.other.runs[0].tag("util.dtype") or "its"
@@ -232,7 +232,7 @@ def unsynced_underreport(pair: Pair) -> str | None:
 
 
 def _quality_pair(pair: Pair) -> tuple[str, Stat, Stat] | None:
-    for key in ("eval/accuracy", "eval/miou"):
+    for key in (ACCURACY, MIOU):
         a, b = pair.base.metrics.get(key), pair.other.metrics.get(key)
         if a is not None and b is not None:
             return key, a, b

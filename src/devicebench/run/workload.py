@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
-from devicebench.schema import tag
+from devicebench.schema import TOTAL_S, tag
 from devicebench.util.redact import redact
 
 PROG = "devicebench"
@@ -63,7 +63,7 @@ def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | Non
         finally:
             world.leave()
         total_s = time.perf_counter() - started
-        tracker.log_metrics({"time/total_s": total_s})
+        tracker.log_metrics({TOTAL_S: total_s})
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
         line = _lead_with_figures(tracker, name, str(device), world.size, result, costs, price)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)

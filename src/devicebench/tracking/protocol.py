@@ -55,11 +55,9 @@ class MemoryTracker:
     models: dict[str, Any] = field(default_factory=dict)
     model_metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # model name → linked metrics
     tables: set[str] = field(default_factory=set)  # which artifacts are tables
-    keep: bool = True
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        if self.keep:
-            self.metrics.extend((k, float(v), step) for k, v in metrics.items())
+        self.metrics.extend((k, float(v), step) for k, v in metrics.items())
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self.tags.update({k: str(v) for k, v in tags.items()})
@@ -90,6 +88,37 @@ class MemoryTracker:
         return [v for k, v, _ in self.metrics if k == key]
 
 
-def null_tracker() -> MemoryTracker:
-    """A tracker that records nothing: the untracked baseline for overhead measurements."""
-    return MemoryTracker(keep=False)
+class NullTracker:
+    """The one tracker that keeps nothing: what a rank other than rank 0 logs to (its figures are the
+    job's, logged once), a tuning trial, and the untracked baseline of the overhead benchmarks."""
+
+    run_id: str | None = None
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        pass
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        pass
+
+    def log_dict(self, obj: Any, artifact_file: str) -> None:
+        pass
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        pass
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        pass
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def log_table(self, data: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
+        pass
+
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
+        pass
+
+
+def null_tracker() -> Tracker:
+    """A tracker that records nothing (NullTracker)."""
+    return NullTracker()

@@ -25,8 +25,20 @@ from devicebench.host import peaks, precision
 from devicebench.host.context import Context
 from devicebench.host.distributed import World
 from devicebench.host.timing import Timer
-from devicebench.schema import tag
-from devicebench.tracking.protocol import Tracker
+from devicebench.models import count_parameters
+from devicebench.schema import (
+    COMPILE_S,
+    DATA_WAIT_S,
+    EPOCH_LOSS,
+    EPOCH_S,
+    EVAL_RATE,
+    EVAL_S,
+    TRAIN_RATE,
+    TRAIN_S,
+    WARMUP_S,
+    tag,
+)
+from devicebench.tracking.protocol import Tracker, null_tracker
 from devicebench.train import training, utilization
 from devicebench.train.totals import Totals, dist_metrics
 
@@ -41,15 +53,6 @@ class TrainingConfig(Protocol):
     seed: int
     precision: str
     channels_last: bool
-
-
-class NullTracker:
-    """A tracker that keeps nothing: what a process other than the main one logs to."""
-
-    run_id: str | None = None
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return _nothing  # every Tracker method, doing nothing
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,11 @@ def setup(
     *,
     compile: bool = False,
 ) -> tuple[Options, Tracker]:
-    """The run's options and the tracker to log to (a NullTracker off rank 0); a precision the device
+    """The run's options and the tracker to log to (a null tracker off rank 0); a precision the device
     cannot do is a UsageError here, before any data is read, and fp32 math is set and tagged."""
     amp_dtype = precision.check_precision(cfg.precision, ctx.device)
     world = ctx.world or World()
-    log = tracker if world.is_main else cast(Tracker, NullTracker())
+    log = tracker if world.is_main else null_tracker()
     math = precision.fp32_math(cfg.precision, ctx.device)
     log.set_tags(math)
     opts = Options(
@@ -168,7 +171,6 @@ class Task:
     eval_metrics: Callable[[training.EvalResult], Mapping[str, float]]  # logged at step=epoch
     log_every: int = 1
     eval_every_epoch: bool = False  # else once, after the last epoch
-    model_tags: Callable[[torch.nn.Module], Mapping[str, str]] = lambda model: {}
     # The LossLog for an epoch, given the tracker, the epoch and its first step; None: one for the run.
     loss_log: Callable[[Tracker, int, int], training.LossLog] | None = None
     # Called after each epoch's metrics and each evaluation's, with the training seconds so far.
@@ -238,7 +240,7 @@ def _warm_up(
             in_place=opts.world.distributed,
             **options,
         )
-    warmup = {"time/warmup_s": seconds, **({"time/compile_s": seconds} if opts.compile else {})}
+    warmup = {WARMUP_S: seconds, **({COMPILE_S: seconds} if opts.compile else {})}
     tracker.log_metrics(warmup)
     return warmup
 
@@ -248,7 +250,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     training.seed_everything(opts.seed)
     built = task.build()
     init_weights = training.weights_fingerprint(built)
-    tracker.set_tags({tag("init_weights"): init_weights, **task.model_tags(built)})
+    tracker.set_tags({tag("init_weights"): init_weights, tag("model.params"): str(count_parameters(built))})
     model, module = _place(built, opts)
     optimizer = task.optimizer(model.parameters())
     scaler = torch.amp.GradScaler(opts.device.type) if opts.fp16 else None
@@ -281,7 +283,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
             )
         done.epochs.append(res)
         step += res.steps
-        tracker.log_metrics({"train/epoch_loss": res.mean_loss, "time/epoch_s": res.seconds}, step=epoch)
+        tracker.log_metrics({EPOCH_LOSS: res.mean_loss, EPOCH_S: res.seconds}, step=epoch)
         task.on_epoch(epoch, res, done.totals().train_s)
         if task.eval_every_epoch or epoch == opts.epochs:
             ev, done.eval_metrics = _evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s)
@@ -348,11 +350,11 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
     tracker.log_metrics(
         {
             **util,
-            "time/train_s": totals.train_s,
-            "time/data_wait_s": totals.data_wait_s,
-            "time/eval_s": totals.eval_s,
-            "throughput/train_samples_per_s": totals.train_samples_per_s,
-            "throughput/eval_samples_per_s": totals.eval_samples_per_s,
+            TRAIN_S: totals.train_s,
+            DATA_WAIT_S: totals.data_wait_s,
+            EVAL_S: totals.eval_s,
+            TRAIN_RATE: totals.train_samples_per_s,
+            EVAL_RATE: totals.eval_samples_per_s,
             **training.peak_memory(opts.device),
             **done.dist_metrics(),
         }

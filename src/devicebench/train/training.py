@@ -23,6 +23,7 @@ import torch
 
 from devicebench.errors import Diverged
 from devicebench.host.timing import Timer
+from devicebench.schema import PEAK_BYTES, PEAK_RSS_BYTES, TRAIN_LOSS
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.metrics import confusion_matrix
 
@@ -152,10 +153,10 @@ def peak_memory(device: torch.device) -> dict[str, float]:
     rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0  # Linux reports KiB
     if device.type == "cuda":
         return {
-            "memory/peak_bytes": float(torch.cuda.max_memory_allocated(device)),
-            "memory/peak_rss_bytes": rss,
+            PEAK_BYTES: float(torch.cuda.max_memory_allocated(device)),
+            PEAK_RSS_BYTES: rss,
         }
-    return {"memory/peak_rss_bytes": rss}
+    return {PEAK_RSS_BYTES: rss}
 
 
 def progress(iterable: Iterable, enabled: bool, desc: str, total: int | None = None) -> Iterable:
@@ -181,7 +182,7 @@ class LossLog:
         self,
         tracker: Tracker,
         every: int,
-        key: str = "train/loss",
+        key: str = TRAIN_LOSS,
         flush_steps: int = 1024,
         reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:

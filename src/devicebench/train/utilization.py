@@ -19,7 +19,7 @@ import torch
 
 from devicebench.host.peaks import gpu_peak
 from devicebench.host.timing import Timer
-from devicebench.schema import tag
+from devicebench.schema import FLOPS_PER_SAMPLE, PEAK_FRACTION, PEAK_TFLOPS, TRAIN_TFLOPS, tag
 
 CPU_PEAK_N = 1024  # a product large enough to run at the CPU's matmul speed, short enough to be cheap
 CPU_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -63,13 +63,13 @@ def summary(
     if not flops_per_sample:
         return {}, {}
     tflops = flops_per_sample * samples_per_s / 1e12
-    metrics = {"flops/train_per_sample": flops_per_sample, "throughput/train_tflops": tflops}
+    metrics = {FLOPS_PER_SAMPLE: flops_per_sample, TRAIN_TFLOPS: tflops}
     tags = {tag("util.dtype"): dtype}
     peak = peak_tflops(device, dtype)
     if peak is None:
         return metrics, {**tags, tag("util.peak_source"): "unknown"}
     job_peak = peak[0] * world_size
-    metrics.update({"util/peak_tflops": job_peak, "util/peak_fraction": tflops / job_peak})
+    metrics.update({PEAK_TFLOPS: job_peak, PEAK_FRACTION: tflops / job_peak})
     return metrics, {**tags, tag("util.peak_source"): peak[1]}
 
 

@@ -25,6 +25,7 @@ from devicebench.data.loader import SamplerFor, no_sampler
 from devicebench.host import precision
 from devicebench.host.context import Context
 from devicebench.models.cifar_net import build_model
+from devicebench.schema import ACCURACY, EVAL_LOSS, TO_TARGET_S
 from devicebench.tracking.protocol import Tracker
 from devicebench.train import figures, fit, training
 from devicebench.train.metrics import accuracy, confusion_table, metric_name, per_class_accuracy
@@ -114,7 +115,7 @@ def _input_example(test: Any, test_loader: Iterable) -> torch.Tensor:
 
 def eval_metrics(ev: training.EvalResult, classes: list[str]) -> dict[str, float]:
     """Accuracy and loss, and the accuracy of every class that had test images."""
-    values = {"eval/accuracy": accuracy(ev.confusion), "eval/loss": ev.mean_loss}
+    values = {ACCURACY: accuracy(ev.confusion), EVAL_LOSS: ev.mean_loss}
     per_class = zip(classes, per_class_accuracy(ev.confusion), strict=True)
     values.update({f"eval/acc/{metric_name(c)}": a for c, a in per_class if not math.isnan(a)})
     return values
@@ -140,7 +141,7 @@ class _Target:
     def __call__(self, tracker: Tracker, epoch: int, ev: training.EvalResult, train_s: float) -> None:
         if self.seconds is None and self.target > 0 and accuracy(ev.confusion) >= self.target:
             self.seconds = train_s
-            tracker.log_metrics({"time/to_target_s": train_s}, step=epoch)
+            tracker.log_metrics({TO_TARGET_S: train_s}, step=epoch)
             print(f"Reached {100 * self.target:.1f} % test accuracy after {train_s:.1f} s of training")
 
 

@@ -30,7 +30,7 @@ from devicebench.data.loader import SamplerFor, data_loader, no_sampler
 from devicebench.errors import DataUnavailable
 from devicebench.host import precision
 from devicebench.host.context import Context
-from devicebench.schema import tag
+from devicebench.schema import DICE, EVAL_LOSS, MIOU, PIXEL_ACCURACY
 from devicebench.tracking.protocol import Tracker
 from devicebench.train import figures, fit, training
 from devicebench.train.metrics import (
@@ -147,18 +147,16 @@ def eval_metrics(ev: training.EvalResult, classes: list[str]) -> dict[str, float
     cm = ev.confusion
     iou = dict(zip(classes, iou_per_class(cm), strict=True))
     values = {
-        "eval/loss": ev.mean_loss,
-        "eval/miou": nanmean(list(iou.values())),
-        "eval/dice": nanmean(dice_per_class(cm)),
-        "eval/pixel_accuracy": accuracy(cm),
+        EVAL_LOSS: ev.mean_loss,
+        MIOU: nanmean(list(iou.values())),
+        DICE: nanmean(dice_per_class(cm)),
+        PIXEL_ACCURACY: accuracy(cm),
         **{f"eval/iou/{metric_name(c)}": v for c, v in iou.items() if not math.isnan(v)},
     }
     return {k: v for k, v in values.items() if not math.isnan(v)}
 
 
 def _task(cfg: Config, classes: list[str], device: torch.device) -> fit.Task:
-    from devicebench.models.unet import count_parameters
-
     fused = precision.optimizer_options(device)
 
     def make_optimizer(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -182,7 +180,6 @@ def _task(cfg: Config, classes: list[str], device: torch.device) -> fit.Task:
         num_classes=NUM_CLASSES,
         eval_metrics=lambda ev: eval_metrics(ev, classes),
         log_every=cfg.log_every,
-        model_tags=lambda model: {tag("model.params"): str(count_parameters(model))},
         on_epoch=on_epoch,
         on_eval=on_eval,
         guard=_one_line_data_errors,
