@@ -16,9 +16,9 @@ from devicebench.errors import UsageError
 from devicebench.pricing.prices import Price, pricing_for, resolve_price
 from devicebench.report.compare import compare
 from devicebench.report.content import build_doc, describe, varying_params
+from devicebench.report.document import to_markdown
 from devicebench.report.headline import headline_metrics, report_name, summary_note
 from devicebench.report.links import link_lines, ui_base
-from devicebench.report.markdown import to_markdown
 from devicebench.report.run_line import GLANCE, glance_metrics, summary_line
 
 ILLUSTRATIVE = Price(usd_per_hour=1.0, source="illustrative")

@@ -99,7 +99,9 @@ def test_a_run_logs_the_schema_and_every_artifact(tmp_path: Path, capsys: pytest
     assert result.train_samples == 1280
     assert result.train_samples_per_s == pytest.approx(1280 / tracker.values("time/train_s")[0])
     assert tracker.tags["devicebench.init_weights"] and len(tracker.tags["devicebench.init_weights"]) == 16
-    assert tracker.tags["devicebench.model.params"] == "62006"  # the tutorial Net, width 1 (models.count_parameters)
+    assert (
+        tracker.tags["devicebench.model.params"] == "62006"
+    )  # the tutorial Net, width 1 (models.count_parameters)
     assert {"per_class.json", "timings.json", "confusion_matrix.png", "confusion_matrix.json"} <= set(
         tracker.artifacts
     )

@@ -125,7 +125,7 @@ def test_a_side_without_a_price_shows_a_dash_and_gets_no_cost_verdict() -> None:
     assert not any("cheaper" in v or "dearer" in v for v in p.verdicts)
     metrics = headline_metrics(comp)
     assert "speedup/cifar cpu vs cuda_0" in metrics and not any(k.startswith("cost_ratio/") for k in metrics)
-    rows = side_rows(comp, lambda s: s.config_key)
+    rows = side_rows(comp.all_sides, lambda s: s.config_key)
     cpu = next(r for r in rows if r[2] == "cpu (EPYC)")
     assert cpu[3] == "– (no OCI shape (not on OCI) and no price_per_hour)" and cpu[5:9] == ["–"] * 4
 
@@ -170,7 +170,7 @@ def test_the_same_gpu_in_two_shapes_is_two_sides_with_a_cost_ratio() -> None:
 
 def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
     comp = compare(shapes())
-    rows = side_rows(comp, lambda s: s.config_key)
+    rows = side_rows(comp.all_sides, lambda s: s.config_key)
     assert [r[2] for r in rows] == [
         "cpu (EPYC, VM.Standard.E4.Flex)",  # $0.1/h × 10 s per epoch: 3,600 epochs per dollar
         "cuda:0 (A10, VM.GPU.A10.1)",  # $2/h × 1 s: 1,800

@@ -720,7 +720,7 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     (p,) = [p for p in priced.pairs if p.is_cpu_gpu]
     assert p.verdicts[0].endswith("is 1.15× faster: worth its price for this model")
     # The work-per-money table ranks the tuned CPU beside the GPU: one group for the work, not per config.
-    rows = side_rows(priced, lambda s: s.config_key)
+    rows = side_rows(priced.all_sides, lambda s: s.config_key)
     assert [(r[1], r[2].split()[0]) for r in rows] == [("k1", "cuda:0"), ("k2", "cpu"), ("k1", "cpu")]
     assert [r[-1] for r in rows] == ["1.00×", "0.87×", "0.11×"]
     # The tuned side is the pair's own CPU side: one speedup, no second verdict.

@@ -13,18 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from devicebench.report.cost import pair_cost
 from devicebench.report.fmt import NONE, fmt_x
+from devicebench.report.money import pair_cost
 from devicebench.report.pairs import Pair
-from devicebench.report.sides import THROUGHPUT_METRICS, Side
+from devicebench.report.sides import THROUGHPUT_METRICS, Side, work_key
 from devicebench.schema import TRAINING_WORKLOADS as TRAINING
 
 WHICH = "any threads or data feeding, e.g. a devicebench tune run"
-
-
-def work_key(side: Side) -> str:
-    """The side's work key (its config key for runs logged before work keys existed)."""
-    return side.runs[0].tag("work_key") or side.config_key
 
 
 def throughput(side: Side) -> float | None:

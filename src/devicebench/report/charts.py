@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devicebench.report import cost
+from devicebench.report import money
 from devicebench.report.compare import Comparison, Grid
 from devicebench.report.content import describe, varying_params
 from devicebench.report.pairs import Pair
@@ -147,10 +147,10 @@ def cost_time_chart(sides: Sequence[Side], path: Path) -> bool:
     points: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     currencies: set[str] = set()
     for s in sides:
-        c, t = cost.side_cost(s), cost.epoch_time(s)
+        c, t = money.side_cost(s), money.epoch_time(s)
         if c.unit == "epoch" and c.per_unit and t is not None and t.median > 0:
             points[f"{s.workload} {describe(s, varying)}"].append((t.median, c.per_unit, s.label))
-            currencies.add(cost.currency(s))
+            currencies.add(money.currency(s))
     if not points:
         return False
     plt = _plt()

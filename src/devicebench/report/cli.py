@@ -268,7 +268,7 @@ def budget_text(comp: Comparison) -> str:
     from devicebench.report.money import budget_lines
 
     varying = varying_params(comp.all_sides)
-    return "\n".join(budget_lines(comp, lambda s: describe(s, varying)))
+    return "\n".join(budget_lines(comp.all_sides, lambda s: describe(s, varying)))
 
 
 def _regression_exit(comp: Comparison, threshold: float) -> int:

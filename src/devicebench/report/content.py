@@ -1,6 +1,6 @@
 """What the report says, independent of how it is written: a `Doc` of typed blocks, in order.
 
-`build_doc` decides the sections, their tables and their notes; the writers (markdown.py, htmlpage.py)
+`build_doc` decides the sections, their tables and their notes; the writers (document.py)
 only serialise the blocks, so report.md and report.html cannot disagree. Pair rows are `PairRow`s, read
 by field name (the terminal table shows a few of the same cells).
 """
@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from devicebench.report import best_cpu, money
 from devicebench.report.compare import Comparison
-from devicebench.report.doc import Doc
+from devicebench.report.document import Doc
 from devicebench.report.fmt import (
     NONE,
     fmt_efficiency,
@@ -93,7 +93,7 @@ def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
         timed = timed_label(key)
         base_time, other_time = fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
     rng = f" ({fmt_x(p.speedup_range[0])}–{fmt_x(p.speedup_range[1])})" if p.speedup_range else ""
-    price_ratio, cost_ratio, spent = money.pair_cost_cells(p)
+    price_ratio, cost_ratio, spent = money.pair_cost_cells(p.base, p.other, p.cost)
     return PairRow(
         workload=p.workload,
         config=describe(p.base, varying),
@@ -216,7 +216,7 @@ def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]
     if not comp.all_sides:
         return
     doc.h(2, "Price-performance")
-    if not money.any_price(comp):
+    if not money.any_price(comp.all_sides):
         doc.p(
             "No run carries a price: run on an OCI shape listed in experiments/prices.yaml (or "
             "DEVICEBENCH_PRICES), or give price_per_hour, to see the cost of each side's work."
@@ -227,7 +227,7 @@ def _price_performance(doc: Doc, comp: Comparison, varying: dict[str, list[str]]
         "the runs logged them; matmul: GFLOP per money at the largest torch size). A side without a price "
         "shows why, never a number."
     )
-    rows = money.side_rows(comp, lambda s: describe(s, varying))
+    rows = money.side_rows(comp.all_sides, lambda s: describe(s, varying))
     for cols in PRICE_SPLIT:  # two narrower tables: what each side costs; what a unit of money buys
         doc.table([money.SIDE_HEADERS[i] for i in cols], [[r[i] for i in cols] for r in rows])
 

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 
 from devicebench.report.compare import Comparison
 from devicebench.report.content import describe, pair_row, varying_params
-from devicebench.report.doc import Doc, Table
+from devicebench.report.document import Doc, Table, to_markdown
 from devicebench.report.fmt import NONE, fmt_x
-from devicebench.report.markdown import to_markdown
 from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
 from devicebench.schema import MAX_RUN_NAME, MAX_TAG_VALUE

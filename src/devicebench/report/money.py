@@ -1,23 +1,210 @@
-"""Work per money: for each piece of work, which side (device, shape, CPU setting) buys the most.
+"""Money: what a side cost per hour and per unit of work, a pair's price and cost ratios, and for each
+piece of work which side (device, shape, CPU setting) buys the most of it.
 
-The sides are grouped by work key (the config without how the CPU was fed: loader and workers), so a
-tuned CPU side ranks beside the GPU sides of the same work and the table asks the price-performance
-question of the CPU at its best, as the pairs do (report/best_cpu.py). The report's table and
-`compare --budget` both read `cost.side_cost`, so they cannot disagree. A side without a price is listed
-last with the reason its runs gave, never with a number.
+Everything is read from what the runs logged (the run schema): the tags `devicebench.price.*` and the
+metrics `cost/*`. A side whose runs carry no price has no cost, and nothing here makes one up: every
+function returns None where the runs do not say, and the writers show "–". Ratios are only taken
+between sides priced in the same currency.
+
+The work-per-money table groups sides by work key (the config without how the CPU was fed: loader and
+workers), so a tuned CPU side ranks beside the GPU sides of the same work and the table asks the
+price-performance question of the CPU at its best, as the pairs do (report/best_cpu.py). The report's
+table and `compare --budget` both read `side_cost`, so they cannot disagree.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from devicebench.report import best_cpu, cost
-from devicebench.report.compare import Comparison
 from devicebench.report.fmt import NONE, fmt_s, fmt_stat_s, fmt_x
-from devicebench.report.pairs import Pair, param_order
-from devicebench.report.sides import Side
-from devicebench.schema import TOTAL_S
+from devicebench.report.records import RunRecord
+from devicebench.report.sides import Side, Stat, param_order, work_key
+from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TOTAL_S, TRAIN_S, gflops
+
+GFLOP = "GFLOP"  # the matmul unit of work
+
+
+def _float(text: str) -> float | None:
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) and x >= 0 else None
+
+
+def _hourly(run: RunRecord) -> float | None:
+    return _float(run.tag("price.usd_per_hour", "x"))
+
+
+def priced_runs(side: Side) -> list[RunRecord]:
+    """The side's runs that logged an hourly price (a price of 0 counts; a missing one does not)."""
+    return [r for r in side.runs if _hourly(r) is not None]
+
+
+def side_price(side: Side) -> Stat | None:
+    """The hourly price of the side's runs (median, with the range when runs were priced differently)."""
+    return Stat.of(x for r in side.runs if (x := _hourly(r)) is not None)
+
+
+def currency(side: Side) -> str:
+    """The currency the side's prices are in; `mixed` when its runs disagree (no ratio is taken then)."""
+    found = {r.tag("price.currency") or "USD" for r in priced_runs(side)}
+    return found.pop() if len(found) == 1 else ("mixed" if found else "")
+
+
+def source(side: Side) -> str:
+    """Where the price came from: `table:prices.yaml VM.GPU.A10.1`, or `override` (a param or setting)."""
+    out = []
+    for r in priced_runs(side):
+        text = " ".join(x for x in (r.tag("price.source") or "?", r.tag("price.shape")) if x)
+        if text not in out:
+            out.append(text)
+    return ", ".join(out)
+
+
+def illustrative(side: Side) -> bool:
+    """True when any of the side's prices is made up (`price.source=illustrative`, the demo's): every
+    figure bought with it must say so, or a demo's $1/h reads as a real price."""
+    return any(r.tag("price.source") == "illustrative" for r in priced_runs(side))
+
+
+def no_price_reason(side: Side) -> str:
+    """Why the side has no price, as its runs said (`devicebench.price.none`), or a generic reason."""
+    for r in side.runs:
+        if r.tag("price.none"):
+            return r.tag("price.none")
+    return "the runs carry no devicebench.price tags"
+
+
+def epoch_time(side: Side) -> Stat | None:
+    """Training time per epoch (`time/train_s` / the `epochs` param), per run: the x of the cost chart."""
+    values = []
+    for r in side.runs:
+        t, epochs = r.metrics.get(TRAIN_S), _float(r.params.get("epochs", "1"))
+        if t is not None and epochs:
+            values.append(t / epochs)
+    return Stat.of(values)
+
+
+def matmul_point(side: Side) -> tuple[str, str, int] | None:
+    """The side's headline matmul point: torch at its largest size, float32 where there is one."""
+    points = [k for k, v in side.matmul.items() if k[0] == "torch" and "time" in v]
+    if not points:
+        return None
+    biggest = max(k[2] for k in points)
+    at = [k for k in points if k[2] == biggest]
+    return next((k for k in at if k[1] == "float32"), at[0])
+
+
+def per_gflop(side: Side, point: tuple[str, str, int] | None) -> float | None:
+    """Money per GFLOP at one matmul point: price × time / 3600 / GFLOP (the run side's
+    `gflop_per_usd` inverted), from the side's median time there and its median hourly price."""
+    price = side_price(side)
+    v = side.matmul.get(point) if point else None
+    if price is None or not v or "time" not in v or v["time"].median <= 0 or point is None:
+        return None
+    return price.median / (gflops(point[2], v["time"].median) * 3600)
+
+
+@dataclass(frozen=True)
+class SideCost:
+    """What one side's work cost: `per_unit` money per `unit` (epoch, GFLOP or run), None without a price."""
+
+    unit: str
+    per_unit: float | None
+    per_1k: float | None = None
+    point: tuple[str, str, int] | None = None  # matmul: where GFLOP/$ was read
+
+    @property
+    def work_per_money(self) -> float | None:
+        """Epochs (or GFLOP, or runs) per unit of currency: the budget's answer."""
+        return 1.0 / self.per_unit if self.per_unit else None
+
+
+def _median(side: Side, metric: str) -> float | None:
+    s = side.metrics.get(metric)
+    return s.median if s is not None and priced_runs(side) else None
+
+
+def side_cost(side: Side) -> SideCost:
+    """Training: the logged cost per epoch (and per 1k samples); matmul: money per GFLOP at the side's
+    headline point; anything else: the logged cost of a whole run."""
+    if side.workload == "matmul":
+        point = matmul_point(side)
+        return SideCost(GFLOP, per_gflop(side, point), point=point)
+    if COST_PER_EPOCH in side.metrics:
+        return SideCost("epoch", _median(side, COST_PER_EPOCH), _median(side, COST_PER_1K))
+    return SideCost("run", _median(side, COST_USD))
+
+
+@dataclass(frozen=True)
+class PairCost:
+    """`other` against `base`: hourly price ratio and cost-per-unit ratio (< 1: `other` is cheaper)."""
+
+    unit: str
+    base: SideCost
+    other: SideCost
+    price_ratio: float | None
+    cost_ratio: float | None
+    cost_ratio_1k: float | None = None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """b / a where both are known and a > 0; else None (a zero price makes no ratio, not infinity)."""
+    if a is None or b is None or a <= 0:
+        return None
+    return b / a
+
+
+def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None = None) -> PairCost:
+    """A pair's ratios, None where either side has no price or the currencies differ. Matmul is read
+    at the pair's own headline point (where its speedup was taken), so both describe one product."""
+    if base.workload == "matmul" and matmul_point is not None:
+        b_pt = matmul_point
+        o_pt = ("torch", b_pt[1], b_pt[2])
+        b = SideCost(GFLOP, per_gflop(base, b_pt), point=b_pt)
+        o = SideCost(GFLOP, per_gflop(other, o_pt), point=o_pt)
+    else:
+        b, o = side_cost(base), side_cost(other)
+    same = currency(base) == currency(other) and currency(base) not in ("", "mixed")
+    pb, po = side_price(base), side_price(other)
+    if not same or b.unit != o.unit:
+        return PairCost(b.unit, b, o, None, None)
+    return PairCost(
+        b.unit,
+        b,
+        o,
+        _ratio(pb.median if pb else None, po.median if po else None),
+        _ratio(b.per_unit, o.per_unit),
+        _ratio(b.per_1k, o.per_1k),
+    )
+
+
+def fmt_money(x: float | None, cur: str = "USD") -> str:
+    """`$0.00333`, `$1.28`, `12.50 EUR`: cents from 1 up, three significant digits below (never an
+    exponent: `$0.0000667` reads as money, `6.67e-05` does not), whole units from 1000."""
+    if x is None or not math.isfinite(x):
+        return NONE
+    if x >= 1000:
+        text = f"{x:,.0f}"
+    elif x >= 1 or x <= 0:
+        text = f"{x:.2f}"
+    else:
+        text = f"{x:.{2 - math.floor(math.log10(x))}f}"
+    return f"${text}" if cur in ("USD", "") else f"{text} {cur}"
+
+
+def fmt_amount(x: float | None) -> str:
+    """A count of work per money (epochs or GFLOP per dollar): three significant digits, thousands apart."""
+    if x is None or not math.isfinite(x):
+        return NONE
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
+
+
+# --------------------------------------------------------------------------------------------- tables
 
 Describe = Callable[[Side], str]  # a side's config as the report spells it (content.describe)
 
@@ -32,65 +219,65 @@ SIDE_HEADERS = [
     "work per money",
     "vs the best",
 ]
-UNITS = {"epoch": "epochs", cost.GFLOP: "GFLOP", "run": "runs"}
+UNITS = {"epoch": "epochs", GFLOP: "GFLOP", "run": "runs"}
 
 
 def _work(side: Side) -> float:
     """Sort key: most work per money first, sides without a price last."""
-    return -(cost.side_cost(side).work_per_money or 0.0)
+    return -(side_cost(side).work_per_money or 0.0)
 
 
-def ranked(comp: Comparison) -> list[list[Side]]:
+def ranked(sides: Iterable[Side]) -> list[list[Side]]:
     """The sides of each piece of work, most work per money first (in the report's order of configs)."""
     groups: dict[tuple[str, str], list[Side]] = defaultdict(list)
-    for s in comp.all_sides:
-        groups[(s.workload, best_cpu.work_key(s))].append(s)
+    for s in sides:
+        groups[(s.workload, work_key(s))].append(s)
     order = sorted(groups, key=lambda k: (k[0], param_order(groups[k][0].params), k[1]))
     return [sorted(groups[k], key=_work) for k in order]
 
 
-def any_price(comp: Comparison) -> bool:
-    return any(cost.priced_runs(s) for s in comp.all_sides)
+def any_price(sides: Iterable[Side]) -> bool:
+    return any(priced_runs(s) for s in sides)
 
 
 def work_text(side: Side) -> str:
     """`81.3 epochs per USD`, `1,234,567 GFLOP per USD at n=8192 float32`, or the dash."""
-    c = cost.side_cost(side)
+    c = side_cost(side)
     if c.work_per_money is None:
         return NONE
-    text = f"{cost.fmt_amount(c.work_per_money)} {UNITS[c.unit]} per {cost.currency(side) or 'USD'}"
+    text = f"{fmt_amount(c.work_per_money)} {UNITS[c.unit]} per {currency(side) or 'USD'}"
     if c.point is not None:
         text += f" at n={c.point[2]} {c.point[1]}"
-    return text + (" (illustrative price)" if cost.illustrative(side) else "")
+    return text + (" (illustrative price)" if illustrative(side) else "")
 
 
 def price_text(side: Side) -> str:
-    price = cost.side_price(side)
+    price = side_price(side)
     if price is None:
-        return f"{NONE} ({cost.no_price_reason(side)})"
-    cur = cost.currency(side)
-    spread = f"–{cost.fmt_money(price.hi, cur)}" if price.hi > price.lo else ""
-    text = f"{cost.fmt_money(price.lo if spread else price.median, cur)}{spread}"
-    return f"{text} ({cost.source(side)})"
+        return f"{NONE} ({no_price_reason(side)})"
+    cur = currency(side)
+    spread = f"–{fmt_money(price.hi, cur)}" if price.hi > price.lo else ""
+    text = f"{fmt_money(price.lo if spread else price.median, cur)}{spread}"
+    return f"{text} ({source(side)})"
 
 
-def _time_text(side: Side, c: cost.SideCost) -> str:
-    if c.unit == cost.GFLOP:
+def _time_text(side: Side, c: SideCost) -> str:
+    if c.unit == GFLOP:
         v = side.matmul.get(c.point) if c.point else None
         return f"{fmt_s(v['time'].median)} at n={c.point[2]}" if v and "time" in v and c.point else NONE
     if c.unit == "epoch":
-        return fmt_stat_s(cost.epoch_time(side))
+        return fmt_stat_s(epoch_time(side))
     return fmt_stat_s(side.metrics.get(TOTAL_S))
 
 
-def side_rows(comp: Comparison, describe: Describe) -> list[list[str]]:
+def side_rows(every: Iterable[Side], describe: Describe) -> list[list[str]]:
     """One row per side, grouped by config, most work per money first, with its share of the best."""
     rows = []
-    for sides in ranked(comp):
-        best = cost.side_cost(sides[0]).work_per_money
+    for sides in ranked(every):
+        best = side_cost(sides[0]).work_per_money
         for s in sides:
-            c = cost.side_cost(s)
-            cur = cost.currency(s)
+            c = side_cost(s)
+            cur = currency(s)
             share = c.work_per_money / best if best and c.work_per_money else None
             rows.append(
                 [
@@ -99,8 +286,8 @@ def side_rows(comp: Comparison, describe: Describe) -> list[list[str]]:
                     s.label,
                     price_text(s),
                     _time_text(s, c),
-                    f"{cost.fmt_money(c.per_unit, cur)} per {c.unit}" if c.per_unit else NONE,
-                    cost.fmt_money(c.per_1k, cur) if c.per_1k else NONE,
+                    f"{fmt_money(c.per_unit, cur)} per {c.unit}" if c.per_unit else NONE,
+                    fmt_money(c.per_1k, cur) if c.per_1k else NONE,
                     work_text(s),
                     fmt_x(share) if share is not None else NONE,
                 ]
@@ -108,47 +295,46 @@ def side_rows(comp: Comparison, describe: Describe) -> list[list[str]]:
     return rows
 
 
-def pair_cost_cells(p: Pair) -> tuple[str, str, str]:
+def pair_cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, str]:
     """The pairs table's price ratio, cost ratio and the two sides' costs of the same work (matmul: the
     GFLOP each buys per money), each "–" where a side has no price or the currencies differ."""
-    c = p.cost
     if c is None:
         return NONE, NONE, NONE
-    cur = cost.currency(p.base)
-    made_up = ", illustrative" if cost.illustrative(p.base) or cost.illustrative(p.other) else ""
+    cur = currency(base)
+    made_up = ", illustrative" if illustrative(base) or illustrative(other) else ""
     price = NONE
     if c.price_ratio is not None:
-        hourly = [cost.side_price(s) for s in (p.base, p.other)]
-        price = f"{fmt_x(c.price_ratio)} ({' / '.join(cost.fmt_money(x.median if x else None, cur) for x in hourly)}{made_up})"
+        hourly = [side_price(s) for s in (base, other)]
+        price = f"{fmt_x(c.price_ratio)} ({' / '.join(fmt_money(x.median if x else None, cur) for x in hourly)}{made_up})"
     if c.cost_ratio is None:
         return price, NONE, NONE
     b, o = c.base, c.other
-    if c.unit == cost.GFLOP and c.base.point is not None:
-        amounts = f"{cost.fmt_amount(b.work_per_money)} / {cost.fmt_amount(o.work_per_money)}"
+    if c.unit == GFLOP and c.base.point is not None:
+        amounts = f"{fmt_amount(b.work_per_money)} / {fmt_amount(o.work_per_money)}"
         spent = f"{amounts} GFLOP per {cur or 'USD'} at n={b.point[2]} {b.point[1]}"
     else:
-        spent = f"{cost.fmt_money(b.per_unit, cur)} / {cost.fmt_money(o.per_unit, cur)} per {c.unit}"
+        spent = f"{fmt_money(b.per_unit, cur)} / {fmt_money(o.per_unit, cur)} per {c.unit}"
         if c.cost_ratio_1k is not None:
-            spent += f"; {cost.fmt_money(b.per_1k, cur)} / {cost.fmt_money(o.per_1k, cur)} per 1k samples"
+            spent += f"; {fmt_money(b.per_1k, cur)} / {fmt_money(o.per_1k, cur)} per 1k samples"
     return price, f"{fmt_x(c.cost_ratio)} per {c.unit}{made_up}", spent
 
 
-def budget_lines(comp: Comparison, describe: Describe) -> list[str]:
+def budget_lines(every: Iterable[Side], describe: Describe) -> list[str]:
     """`compare --budget`: per config, the side that buys the most work per money, and how much."""
     lines = []
-    for sides in ranked(comp):
+    for sides in ranked(every):
         s = sides[0]
         where = f"{s.workload} {describe(s)}"
-        priced = [x for x in sides if cost.side_cost(x).work_per_money]
+        priced = [x for x in sides if side_cost(x).work_per_money]
         if not priced:
-            lines.append(f"budget: {where}: no side has a price ({cost.no_price_reason(s)})")
+            lines.append(f"budget: {where}: no side has a price ({no_price_reason(s)})")
             continue
-        c = cost.side_cost(s)
+        c = side_cost(s)
         others = f"; {len(priced) - 1} other priced side(s)" if len(priced) > 1 else ""
         unpriced = len(sides) - len(priced)
         others += f"; {unpriced} without a price" if unpriced else ""
         lines.append(
             f"budget: {where}: cheapest {s.label}: {work_text(s)} "
-            f"({cost.fmt_money(c.per_unit, cost.currency(s))} per {c.unit} at {price_text(s)}{others})"
+            f"({fmt_money(c.per_unit, currency(s))} per {c.unit} at {price_text(s)}{others})"
         )
     return lines

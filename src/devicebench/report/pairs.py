@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from devicebench.report.cost import PairCost, pair_cost
-from devicebench.report.sides import THROUGHPUT_METRICS, Side
+from devicebench.report.money import PairCost, pair_cost
+from devicebench.report.sides import THROUGHPUT_METRICS, Side, param_order
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Pair:
     matmul_point: tuple[str, str, int] | None = None  # (backend on base, dtype, size) of `speedups["matmul"]`
     in_crossover: bool = False
     verdicts: list[str] = field(default_factory=list)
-    cost: PairCost | None = None  # price and cost ratios (cost.py); their fields are None without prices
+    cost: PairCost | None = None  # price and cost ratios (money.py); their fields are None without prices
     best_cpu: Side | None = None  # the fastest CPU side of the same work (best_cpu.py); may be `base`
 
     @property
@@ -94,17 +94,6 @@ def _matmul_speedups(pair: Pair) -> None:
         pair.speedups["matmul_point"] = float(biggest)
         a, b = pair.base.matmul[pick]["time"], theirs[(pick[1], pick[2])]
         pair.speedup_range = (a.lo / b.hi, a.hi / b.lo) if b.lo > 0 else None
-
-
-def param_order(params: dict[str, str]) -> tuple:
-    """Params as a sort key with numbers compared as numbers (batch 4 before batch 32)."""
-    out = []
-    for k, v in sorted(params.items()):
-        try:
-            out.append((k, 0, float(v), ""))
-        except ValueError:
-            out.append((k, 1, 0.0, v))
-    return tuple(out)
 
 
 def make_pair(base: Side, other: Side) -> Pair:

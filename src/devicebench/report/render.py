@@ -1,7 +1,7 @@
 """A Comparison → `report.md`, self-contained `report.html`, `runs.csv` and PNG charts, in one folder.
 
-What the report says is built once (content.py) and each format only writes it (markdown.py,
-htmlpage.py, runs_csv.py, charts.py), so the Markdown and the HTML cannot disagree. The terminal table
+What the report says is built once (content.py) and each format only writes it (document.py:
+to_markdown and to_html; runs_csv.py, charts.py), so the Markdown and the HTML cannot disagree. The terminal table
 (terminal.py) and the pair rows are re-exported here for the CLI and the tests that read them.
 """
 
@@ -15,8 +15,7 @@ from pathlib import Path
 from devicebench.report.charts import write_charts
 from devicebench.report.compare import Comparison
 from devicebench.report.content import PAIR_HEADERS, build_doc, pair_rows
-from devicebench.report.htmlpage import to_html
-from devicebench.report.markdown import to_markdown
+from devicebench.report.document import to_html, to_markdown
 from devicebench.report.runs_csv import write_csv
 from devicebench.report.terminal import terminal_table
 

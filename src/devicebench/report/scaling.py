@@ -15,8 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from devicebench.report.fmt import NONE
-from devicebench.report.pairs import param_order
-from devicebench.report.sides import Side, Stat, side_of, summarise
+from devicebench.report.sides import Side, Stat, param_order, side_of, summarise
 from devicebench.schema import TRAIN_RATE
 
 COMM_SHARE = "dist/comm_share"  # steps × one all-reduce / training time: an upper bound (DDP overlaps it)

@@ -214,3 +214,19 @@ def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
         ]
         out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.world_size, s.device, s.device_name, s.shape))
     return out
+
+
+def param_order(params: dict[str, str]) -> tuple:
+    """Params as a sort key with numbers compared as numbers (batch 4 before batch 32)."""
+    out = []
+    for k, v in sorted(params.items()):
+        try:
+            out.append((k, 0, float(v), ""))
+        except ValueError:
+            out.append((k, 1, 0.0, v))
+    return tuple(out)
+
+
+def work_key(side: Side) -> str:
+    """The side's work key (its config key for runs logged before work keys existed)."""
+    return side.runs[0].tag("work_key") or side.config_key

@@ -116,7 +116,7 @@ def loader_bound(pair: Pair) -> str | None:
 
 def price_performance(pair: Pair) -> str | None:
     """Is the faster side worth its price (below); a verdict bought with a made-up price says so."""
-    from devicebench.report.cost import illustrative
+    from devicebench.report.money import illustrative
 
     text = _price_performance(pair)
     if text and (illustrative(pair.base) or illustrative(pair.other)):

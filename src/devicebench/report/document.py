@@ -1,0 +1,135 @@
+"""The report as a document, and its two writers: headings, paragraphs, tables and images, in order.
+
+content.py builds one `Doc`; `to_markdown` writes it as `report.md` (what a terminal, a diff or a pull
+request shows) and `to_html` as one self-contained `report.html`, so the two formats cannot say
+different things. The HTML embeds the charts as base64 PNG: one file that opens from the MLflow UI's
+artifact view or an e-mail, with nothing next to it to lose.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_ROWS = 500  # per table in md/html; the CSV always has every run
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""  # said under the table: what was cut
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str  # a file beside the report
+    alt: str
+
+
+Block = Heading | Paragraph | Table | Image
+
+
+@dataclass
+class Doc:
+    """Headings, paragraphs, tables and images, in order."""
+
+    blocks: list[Block] = field(default_factory=list)
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(Heading(level, text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(Paragraph(text))
+
+    def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        note = ""
+        if len(rows) > MAX_ROWS:
+            note = f"{len(rows) - MAX_ROWS} more rows in runs.csv"
+            rows = rows[:MAX_ROWS]
+        self.blocks.append(Table(headers, rows, note))
+
+    def img(self, name: str, alt: str) -> None:
+        self.blocks.append(Image(name, alt))
+
+
+# --------------------------------------------------------------------------------------------- Markdown
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(t: Table) -> list[str]:
+    out = ["| " + " | ".join(map(_md_cell, t.headers)) + " |", "|" + "---|" * len(t.headers)]
+    out.extend("| " + " | ".join(map(_md_cell, r)) + " |" for r in t.rows)
+    if t.note:
+        out.append(f"\n_{t.note}_")
+    return out
+
+
+def to_markdown(doc: Doc) -> str:
+    out: list[str] = []
+    for block in doc.blocks:
+        match block:
+            case Heading(level, text):
+                out.append("#" * level + " " + text)
+            case Paragraph(text):
+                out.append(text)
+            case Table():
+                out.extend(_md_table(block))
+            case Image(name, alt):
+                out.append(f"![{alt}]({name})")
+        out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------- HTML
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f3f3} img{max-width:100%;margin:1em 0;display:block}
+"""
+
+
+def _html_table(t: Table) -> list[str]:
+    out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in t.headers) + "</tr>"]
+    out.extend("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in t.rows)
+    out.append("</table>")
+    if t.note:
+        out.append(f"<p><em>{html.escape(t.note)}</em></p>")
+    return out
+
+
+def to_html(doc: Doc, image_dir: Path) -> str:
+    """One self-contained page: images read from `image_dir` and inlined as base64 PNG."""
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>devicebench compare</title>"]
+    out.append(f"<style>{CSS}</style></head><body>")
+    for block in doc.blocks:
+        match block:
+            case Heading(level, text):
+                out.append(f"<h{level}>{html.escape(text)}</h{level}>")
+            case Paragraph(text):
+                out.append(f"<p>{html.escape(text)}</p>")
+            case Table():
+                out.extend(_html_table(block))
+            case Image(name, alt):
+                data = base64.b64encode((image_dir / name).read_bytes()).decode()
+                out.append(f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>")
+    out.append("</body></html>")
+    return "\n".join(out)
