@@ -11,7 +11,8 @@ import torch
 
 from devicebench.errors import Diverged
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.train.training import LossLog, train_epoch
+from devicebench.train.loop import train_epoch
+from devicebench.train.records import LossLog
 
 
 def test_a_flush_logs_the_finite_points_then_names_the_first_bad_step() -> None:

@@ -574,7 +574,7 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
 
     from devicebench.errors import Interrupted
     from devicebench.tracking.protocol import MemoryTracker
-    from devicebench.train import training
+    from devicebench.train import loop, records
 
     def loader() -> Iterator[tuple[Any, Any]]:
         for _ in range(7):
@@ -584,7 +584,7 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
     model = torch.nn.Linear(3, 2)
     tracker = MemoryTracker()
     with pytest.raises(Interrupted):
-        training.train_epoch(
+        loop.train_epoch(
             model,
             loader(),
             torch.optim.SGD(model.parameters(), lr=0.1),
@@ -592,7 +592,7 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
             torch.device("cpu"),
             amp_dtype=None,
             channels_last=False,
-            loss_log=training.LossLog(tracker, every=1),
+            loss_log=records.LossLog(tracker, every=1),
             first_step=0,
         )
     assert [step for key, _, step in tracker.metrics if key == "train/loss"] == list(range(1, 8))

@@ -12,16 +12,16 @@ from devicebench.config.workloads import CifarConfig
 from devicebench.data.loader import data_loader
 from devicebench.host.context import Context
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.train import fit
+from devicebench.train import loop, setup
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _fit(tmp_path: Path, tracker: MemoryTracker) -> fit.Fitted:
+def _fit(tmp_path: Path, tracker: MemoryTracker) -> loop.Fitted:
     """Two epochs of a linear classifier on 64 points."""
     cfg = CifarConfig(epochs=2, batch_size=8)
-    opts, log = fit.setup(cfg, Context(CPU, tmp_path, False), tracker)
+    opts, log = setup.setup(cfg, Context(CPU, tmp_path, False), tracker)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g)
     train, val = TensorDataset(x, y), TensorDataset(x[:16], y[:16])
@@ -30,16 +30,16 @@ def _fit(tmp_path: Path, tracker: MemoryTracker) -> fit.Fitted:
         kw = {"batch_size": opts.batch_size, "device": CPU, "num_workers": 0, "sampler_for": opts.sampler_for}
         return train, val, data_loader(train, shuffle=True, **kw), data_loader(val, shuffle=False, **kw)
 
-    task = fit.Task(
+    task = setup.Task(
         build=lambda: torch.nn.Linear(4, 3),
         optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
         loss_fn=torch.nn.CrossEntropyLoss(),
         num_classes=3,
         eval_metrics=lambda ev: {"eval/loss": ev.mean_loss},
     )
-    data = fit.load_data(opts, load)
-    done = fit.fit(opts, data, task, log)
-    fit.log_summary(log, done, data, opts)
+    data = setup.load_data(opts, load)
+    done = loop.fit(opts, data, task, log)
+    loop.log_summary(log, done, data, opts)
     return done
 
 

@@ -82,9 +82,9 @@ def test_every_metric_name_is_spelled_once_in_schema_and_imported_where_it_is_wr
                     importers.get(alias.name, set()).add(str(path.relative_to(SRC)))
     assert not stray, "import the name from devicebench.schema:\n" + "\n".join(stray)
     # one symbol search finds where training time is measured and every place that reads it
-    assert "train/fit.py" in importers["TRAIN_S"]
+    assert "train/loop.py" in importers["TRAIN_S"]
     assert {"report/sides.py", "report/money.py", "report/regressions.py"} <= importers["TRAIN_S"]
-    assert "train/fit.py" in importers["TRAIN_RATE"] and "report/scaling.py" in importers["TRAIN_RATE"]
+    assert "train/loop.py" in importers["TRAIN_RATE"] and "report/scaling.py" in importers["TRAIN_RATE"]
 
 
 def test_the_workload_names_are_listed_once() -> None:

@@ -1,4 +1,4 @@
-"""training.py's GPU-facing parts, checked on the CPU where the order of things is the point, and for
+"""The training loop's GPU-facing parts, checked on the CPU where the order of things is the point, and for
 real where CUDA exists: the warm-up on a copy (issue 19 items 3, 4), fused optimizers under GradScaler
 (item 5) and the fp32 math setting (item 9)."""
 
@@ -17,7 +17,7 @@ from devicebench.errors import UsageError
 from devicebench.host import precision
 from devicebench.host.context import Context
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.train import training
+from devicebench.train import loop, records, setup
 from devicebench.workloads import cifar as cifar_workload
 
 # One torch thread for this module (conftest.py says why).
@@ -61,7 +61,7 @@ def test_warm_up_steps_a_copy_and_leaves_model_optimizer_and_rng_untouched() -> 
     model.register_forward_hook(lambda m, i, o: calls.append((m.training, torch.is_grad_enabled())))
     before, rng = _state(model), torch.get_rng_state()
 
-    seconds = training.warm_up(
+    seconds = loop.warm_up(
         model,
         lambda params: torch.optim.SGD(params, lr=0.5, momentum=0.9),
         torch.nn.functional.cross_entropy,
@@ -85,11 +85,11 @@ def test_warm_up_steps_a_copy_and_leaves_model_optimizer_and_rng_untouched() -> 
 
 
 def test_batch_sizes_an_epoch_meets() -> None:
-    assert training.batch_sizes(100, 32) == [32, 4]
-    assert training.batch_sizes(64, 32) == [32]
-    assert training.batch_sizes(5, 32) == [5]
-    assert training.batch_sizes(33, 16, drop_last=True) == [16]
-    assert training.batch_sizes(0, 8) == []
+    assert setup.batch_sizes(100, 32) == [32, 4]
+    assert setup.batch_sizes(64, 32) == [32]
+    assert setup.batch_sizes(5, 32) == [5]
+    assert setup.batch_sizes(33, 16, drop_last=True) == [16]
+    assert setup.batch_sizes(0, 8) == []
 
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -99,7 +99,7 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     events: list[str] = []
 
     def wrap(name: str) -> None:
-        real = getattr(training, name)
+        real = getattr(loop, name)
 
         @functools.wraps(real)
         def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -109,7 +109,7 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             events.append(f"{name}+{new}" if new else name)
             return out
 
-        monkeypatch.setattr(training, name, recorded)
+        monkeypatch.setattr(loop, name, recorded)
 
     for name in ("warm_up", "train_epoch", "evaluate"):
         wrap(name)
@@ -137,7 +137,7 @@ def test_cifar_warms_up_before_the_timed_loop_and_leaves_no_trace(
     assert cifar_workload.Config().precision == "default" and tracker.tags["devicebench.fp32_math"] == "ieee"
 
     # The same run without a warm-up trains exactly the same model on exactly the same batches.
-    monkeypatch.setattr(training, "warm_up", lambda *a, **k: 0.0)
+    monkeypatch.setattr(loop, "warm_up", lambda *a, **k: 0.0)
     again, other = _cifar({"epochs": "2"}, tmp_path)
     assert tracker.values("train/epoch_loss") == other.values("train/epoch_loss")
     assert (result.accuracy, result.eval_loss) == (again.accuracy, again.eval_loss)
@@ -234,7 +234,7 @@ def test_warm_up_on_cuda_with_fp16_and_fused_leaves_the_model_untouched() -> Non
     make = functools.partial(torch.optim.SGD, lr=0.5, momentum=0.9, **precision.optimizer_options(cuda))
     optimizer = make(model.parameters())
     cuda_rng = torch.cuda.get_rng_state(cuda)
-    seconds = training.warm_up(
+    seconds = loop.warm_up(
         model,
         make,
         torch.nn.functional.cross_entropy,
@@ -380,8 +380,8 @@ def test_the_timed_loop_adds_no_device_work_per_step_to_a_bare_loop(steps: int) 
             optimizer.step()
 
     def ours() -> None:
-        log = training.LossLog(MemoryTracker(), every=2)
-        training.train_epoch(
+        log = records.LossLog(MemoryTracker(), every=2)
+        loop.train_epoch(
             model, loader, optimizer, criterion, torch.device("cpu"),
             amp_dtype=None, channels_last=False, loss_log=log, first_step=0,
         )  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 from test_unet_data import write_voc
 
 from devicebench.data.voc import CLASSES
-from devicebench.train import training
+from devicebench.train import setup
 from devicebench.workloads.unet import Config, build_model
 from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 
@@ -134,7 +134,7 @@ def test_same_seed_same_initial_weights(synthetic_run: tuple, voc_run: tuple) ->
     (first, _), (second, _) = synthetic_run, voc_run
     assert second.data.tags["devicebench.config_key"] != first.data.tags["devicebench.config_key"]
     assert second.data.tags["devicebench.init_weights"] == first.data.tags["devicebench.init_weights"]
-    expected = training.weights_fingerprint(build_model(Config(base_channels=8)))
+    expected = setup.weights_fingerprint(build_model(Config(base_channels=8)))
     assert first.data.tags["devicebench.init_weights"] == expected
 
 

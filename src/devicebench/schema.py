@@ -3,7 +3,7 @@
 Workloads, tracker, suite, report and benchmarks all speak this schema (DESIGN.md, "Run schema"); a
 name defined twice drifts, so each is defined here once, and the code that logs a metric and every
 piece that reads it import the same constant: `grep TRAIN_S` finds where training time is measured
-(train/fit.py), priced, compared and printed. Nothing here imports torch or mlflow: the report and the
+(train/loop.py), priced, compared and printed. Nothing here imports torch or mlflow: the report and the
 suite's plan validation read it without paying for either.
 """
 
@@ -21,7 +21,7 @@ MAX_TAG_VALUE = 8000  # MLflow's tag value limit
 
 # ---- metric names (the per-class, per-size and per-rank families are built by the functions below) ----
 # Timings, seconds (time/<phase>_s; the report reads a phase generically as f"time/{phase}_s")
-TRAIN_S = "time/train_s"  # all epochs' training steps; a job's is its slowest rank's (train/totals.py)
+TRAIN_S = "time/train_s"  # all epochs' training steps; a job's is its slowest rank's (train/summary.py)
 EVAL_S = "time/eval_s"
 DATA_WAIT_S = "time/data_wait_s"  # the part of TRAIN_S spent waiting for the next batch
 EPOCH_S = "time/epoch_s"  # per epoch, step = epoch
@@ -33,7 +33,7 @@ TOTAL_S = "time/total_s"  # the run's wall time, from the run's creation to its 
 TRAIN_RATE = "throughput/train_samples_per_s"  # a job's: every rank's samples / the slowest rank's time
 EVAL_RATE = "throughput/eval_samples_per_s"
 TRAIN_TFLOPS = "throughput/train_tflops"
-FLOPS_PER_SAMPLE = "flops/train_per_sample"  # forward + backward, counted once (train/utilization.py)
+FLOPS_PER_SAMPLE = "flops/train_per_sample"  # forward + backward, counted once (train/summary.py)
 PEAK_TFLOPS = "util/peak_tflops"  # the datasheet's dense peak for the dtype the run computed in
 PEAK_FRACTION = "util/peak_fraction"
 # Learning

@@ -1,6 +1,6 @@
 """One process of a data-parallel job (torchrun + DistributedDataParallel): who it is and what it shares.
 
-The training driver (fit.py) asks a `World` for everything that differs from a single process: the
+The training loop (train/loop.py) asks a `World` for everything that differs from a single process: the
 device of this rank, the sampler that gives it its shard, the DDP wrapper, the mean of a loss over all
 ranks, the per-rank figures gathered on rank 0, and a measured all-reduce. A single process is the
 `World` of size 1 whose every method is the identity, so the driver has one code path.

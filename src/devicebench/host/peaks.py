@@ -4,7 +4,7 @@
 H100's peak is a launch-bound model that a bigger GPU will not help. The figures are *dense* (NVIDIA
 quotes tensor-core figures "with sparsity" at twice these; those are halved here), in TFLOP/s. A GPU not in
 the table has no peak (the run logs none): never a made-up number. A CPU's peak is measured by the run
-itself (fit.cpu_peak_tflops), since no table knows which CPU a cloud shape gives.
+itself (train/summary.cpu_peak_tflops), since no table knows which CPU a cloud shape gives.
 
 Torch-free, so the report can read it too.
 """

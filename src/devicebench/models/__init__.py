@@ -11,5 +11,5 @@ if TYPE_CHECKING:
 
 def count_parameters(model: nn.Module) -> int:
     """Trainable parameters: the figure a model is known by (the tutorial Net's 62,006, the UNet's
-    "31 M"). Every training run logs it as `devicebench.model.params` (train/fit.py)."""
+    "31 M"). Every training run logs it as `devicebench.model.params` (train/loop.py)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

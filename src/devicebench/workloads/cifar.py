@@ -27,7 +27,7 @@ from devicebench.host.context import Context
 from devicebench.models.cifar_net import build_model
 from devicebench.schema import ACCURACY, EVAL_LOSS, TO_TARGET_S
 from devicebench.tracking.protocol import Tracker
-from devicebench.train import figures, fit, training
+from devicebench.train import figures, loop, records, setup
 from devicebench.train.metrics import accuracy, confusion_table, metric_name, per_class_accuracy
 
 DATA = "cifar10"
@@ -113,7 +113,7 @@ def _input_example(test: Any, test_loader: Iterable) -> torch.Tensor:
     return torch.stack([test[i][0] for i in range(min(2, len(test)))])
 
 
-def eval_metrics(ev: training.EvalResult, classes: list[str]) -> dict[str, float]:
+def eval_metrics(ev: records.EvalResult, classes: list[str]) -> dict[str, float]:
     """Accuracy and loss, and the accuracy of every class that had test images."""
     values = {ACCURACY: accuracy(ev.confusion), EVAL_LOSS: ev.mean_loss}
     per_class = zip(classes, per_class_accuracy(ev.confusion), strict=True)
@@ -121,7 +121,7 @@ def eval_metrics(ev: training.EvalResult, classes: list[str]) -> dict[str, float
     return values
 
 
-def _print_eval(ev: training.EvalResult, classes: list[str]) -> dict[str, float]:
+def _print_eval(ev: records.EvalResult, classes: list[str]) -> dict[str, float]:
     """The tutorial's lines: overall accuracy, then each class's; the per-class accuracies."""
     per_class = dict(zip(classes, per_class_accuracy(ev.confusion), strict=True))
     print(f"Accuracy of the network on the {ev.samples} test images: {100 * accuracy(ev.confusion):.0f} %")
@@ -138,23 +138,23 @@ class _Target:
         self.target = target
         self.seconds: float | None = None
 
-    def __call__(self, tracker: Tracker, epoch: int, ev: training.EvalResult, train_s: float) -> None:
+    def __call__(self, tracker: Tracker, epoch: int, ev: records.EvalResult, train_s: float) -> None:
         if self.seconds is None and self.target > 0 and accuracy(ev.confusion) >= self.target:
             self.seconds = train_s
             tracker.log_metrics({TO_TARGET_S: train_s}, step=epoch)
             print(f"Reached {100 * self.target:.1f} % test accuracy after {train_s:.1f} s of training")
 
 
-def _task(cfg: Config, classes: list[str], fused: dict[str, bool], target: _Target) -> fit.Task:
+def _task(cfg: Config, classes: list[str], fused: dict[str, bool], target: _Target) -> setup.Task:
     def make_optimizer(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, **fused)
 
-    def loss_log(tracker: Tracker, epoch: int, step: int) -> training.LossLog:
+    def loss_log(tracker: Tracker, epoch: int, step: int) -> records.LossLog:
         # A fresh LossLog per epoch: like the tutorial's running_loss, each point covers `log_every`
         # steps of one epoch, and a partial window at the epoch's end is not printed.
-        return training.LossLog(cast(Tracker, _PrintedLoss(tracker, epoch, step)), cfg.log_every)
+        return records.LossLog(cast(Tracker, _PrintedLoss(tracker, epoch, step)), cfg.log_every)
 
-    return fit.Task(
+    return setup.Task(
         build=lambda: build_model(cfg.model, cfg.width, NUM_CLASSES),
         optimizer=make_optimizer,
         loss_fn=torch.nn.CrossEntropyLoss(),
@@ -173,7 +173,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
     # imports this module to build `devicebench cifar`'s flags and help, which need none of it.
     from devicebench.data.cifar import tutorial_transform
 
-    opts, tracker = fit.setup(cfg, ctx, tracker, compile=cfg.compile)
+    opts, tracker = setup.setup(cfg, ctx, tracker, compile=cfg.compile)
     root = resolve_root(cfg.data_dir, ctx.data_root)
 
     def load() -> tuple[Any, Any, Iterable, Iterable]:
@@ -182,12 +182,12 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
         loaders = make_loaders(cfg, train_ds, test_ds, ctx.device, sampler_for=opts.sampler_for)
         return (train_ds, test_ds, *loaders)
 
-    data = fit.load_data(opts, load)
-    fit.log_batch_used(tracker, cfg.batch_size, data.train_set)
+    data = setup.load_data(opts, load)
+    setup.log_batch_used(tracker, cfg.batch_size, data.train_set)
     target = _Target(cfg.target_accuracy)
     task = _task(cfg, data.classes, precision.optimizer_options(ctx.device), target)
-    done = fit.fit(opts, data, task, tracker)
-    fit.log_summary(tracker, done, data, opts)
+    done = loop.fit(opts, data, task, tracker)
+    loop.log_summary(tracker, done, data, opts)
     final = done.evals[-1]
     per_class = _print_eval(final, data.classes)
     _log_artifacts(cfg, tracker, done, data)
@@ -215,7 +215,7 @@ def per_class_table(cm: torch.Tensor, classes: list[str]) -> dict[str, list]:
     }
 
 
-def _log_artifacts(cfg: Config, tracker: Tracker, done: fit.Fitted, data: fit.Data) -> None:
+def _log_artifacts(cfg: Config, tracker: Tracker, done: loop.Fitted, data: setup.Data) -> None:
     """Per-class results and the confusion matrix as tables and a figure, and the model, named for its
     architecture, with the final evaluation's metrics linked to it. Its weights are in the logged model
     (`mlflow.pytorch.load_model(...).state_dict()` loads into the tutorial's `Net`): no separate .pth."""

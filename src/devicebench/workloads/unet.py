@@ -32,7 +32,7 @@ from devicebench.host import precision
 from devicebench.host.context import Context
 from devicebench.schema import DICE, EVAL_LOSS, MIOU, PIXEL_ACCURACY
 from devicebench.tracking.protocol import Tracker
-from devicebench.train import figures, fit, training
+from devicebench.train import figures, loop, records, setup
 from devicebench.train.metrics import (
     IGNORE_INDEX,
     accuracy,
@@ -138,11 +138,11 @@ def build_model(cfg: Config) -> torch.nn.Module:
     """The UNet, seeded first: the same seed gives the same initial weights on every device."""
     from devicebench.models.unet import UNet
 
-    training.seed_everything(cfg.seed)
+    setup.seed_everything(cfg.seed)
     return UNet(3, NUM_CLASSES, cfg.base_channels, cfg.bilinear)
 
 
-def eval_metrics(ev: training.EvalResult, classes: list[str]) -> dict[str, float]:
+def eval_metrics(ev: records.EvalResult, classes: list[str]) -> dict[str, float]:
     """Loss, mIoU, Dice and pixel accuracy, and the IoU of every class that met a pixel (no NaN)."""
     cm = ev.confusion
     iou = dict(zip(classes, iou_per_class(cm), strict=True))
@@ -156,13 +156,13 @@ def eval_metrics(ev: training.EvalResult, classes: list[str]) -> dict[str, float
     return {k: v for k, v in values.items() if not math.isnan(v)}
 
 
-def _task(cfg: Config, classes: list[str], device: torch.device) -> fit.Task:
+def _task(cfg: Config, classes: list[str], device: torch.device) -> setup.Task:
     fused = precision.optimizer_options(device)
 
     def make_optimizer(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=cfg.lr, **fused)
 
-    def on_epoch(epoch: int, res: training.EpochResult, train_s: float) -> None:
+    def on_epoch(epoch: int, res: records.EpochResult, train_s: float) -> None:
         print(
             f"epoch {epoch}/{cfg.epochs}: loss {res.mean_loss:.4f}, {res.seconds:.2f} s "
             f"(waiting for data {res.data_wait_s:.2f} s)"
@@ -170,10 +170,10 @@ def _task(cfg: Config, classes: list[str], device: torch.device) -> fit.Task:
         if epoch == cfg.epochs:
             print(f"Training time on {device}: {train_s:.2f} s")
 
-    def on_eval(tracker: Tracker, epoch: int, ev: training.EvalResult, train_s: float) -> None:
+    def on_eval(tracker: Tracker, epoch: int, ev: records.EvalResult, train_s: float) -> None:
         print(f"Evaluation time on {device}: {ev.seconds:.2f} s")
 
-    return fit.Task(
+    return setup.Task(
         build=lambda: build_model(cfg),
         optimizer=make_optimizer,
         loss_fn=segmentation_loss,
@@ -188,7 +188,7 @@ def _task(cfg: Config, classes: list[str], device: torch.device) -> fit.Task:
 
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
     """Train, evaluate on the fixed validation images, log metrics, figures, the model and timings."""
-    opts, tracker = fit.setup(cfg, ctx, tracker)
+    opts, tracker = setup.setup(cfg, ctx, tracker)
     root = resolve_root(cfg.data_dir, ctx.data_root)
 
     def load() -> tuple[Any, Any, Iterable, Iterable]:
@@ -202,15 +202,15 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
             )
         return train_ds, val_ds, train_loader, val_loader
 
-    data = fit.load_data(opts, load)
-    fit.log_batch_used(tracker, cfg.batch_size, data.train_set)
+    data = setup.load_data(opts, load)
+    setup.log_batch_used(tracker, cfg.batch_size, data.train_set)
     print(
         f"UNet base {cfg.base_channels}{' bilinear' if cfg.bilinear else ''}, {len(data.train_set)} train / "
         f"{len(data.eval_set)} val images of {cfg.image_size}² ({cfg.data}) on {ctx.device}"
     )
-    done = fit.fit(opts, data, _task(cfg, data.classes, ctx.device), tracker)
+    done = loop.fit(opts, data, _task(cfg, data.classes, ctx.device), tracker)
     ev = done.evals[-1]
-    fit.log_summary(tracker, done, data, opts, one_eval=True)
+    loop.log_summary(tracker, done, data, opts, one_eval=True)
     iou = dict(zip(data.classes, iou_per_class(ev.confusion), strict=True))
     result = UNetResult(
         miou=nanmean(list(iou.values())),
@@ -264,7 +264,7 @@ def predict_masks(
     x = images.to(device)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    with training.autocast(device, amp_dtype):
+    with setup.autocast(device, amp_dtype):
         pred = model(x).argmax(dim=1).cpu()
     model.train(was_training)
     return pred
@@ -298,7 +298,7 @@ def predictions_figure(images: torch.Tensor, truth: torch.Tensor, pred: torch.Te
 
 
 def _log_artifacts(
-    cfg: Config, tracker: Tracker, done: fit.Fitted, data: fit.Data, opts: fit.Options
+    cfg: Config, tracker: Tracker, done: loop.Fitted, data: setup.Data, opts: setup.Options
 ) -> None:
     import matplotlib.pyplot as plt
 

@@ -1,4 +1,8 @@
-"""How much of the device a training run used: the model's FLOPs per sample and the device's peak.
+"""A training run's figures summed over its epochs, evaluations and, in a data-parallel job, its ranks
+(`Totals`), and how much of the device it used (model FLOPs per sample against the device's peak).
+
+A job trains as fast as its slowest rank, on all ranks' samples; every rank evaluates the whole eval set,
+so the evaluation figures are any rank's (rank 0's, which logs them).
 
 `flops/train_per_sample` is counted once, by torch's own `FlopCounterMode`, on a copy of the model built
 on the meta device (no memory, no compute, any device): forward, loss and backward of a 2-sample batch of
@@ -6,22 +10,101 @@ the run's shapes, halved. The tutorial Net counts 1,303,440 forward (conv1 705,6
 117,840) and 3,204,720 with its backward. With the measured throughput that gives
 `throughput/train_tflops`, and against the device's dense peak for the dtype the run computed in,
 `util/peak_fraction`: 0.3 % of an H100's peak says launch-bound, where a larger batch helps and a larger
-GPU does not. A GPU's peak comes from the datasheet table (peaks.py); a CPU's is measured here by a short
-`torch.mm`; a device with neither logs no fraction.
+GPU does not. A GPU's peak comes from the datasheet table (host/peaks.py); a CPU's is measured here by a
+short `torch.mm`; a device with neither logs no fraction.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from devicebench.host.peaks import gpu_peak
 from devicebench.host.timing import Timer
-from devicebench.schema import FLOPS_PER_SAMPLE, PEAK_FRACTION, PEAK_TFLOPS, TRAIN_TFLOPS, tag
+from devicebench.schema import (
+    FLOPS_PER_SAMPLE,
+    PEAK_FRACTION,
+    PEAK_TFLOPS,
+    TRAIN_TFLOPS,
+    tag,
+)
+from devicebench.train.records import EpochResult, EvalResult
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over a run's epochs and evaluations: what the summary metrics and the results report."""
+
+    train_s: float
+    data_wait_s: float
+    train_samples: int
+    eval_s: float
+    train_samples_per_s: float
+    eval_samples_per_s: float
+
+    @classmethod
+    def of(cls, epochs: list[EpochResult], evals: list[EvalResult]) -> Totals:
+        train_s, eval_s = sum(e.seconds for e in epochs), sum(e.seconds for e in evals)
+        train_samples = sum(e.samples for e in epochs)
+        return cls(
+            train_s=train_s,
+            data_wait_s=sum(e.data_wait_s for e in epochs),
+            train_samples=train_samples,
+            eval_s=eval_s,
+            train_samples_per_s=train_samples / train_s if train_s > 0 else math.nan,
+            eval_samples_per_s=sum(e.samples for e in evals) / eval_s if eval_s > 0 else math.nan,
+        )
+
+    def timings(self) -> dict[str, float]:
+        """The fields every workload's result reports, by name."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "train_samples"}
+
+    def of_job(self, ranks: list[dict[str, float]]) -> Totals:
+        """The job's training figures from every rank's (this rank's evaluation stays: every rank
+        evaluates the whole set): the job trains as fast as its slowest rank, on all ranks' samples."""
+        if len(ranks) < 2:
+            return self
+        slowest = max(ranks, key=lambda r: r["train_s"])
+        samples = int(sum(r["train_samples"] for r in ranks))
+        return dataclasses.replace(
+            self,
+            train_s=slowest["train_s"],
+            data_wait_s=slowest["data_wait_s"],
+            train_samples=samples,
+            train_samples_per_s=samples / slowest["train_s"] if slowest["train_s"] > 0 else math.nan,
+        )
+
+
+def dist_metrics(
+    ranks: list[dict[str, float]], allreduce_s: float | None, steps: int, train_s: float
+) -> dict[str, float]:
+    """What a job of several processes adds: its size, each rank's throughput, the slowest rank, and
+    the measured all-reduce with the share of training it could at most have taken (`steps` of it over
+    the job's `train_s`; DDP overlaps it with backward, so the share is an upper bound)."""
+    if len(ranks) < 2:
+        return {}
+    values = {"dist/world_size": float(len(ranks))}
+    for r, fig in enumerate(ranks):
+        values[f"dist/rank/{r}/train_s"] = fig["train_s"]
+        values[f"dist/rank/{r}/data_wait_s"] = fig["data_wait_s"]
+        if fig["train_s"] > 0:
+            values[f"dist/rank/{r}/train_samples_per_s"] = fig["train_samples"] / fig["train_s"]
+    values["dist/slowest_rank"] = float(max(range(len(ranks)), key=lambda r: ranks[r]["train_s"]))
+    if allreduce_s is not None:
+        values["dist/allreduce_s"] = allreduce_s
+        if train_s > 0:
+            values["dist/comm_share"] = min(steps * allreduce_s / train_s, 1.0)
+    return values
+
 
 CPU_PEAK_N = 1024  # a product large enough to run at the CPU's matmul speed, short enough to be cheap
+
+
 CPU_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -49,7 +132,7 @@ def train_flops_per_sample(
     return total / n if total > 0 else None
 
 
-def summary(
+def utilization_metrics(
     flops_per_sample: float | None,
     samples_per_s: float,
     device: torch.device,
