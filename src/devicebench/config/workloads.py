@@ -311,7 +311,8 @@ class UNetConfig:
             )
 
 
-CONFIGS: dict[str, type] = {"matmul": MatmulConfig, "cifar": CifarConfig, "unet": UNetConfig}
+WorkloadConfig = MatmulConfig | CifarConfig | UNetConfig  # what a run is asked to do, whichever workload
+CONFIGS: dict[str, type[WorkloadConfig]] = {"matmul": MatmulConfig, "cifar": CifarConfig, "unet": UNetConfig}
 
 
 def not_work() -> frozenset[str]:

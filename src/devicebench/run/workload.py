@@ -11,11 +11,26 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
 from devicebench.schema import TOTAL_S, tag
 from devicebench.util.redact import redact
+
+if TYPE_CHECKING:  # the run boundary's types; importing them for real would import torch and MLflow here
+    import torch
+
+    from devicebench.config.settings import Settings
+    from devicebench.config.workloads import WorkloadConfig
+    from devicebench.host.context import Context
+    from devicebench.host.distributed import World
+    from devicebench.pricing.prices import Price, Pricing
+    from devicebench.tracking.protocol import Tracker
+    from devicebench.tracking.tracker import MlflowTracker
+    from devicebench.workloads import Workload
+
+Tuned = tuple[dict[str, str], dict[str, list]]  # the tuned run's tags and its trials table
 
 PROG = "devicebench"
 
@@ -35,7 +50,7 @@ def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | Non
 
     module = load(name)
     world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
-    tuned: tuple[dict[str, str], dict[str, list]] | None = None
+    tuned: Tuned | None = None
     if tune_budget_s is not None:
         cfg, tuned = _tune(name, cfg, settings, tune_budget_s, world_size)
     if rank is None and world_size > 1:
@@ -75,7 +90,7 @@ def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | Non
     return 0
 
 
-def _checked(name: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+def _checked(name: str, args: argparse.Namespace) -> tuple[WorkloadConfig, Settings, Pricing]:
     """(config, settings, pricing), every input checked before torch is imported or a run exists: the
     flags, the device's spelling, the price table and (on the process that owns the run) the store."""
     from devicebench.config.fields import config_from_args
@@ -97,7 +112,9 @@ def _checked(name: str, args: argparse.Namespace) -> tuple[Any, Any, Any]:
     return cfg, settings, pricing
 
 
-def _tune(name: str, cfg: Any, settings: Any, budget_s: float, world_size: int) -> tuple[Any, Any]:
+def _tune(
+    name: str, cfg: WorkloadConfig, settings: Settings, budget_s: float, world_size: int
+) -> tuple[WorkloadConfig, Tuned]:
     """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run."""
     import dataclasses
 
@@ -116,7 +133,13 @@ def _tune(name: str, cfg: Any, settings: Any, budget_s: float, world_size: int) 
 
 
 def _lead_with_figures(
-    tracker: Any, name: str, device: str, world_size: int, result: Any, costs: dict, price: Any
+    tracker: Tracker,
+    name: str,
+    device: str,
+    world_size: int,
+    result: object,
+    costs: dict[str, float],
+    price: Price | str,
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
     the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py)."""
@@ -130,8 +153,13 @@ def _lead_with_figures(
 
 
 def _open_run(
-    name: str, cfg: Any, settings: Any, module: Any, world_size: int, extra_tags: dict[str, str] | None = None
-) -> Any:
+    name: str,
+    cfg: WorkloadConfig,
+    settings: Settings,
+    module: Workload,
+    world_size: int,
+    extra_tags: dict[str, str] | None = None,
+) -> AbstractContextManager[MlflowTracker]:
     """The run's context (run_context): its params, tags, name and the plan that started it, if any.
 
     A training config also logs `global_batch_size`: `batch_size` is per process, and the batch one
@@ -165,7 +193,7 @@ def _open_run(
     )
 
 
-def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[Any, Any]:
+def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World, torch.device]:
     """(this process's World, its device), resolved, made current, and the process group joined; torch's
     CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
     from devicebench.host.cpu import set_cpu_threads
@@ -180,7 +208,7 @@ def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[Any, 
     return world, device
 
 
-def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
+def _work_as_rank(module: Workload, cfg: WorkloadConfig, settings: Settings) -> int:
     """A rank other than 0: the same work, its stdout silenced (rank 0 prints the run's lines) and
     nothing logged; its figures reach rank 0 through the process group."""
     from devicebench.host.context import Context
@@ -197,7 +225,7 @@ def _work_as_rank(module: Any, cfg: Any, settings: Any) -> int:
     return 0
 
 
-def _launch_job(name: str, cfg: Any, settings: Any, module: Any) -> int:
+def _launch_job(name: str, cfg: WorkloadConfig, settings: Settings, module: Workload) -> int:
     """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
     it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
     from devicebench.config.fields import to_params
@@ -227,7 +255,9 @@ def _planned_device(requested: str) -> str:
         return requested
 
 
-def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any, pricing: Any) -> Any:
+def _log_host(
+    tracker: Tracker, device: torch.device, settings: Settings, cfg: WorkloadConfig, pricing: Pricing
+) -> Price | str:
     """The resolved device and the host fingerprint, as tags and host.json; for training, the cores the
     run could use against its threads and loader processes (an oversubscribed CPU baseline is named).
     Returns this host's price (or why it has none), priced from the same fingerprint: the OCI metadata
@@ -257,7 +287,7 @@ def _log_host(tracker: Any, device: Any, settings: Any, cfg: Any, pricing: Any) 
     return price
 
 
-def _work(module: Any, cfg: Any, ctx: Any, tracker: Any) -> Any:
+def _work(module: Workload, cfg: WorkloadConfig, ctx: Context, tracker: Tracker) -> object:
     """The workload itself, returning its result; a permission problem or an out-of-memory becomes one
     line naming the fix."""
     from devicebench.tracking.protocol import one_line
