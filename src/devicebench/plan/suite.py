@@ -2,7 +2,7 @@
 
 Each run gets its own process, so GPU memory, allocator caches and cuDNN autotuning cannot leak from one
 measurement into the next, and a failed run does not stop the plan. What a child learns of its parent
-crosses in one documented contract (`handoff.py`). Reading and checking the plan is `plan.py`.
+crosses in one documented contract (`handoff.py`). Reading and checking the plan is `spec.py`.
 """
 
 from __future__ import annotations

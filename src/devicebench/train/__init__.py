@@ -1,3 +1,4 @@
-"""One training run, shared by cifar and unet: epochs and steps (fit, training), their sums and the share
-of the device's peak (totals, utilization), per-class metrics (metrics) and the confusion plot (figures).
-Layer 4: imports host, tracking's protocol, data and models, never mlflow."""
+"""One training run, shared by cifar and unet: the epoch and step loops and the summary they log (loop),
+what a run is given before its loop starts (setup), what the loops record (records), the sums over
+epochs and ranks with the share of the device's peak (summary), per-class metrics (metrics) and the
+confusion plot (figures). Layer 4: imports host, tracking.protocol, data and models, never mlflow."""
