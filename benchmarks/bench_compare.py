@@ -49,9 +49,8 @@ TARGET_S = 5.0
 ROUNDS = 3  # after a warm-up; the median round is printed
 TARGET_FLOOR = 1.25  # read + pair + render within a quarter of what the server alone takes to answer
 EXPERIMENT = "bench-compare"
-SERVER_WORKERS = (
-    2  # the project's server (docker/mlflow-server.sh, MLFLOW_WORKERS); MLflow's own default is 4
-)
+# the project's server (docker/mlflow-server.sh, MLFLOW_WORKERS); MLflow's own default is 4
+SERVER_WORKERS = 2
 # The class names the real workloads log (the report reads them back as eval/acc/<class>, eval/iou/<class>).
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 VOC_CLASSES = list(voc.CLASSES)
@@ -363,14 +362,13 @@ def main(argv: Sequence[str] = ()) -> int:
     args = parser.parse_args(list(argv))
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    floors: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         server, fill_s = build_store(Path(tmp), flat=not args.old_matmul)
         try:
             bare_search_s(server.url, EXPERIMENT)  # warm-up: a nightly compare meets a running server
-            rounds = []
+            rounds, floors = [], []
             for i in range(ROUNDS):  # alternated, so that both see the same machine
-                rounds.append((*_timed_report(server.url, EXPERIMENT, Path(tmp) / f"report{i}"),))
+                rounds.append(_timed_report(server.url, EXPERIMENT, Path(tmp) / f"report{i}"))
                 floors.append(bare_search_s(server.url, EXPERIMENT))
             total_s, n, calls, read_s = sorted(rounds)[len(rounds) // 2]
             floor_s = statistics.median(floors)
