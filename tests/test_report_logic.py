@@ -774,3 +774,43 @@ def test_no_module_of_the_report_package_imports_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_gpu_slower_than_the_tuned_cpu_is_said_so_and_a_loader_bound_gpu_side_is_flagged() -> None:
+    """The H100 of 2026-11-24, tutorial Net on 10,000 CIFAR-format images: at batch 4 the tuned CPU (2
+    threads, data in memory) trained in 5.0 s and the GPU in 8.5 s; at batch 256 the GPU side waited for
+    its DataLoader 83 % of the time. Neither is "barely a gain", nor "compute-bound" at 5x."""
+    work = {"devicebench.work_key": "w1"}
+    tuned_tags = {**work, "devicebench.cpu.tuned.setting": "2 threads, data in memory"}
+    feed = {"loader": "dataloader", "num_workers": "2"}
+    cpu = rec("cpu", key="k1", params=feed, metrics=_tp(45.3), tags=work)
+    tuned = rec("cpu", key="k2", params={"loader": "tensor"}, metrics=_tp(5.0), tags=tuned_tags)
+    gpu = rec("cuda:0", key="k1", params=feed, metrics={**_tp(8.5), "util/peak_fraction": 9e-6}, tags=work)
+    (p,) = [p for p in compare([cpu, tuned, gpu]).pairs if p.is_cpu_gpu]
+    assert p.verdicts[0] == (
+        "against this CPU at its best (2 threads, data in memory) cuda:0 (A10) is 0.59× as fast: "
+        "the CPU wins for this model"
+    )
+    assert verdicts.compute_bound(p) is None, "5.3x over a contended CPU at 0.0009 % of peak"
+    assert "0.0009% of A10's" in (verdicts.peak_share(p) or "")
+    waited = {**_tp(1.31), "time/data_wait_s": 1.09}
+    gpu = rec("cuda:0", key="k1", params=feed, metrics=waited, tags=work)
+    tuned = rec("cpu", key="k2", params={"loader": "tensor"}, metrics=_tp(0.30), tags=tuned_tags)
+    (p,) = [p for p in compare([cpu, tuned, gpu]).pairs if p.is_cpu_gpu]
+    assert p.verdicts[0].endswith(
+        "is 0.23× as fast: the CPU wins for this model, but the GPU side waited for data 83% of its training time: "
+        "its own best is not measured; try loader=tensor"
+    )
+
+
+def test_a_share_of_peak_never_prints_as_zero() -> None:
+    from devicebench.schema import fmt_percent
+
+    assert [fmt_percent(x) for x in (0.4, 0.003, 0.001, 4.3e-5, 9e-6, 0.0)] == [
+        "40.00%",
+        "0.30%",
+        "0.10%",
+        "0.0043%",
+        "0.0009%",
+        "0.00%",
+    ]

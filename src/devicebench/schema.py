@@ -85,6 +85,14 @@ def fmt_speedup(x: float) -> str:
     return f"{x:.1f}×" if x < 100 else f"{x:.0f}×"
 
 
+def fmt_percent(x: float) -> str:
+    """A share as a percentage that never rounds a real figure to zero: the tutorial Net on an H100 uses
+    0.0043 % of its TF32 peak, which two decimals would print as 0.00 %."""
+    if x == 0 or abs(x) >= 1e-3:
+        return f"{x:.2%}"
+    return f"{x * 100:.2g}%"
+
+
 # matmul's per-size figures. Each is logged twice: under `matmul/<backend>/<dtype>/<figure>` with step = n
 # (the MLflow UI draws it against n), and under a flat key per size, `matmul/<backend>/<dtype>/n<size>/<figure>`.
 # `search_runs` returns only a metric's latest value, so the stepped form needs one history request per

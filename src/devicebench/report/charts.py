@@ -17,7 +17,7 @@ from devicebench.report.content import describe, varying_params
 from devicebench.report.pairs import Pair
 from devicebench.report.scaling import Series
 from devicebench.report.sides import Side
-from devicebench.schema import fmt_speedup, gflops
+from devicebench.schema import fmt_percent, fmt_speedup, gflops
 from devicebench.util.stats import quantile
 
 SPEEDUP_PNG = "speedup_by_workload.png"
@@ -105,7 +105,12 @@ def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: f
         for j, x in enumerate(row):
             if not math.isnan(x):
                 ax.text(
-                    j, i, f"{x:.2%}" if sign == 0 else fmt_speedup(x), ha="center", va="center", fontsize=8
+                    j,
+                    i,
+                    fmt_percent(x) if sign == 0 else fmt_speedup(x),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
                 )
     ax.set_xticks(range(len(bs)), [f"{b:g}" for b in bs])
     ax.set_yticks(range(len(ws)), [f"{w:g}" for w in ws])
