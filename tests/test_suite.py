@@ -176,6 +176,26 @@ def test_shipped_plans_are_valid(name: str) -> None:
     assert plan.runs
 
 
+def test_cpu_vs_gpu_pairs_the_gpu_with_data_in_memory_against_a_tuned_cpu_that_chose_it() -> None:
+    """A tuned CPU side that keeps its data in memory runs with loader=tensor, num_workers=0 and its own
+    threads (not part of the key): the plan holds a cuda run of that same config key for each batch size,
+    so the report has the GPU at its best against the CPU at its best, not only against a DataLoader."""
+    from devicebench.config.fields import build_config, config_key
+    from devicebench.config.workloads import CifarConfig
+    from devicebench.run.tuning import Setting
+
+    def key(params: dict[str, str]) -> str:
+        return config_key("cifar", build_config(CifarConfig, {k: str(v) for k, v in params.items()}))
+
+    plan = load_plan(ROOT / "experiments" / "cpu_vs_gpu.yaml")
+    tuned = [r for r in plan.runs if r.tune and r.entry == "cifar"]
+    gpu = {key(r.params) for r in plan.runs if r.entry == "cifar" and r.params.get("device") == "cuda"}
+    assert len(tuned) == 3
+    for r in tuned:
+        in_memory = {**r.params, **Setting(4, "tensor", 0).overrides()}
+        assert key(in_memory) in gpu, r.params["batch_size"]
+
+
 def test_scaling_plan_is_one_series_of_four_world_sizes_on_cuda() -> None:
     """experiments/scaling.yaml: 1, 2, 4 and 8 processes of one config (one config key, so the report
     pairs them as a series), on CUDA, skipping what the host lacks, through the DataLoader (a
