@@ -4,6 +4,10 @@ No line of the CUDA paths had run when this was written (no GPU was lent to the 
 the whole first look in one command: the `gpu`-marked tests, the demo plan (its cuda runs are no longer
 skipped), then experiments/gpu_check.yaml — every CUDA path once, small, with CPU pairs — and its
 compare table. Each step's exit code and time are printed at the end; any failure exits 1.
+
+On the H100 of 2026-11-24 the whole took about 13 minutes (tests 110 s, demo 138 s, the plan's 14 runs
+~330 s at 17-40 s each, the overhead bench ~4 min), more than one 10-minute command on a lent machine:
+`make gpu-check STEPS="tests demo"` then `make gpu-check STEPS="plan overhead"` run it in two.
 """
 
 from __future__ import annotations
@@ -12,16 +16,25 @@ import subprocess
 import sys
 import time
 
-STEPS = (
-    ("gpu tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]),
-    ("demo plan", [sys.executable, "-m", "devicebench", "suite", "experiments/demo.yaml"]),
-    ("gpu_check plan", [sys.executable, "-m", "devicebench", "suite", "experiments/gpu_check.yaml"]),
+STEPS = (  # (key for STEPS=, name, argv)
+    ("tests", "gpu tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]),
+    ("demo", "demo plan", [sys.executable, "-m", "devicebench", "suite", "experiments/demo.yaml"]),
+    ("plan", "gpu_check plan", [sys.executable, "-m", "devicebench", "suite", "experiments/gpu_check.yaml"]),
     # devicebench's train throughput against a bare loop at batch 4, 64, 256 and ResNet-18 at 128 (>= 0.95)
-    ("harness overhead", [sys.executable, "-m", "benchmarks.bench_overhead", "cuda"]),
+    ("overhead", "harness overhead", [sys.executable, "-m", "benchmarks.bench_overhead", "cuda"]),
 )
 
 
-def main() -> int:
+def chosen(names: list[str]) -> list[tuple[str, list[str]]]:
+    """The steps named by their keys (tests, demo, plan, overhead), in STEPS order; all when none."""
+    known = [key for key, _, _ in STEPS]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"gpu-check: unknown step {unknown[0]!r}; expected some of {', '.join(known)}")
+    return [(name, argv) for key, name, argv in STEPS if not names or key in names]
+
+
+def main(names: list[str]) -> int:
     import torch
 
     if not torch.cuda.is_available():
@@ -31,7 +44,7 @@ def main() -> int:
         f"gpu-check on {torch.cuda.get_device_name(0)} ×{torch.cuda.device_count()}, torch {torch.__version__}"
     )
     done = []
-    for name, argv in STEPS:
+    for name, argv in chosen(names):
         print(f"\n=== {name}: {' '.join(argv[1:])}", flush=True)
         t0 = time.perf_counter()
         code = subprocess.run(argv, check=False).returncode
@@ -43,4 +56,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,19 @@
+"""`make gpu-check STEPS=...` splits the first look at a GPU host into commands that each fit a lent
+machine's 10-minute limit (the whole took ~13 minutes on the H100 of 2026-11-24)."""
+
+import pytest
+
+from benchmarks.gpu_check import STEPS, chosen
+
+
+def test_steps_are_chosen_by_key_in_their_own_order() -> None:
+    assert [n for n, _ in chosen([])] == [name for _, name, _ in STEPS]
+    assert [n for n, _ in chosen(["overhead", "tests"])] == ["gpu tests", "harness overhead"]
+    assert [n for n, _ in chosen(["demo"])] == ["demo plan"]
+
+
+def test_an_unknown_step_is_one_line_naming_the_known_ones() -> None:
+    with pytest.raises(
+        SystemExit, match=r"unknown step 'plans'; expected some of tests, demo, plan, overhead"
+    ):
+        chosen(["plans"])
