@@ -704,8 +704,17 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     from devicebench.report.headline import headline_metrics
 
     metrics = headline_metrics(comp)
-    (name,) = [k.split("/", 1)[1] for k in metrics if k.startswith("speedup_best_cpu/")]
+    (name,) = [k.split("/", 1)[1] for k in metrics if k.startswith("speedup_best_cpu/") and k[-5:] != "/best"]
     assert metrics[f"speedup_best_cpu/{name}"] == pytest.approx(5.0 / 4.35)
+    assert metrics["speedup_best_cpu/best"] == pytest.approx(5.0 / 4.35)
+    from devicebench.report.headline import report_name
+
+    assert report_name(comp, "t") == "report · t · 1 CPU/GPU pair · best 9.20× · 1.15× over the best CPU"
+    from devicebench.report.headline import verdict_lines
+
+    assert verdict_lines(comp)[1].startswith("**GPU over this CPU at its best: best 1.15×** (cifar")
+    header, _, row = terminal_table(comp).splitlines()[1:4]
+    assert row[header.index("best CPU") :].startswith("1.15×"), "the terminal shows the second speedup too"
     assert metrics[f"speedup/{name}"] == pytest.approx(40.0 / 4.35)
     write_report(comp, tmp_path, {"experiments": "e"})
     for page in ("report.md", "report.html"):

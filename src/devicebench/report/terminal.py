@@ -9,7 +9,8 @@ from devicebench.report.content import describe, pair_row, varying_params
 from devicebench.report.fmt import NONE, fmt_efficiency, fmt_stat_s, fmt_x
 from devicebench.report.scaling import Series
 
-HEADERS = ["workload", "config", "base", "other", "speedup", "price", "cost", "wait", "verdict"]
+# "best CPU": the speedup over this CPU at its best (its setting is in the verdict and report.md)
+HEADERS = ["workload", "config", "base", "other", "speedup", "best CPU", "price", "cost", "wait", "verdict"]
 MAX_WIDTH = 48  # a column is cut here; report.md has every cell whole
 
 
@@ -39,9 +40,20 @@ def terminal_table(comp: Comparison, limit: int = 40) -> str:
     for p in comp.pairs:
         r = pair_row(p, varying)
         verdict = p.verdicts[0] if p.verdicts else NONE
-        price = fmt_x(p.price_ratio)
+        price, best = fmt_x(p.price_ratio), fmt_x(p.speedups.get("best_cpu"))
         rows.append(
-            [r.workload, r.config, r.base, r.other, r.speedup, price, r.cost_ratio, r.data_wait, verdict]
+            [
+                r.workload,
+                r.config,
+                r.base,
+                r.other,
+                r.speedup,
+                best,
+                price,
+                r.cost_ratio,
+                r.data_wait,
+                verdict,
+            ]
         )
     lines = [
         f"{len(comp.runs)} runs: {len(comp.finished)} finished, {len(comp.unfinished)} not; "
