@@ -252,6 +252,7 @@ def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -
     (grid,) = compare(runs).grids
     assert grid.peak_cells[(1.0, 4.0)] == pytest.approx(0.0004) and grid.peak_cells[(2.0, 128.0)] == 0.0256
     assert crossover_chart(grid, tmp_path / "peak.png") == 3
+    assert grid.best_cpu_cells == {}, "no faster CPU side was measured"
 
 
 def test_compare_parser_takes_budget() -> None:

@@ -823,3 +823,30 @@ def test_a_share_of_peak_never_prints_as_zero() -> None:
         "0.0009%",
         "0.00%",
     ]
+
+
+def test_the_crossover_gets_a_panel_against_the_cpu_at_its_best(tmp_path: Path) -> None:
+    """The H100's tutorial grid read 5.31×/2.96×/1.93× as configured and 0.59×/0.65×/0.23× against the
+    tuned CPU: the heatmap shows the second answer beside the first where tuned sides were measured."""
+    from devicebench.report.charts import crossover_chart
+
+    runs = []
+    for batch, (cpu_t, tuned_t, gpu_t) in {4: (45.3, 5.0, 8.5), 64: (3.1, 0.69, 1.06)}.items():
+        p, work = {"batch_size": str(batch)}, {"devicebench.work_key": f"w{batch}"}
+        tuned_tags = {**work, "devicebench.cpu.tuned.setting": "2 threads, data in memory"}
+        runs += [
+            rec("cpu", key=f"k{batch}", params={**p, "loader": "dataloader"}, metrics=_tp(cpu_t), tags=work),
+            rec(
+                "cpu",
+                key=f"t{batch}",
+                params={**p, "loader": "tensor"},
+                metrics=_tp(tuned_t),
+                tags=tuned_tags,
+            ),
+            rec(
+                "cuda:0", key=f"k{batch}", params={**p, "loader": "dataloader"}, metrics=_tp(gpu_t), tags=work
+            ),
+        ]
+    (grid,) = compare(runs).grids
+    assert grid.best_cpu_cells == pytest.approx({(1.0, 4.0): 5.0 / 8.5, (1.0, 64.0): 0.69 / 1.06})
+    assert crossover_chart(grid, tmp_path / "x.png") == 2

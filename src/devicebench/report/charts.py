@@ -94,8 +94,8 @@ def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: f
     `sign` 0 draws a share in [0, 1] (of the device's peak) on a plain scale, spelled as a percentage."""
     ws, bs = grid.widths, grid.batch_sizes
     data = [[values.get((w, b), math.nan) for b in bs] for w in ws]
+    top = max([x for row in data for x in row if not math.isnan(x)] + [1e-9])
     if sign == 0:
-        top = max([x for row in data for x in row if not math.isnan(x)] + [1e-9])
         im = ax.imshow(data, cmap="Greens", vmin=0, vmax=top, aspect="auto", origin="lower")
     else:
         logs = [[sign * math.log10(x) if not math.isnan(x) and x > 0 else math.nan for x in r] for r in data]
@@ -111,6 +111,7 @@ def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: f
                     ha="center",
                     va="center",
                     fontsize=8,
+                    color="white" if sign == 0 and x > 0.6 * top else "black",  # readable on dark green
                 )
     ax.set_xticks(range(len(bs)), [f"{b:g}" for b in bs])
     ax.set_yticks(range(len(ws)), [f"{w:g}" for w in ws])
@@ -119,11 +120,19 @@ def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: f
     return im
 
 
+def _percent_ticks() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda x, _pos: fmt_percent(x))
+
+
 def crossover_chart(grid: Grid, path: Path) -> int:
     """Speedup over width × batch_size: where the GPU starts to pay off in time; beside it, where runs
     carry prices, the cost ratio of the same work: where it pays in money. Returns the panels drawn."""
     plt = _plt()
     panels = [(grid.cells, 1.0, f"Crossover: {grid.title}", "log10 speedup")]
+    if grid.best_cpu_cells:  # against this CPU at its best (a tuned side): where the GPU really pays off
+        panels.append((grid.best_cpu_cells, 1.0, f"{grid.other} over this CPU at its best", "log10 speedup"))
     if grid.cost_cells:  # no price on any cell: no money panel, never a made-up one
         panels.append(
             (
@@ -134,13 +143,15 @@ def crossover_chart(grid: Grid, path: Path) -> int:
             )
         )
     if grid.peak_cells:  # the GPU side's share of its dense peak: launch-bound where it stays tiny
-        panels.append((grid.peak_cells, 0.0, f"{grid.other}: share of its dense peak", "fraction of peak"))
+        panels.append((grid.peak_cells, 0.0, f"{grid.other}: share of its dense peak", "share of peak"))
     size = (1.2 * len(grid.batch_sizes) + 3, 0.8 * len(grid.widths) + 2.5)
     fig, axes = plt.subplots(1, len(panels), figsize=(size[0] * len(panels), size[1]), squeeze=False)
     for ax, (values, sign, title, bar) in zip(axes[0], panels, strict=True):
         im = _heat(ax, grid, values, sign)
         ax.set_title(title, fontsize=9)
-        fig.colorbar(im, ax=ax, label=bar)
+        # a share's bar in percent: matplotlib's own ticks would put a "1e-5" offset over the title
+        ticks = _percent_ticks() if sign == 0 else None
+        fig.colorbar(im, ax=ax, label=bar, format=ticks)
     _save(plt, fig, path)
     return len(panels)
 

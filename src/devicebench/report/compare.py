@@ -89,6 +89,8 @@ class Grid:
     cost_cells: dict[tuple[float, float], float] = field(default_factory=dict)
     # (width, batch_size) -> the other side's share of its dense peak (util/peak_fraction), where logged
     peak_cells: dict[tuple[float, float], float] = field(default_factory=dict)
+    # (width, batch_size) -> the speedup over this CPU at its best, where a faster CPU side was measured
+    best_cpu_cells: dict[tuple[float, float], float] = field(default_factory=dict)
 
     @property
     def widths(self) -> list[float]:
@@ -124,6 +126,7 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
         cells: dict[tuple[float, float], float] = {}
         costs: dict[tuple[float, float], float] = {}
         peaks: dict[tuple[float, float], float] = {}
+        best: dict[tuple[float, float], float] = {}
         for p in ps:
             w = _num(p.base.params.get("width"))
             b = _num(p.base.params.get("batch_size"))
@@ -133,8 +136,10 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
                 costs[cell] = p.cost_ratio
             if (share := p.other.metrics.get(PEAK_FRACTION)) is not None:
                 peaks[cell] = share.median
+            if p.best_cpu is not None and p.best_cpu is not p.base and "best_cpu" in p.speedups:
+                best[cell] = p.speedups["best_cpu"]
         if len(cells) >= 2:
-            grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks))
+            grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks, best))
             if len({b for _, b in cells}) > 1:
                 for p in ps:
                     p.in_crossover = True
