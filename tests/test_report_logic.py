@@ -736,8 +736,10 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     alone = rec(
         "cuda:0", key="k2", params={"loader": "tensor", "num_workers": "0"}, metrics=_tp(4.35), tags=work
     )
-    (p,) = [p for p in compare([tuned, alone]).pairs if p.is_cpu_gpu]
+    own = compare([tuned, alone])
+    (p,) = [p for p in own.pairs if p.is_cpu_gpu]
     assert p.best_cpu is p.base and verdicts.against_best_cpu(p) is None
+    assert report_name(own, "t") == "report · t · 1 CPU/GPU pair · best 1.15×", "one answer, said once"
     # Runs logged before work keys: only their own config's CPU is a candidate.
     old = [rec("cpu", key="k9", metrics=_tp(40.0)), rec("cuda:0", key="k9", metrics=_tp(4.0))]
     (p,) = [p for p in compare([*old, tuned]).pairs if p.is_cpu_gpu]

@@ -117,8 +117,13 @@ def headline_metrics(comp: Comparison) -> dict[str, float]:
 
 
 def best_cpu_speedups(pairs: Sequence[Pair]) -> list[float]:
-    """The pairs' speedups over this CPU at its best, where one was measured."""
-    return [p.speedups["best_cpu"] for p in pairs if p.best_cpu is not None and "best_cpu" in p.speedups]
+    """The pairs' speedups over this CPU at its best, where a CPU side faster than the pair's own was
+    measured (a pair whose own CPU is the best has one answer, its speedup)."""
+    return [
+        p.speedups["best_cpu"]
+        for p in pairs
+        if p.best_cpu is not None and p.best_cpu is not p.base and "best_cpu" in p.speedups
+    ]
 
 
 MAX_NOTE_METRICS = 12  # metric lines in the description; all of them are in the run's metrics table
