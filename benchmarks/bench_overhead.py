@@ -9,7 +9,10 @@ end of the timed epochs, PyTorch's own math. devicebench's side is `cifar.run` w
 invisible; the target is >= 0.95 (issue 25: 0.74 at batch 256 on an H100, 0.74 on its CPU at batch 4).
 
 The two sides alternate within each round in one process, so a neighbour's load hits both alike, and each
-side's best round is compared (the round least disturbed). `python -m benchmarks.bench_overhead cuda`
+side's best round is compared (the round least disturbed). That ratio still moves from one process to
+the next by more than the harness costs (ResNet-18 on an H100: 0.88, then 1.20 alone; the tutorial Net at
+batch 64 on a 2-core VM: 0.86-1.08 over six processes, both sides moving), so each case runs in
+`PROCESSES` fresh processes and the median one is the figure, printed with the range. `python -m benchmarks.bench_overhead cuda`
 runs the GPU figures (`make gpu-check` does); `make bench` runs the CPU ones.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +40,7 @@ from devicebench.workloads.cifar import Config, run
 
 TARGET = 0.95
 EPOCHS = 2
+PROCESSES = 3  # fresh processes per case; the median process's ratio is the figure
 
 
 @dataclass(frozen=True)
@@ -46,20 +51,21 @@ class Case:
     rounds: int
 
 
-# Sized for a 2-core VM: each side takes ~1-6 s a round. ResNet-18 at batch 128 is compute-bound (2-3 s a
-# step here), so a few steps and rounds tell whether the harness shows at all.
+# Sized for a 2-core VM: each side takes ~1-6 s a round, a process ~20-40 s. ResNet-18 at batch 128 is
+# compute-bound (2-3 s a step here), so two steps an epoch and one round a process tell whether the
+# harness shows at all; its spread comes from the processes.
 CPU_CASES = (
-    Case("tutorial", 4, 2_000, 5),
-    Case("tutorial", 64, 6_400, 5),
-    Case("tutorial", 256, 10_240, 5),
-    Case("resnet18", 128, 512, 2),
+    Case("tutorial", 4, 2_000, 3),
+    Case("tutorial", 64, 6_400, 3),
+    Case("tutorial", 256, 10_240, 3),
+    Case("resnet18", 128, 256, 1),
 )
 # On a GPU the step is short and launch-bound: more steps per epoch, so the figure is not start-up.
 GPU_CASES = (
-    Case("tutorial", 4, 10_000, 5),
-    Case("tutorial", 64, 25_600, 5),
-    Case("tutorial", 256, 49_920, 5),  # 195 batches: the synthetic train split holds 50,000 images
-    Case("resnet18", 128, 25_600, 3),
+    Case("tutorial", 4, 4_000, 3),
+    Case("tutorial", 64, 25_600, 3),
+    Case("tutorial", 256, 49_920, 3),  # 195 batches: the synthetic train split holds 50,000 images
+    Case("resnet18", 128, 25_600, 2),
 )
 
 
@@ -131,12 +137,47 @@ def ratio(case: Case, device: torch.device) -> tuple[float, float, float]:
     return max(ours) / max(bare), max(ours), max(bare)
 
 
-def main(device_name: str = "cpu", only: str = "") -> int:
-    """`only`: comma-separated `model:batch` cases to run (all by default), e.g. `tutorial:256,resnet18:128`."""
+def in_fresh_processes(case: Case, device_name: str) -> list[tuple[float, float, float]]:
+    """`ratio` of the case in `PROCESSES` fresh processes of this module, one after the other."""
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.bench_overhead",
+        device_name,
+        f"{case.model}:{case.batch}",
+        "child",
+    ]
+    results = []
+    for _ in range(PROCESSES):
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+        results.append((float(out[-3]), float(out[-2]), float(out[-1])))
+    return results
+
+
+def summary(case: Case, where: str, results: list[tuple[float, float, float]]) -> tuple[str, bool]:
+    """The line for a case: the median process's ratio and samples/s, the range over processes."""
+    ordered = sorted(results)
+    r, ours, bare = ordered[len(ordered) // 2]
+    ok = r >= TARGET
+    line = (
+        f"overhead: {case.model} batch {case.batch} on {where}: devicebench / bare loop = {r:.3f} "
+        f"(range {ordered[0][0]:.3f}-{ordered[-1][0]:.3f} over {len(results)} fresh processes; the median "
+        f"one {ours:,.0f} vs {bare:,.0f} samples/s, best of {case.rounds} rounds) [target >= {TARGET}] "
+        f"{'ok' if ok else 'MISSED'}"
+    )
+    return line, ok
+
+
+def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
+    """`only`: comma-separated `model:batch` cases to run (all by default), e.g. `tutorial:256,resnet18:128`.
+    `child`: measure the one case `only` names in this process and print its ratio (what the parent reads)."""
     device = torch.device(device_name)
     cases = GPU_CASES if device.type == "cuda" else CPU_CASES
     if only:
         cases = tuple(c for c in cases if f"{c.model}:{c.batch}" in only.split(","))
+    if child:
+        print("ratio", *ratio(cases[0], device))
+        return 0
     where = (
         torch.cuda.get_device_name(device)
         if device.type == "cuda"
@@ -144,17 +185,11 @@ def main(device_name: str = "cpu", only: str = "") -> int:
     )
     worst = 0
     for case in cases:
-        r, ours, bare = ratio(case, device)
-        ok = r >= TARGET
+        line, ok = summary(case, where, in_fresh_processes(case, device_name))
         worst = max(worst, 0 if ok else 1)
-        print(
-            f"overhead: {case.model} batch {case.batch} on {where}: devicebench / bare loop = {r:.3f} "
-            f"({ours:,.0f} vs {bare:,.0f} samples/s, best of {case.rounds}) [target >= {TARGET}] "
-            f"{'ok' if ok else 'MISSED'}",
-            flush=True,
-        )
+        print(line, flush=True)
     return worst
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    sys.exit(main(*sys.argv[1:4]))

@@ -1,10 +1,21 @@
 """The overhead bench's cases fit the data they draw from: on CUDA a gather past the end of the split is a
 device-side assert that kills the process (the H100 run of 2026-11-24 lost its last two cases to one)."""
 
-from benchmarks.bench_overhead import CPU_CASES, GPU_CASES
+from benchmarks.bench_overhead import CPU_CASES, GPU_CASES, Case, summary
 from devicebench.data.synthetic import TRAIN_SIZE
 
 
 def test_every_case_fits_the_synthetic_train_split() -> None:
     for case in (*CPU_CASES, *GPU_CASES):
         assert case.samples <= TRAIN_SIZE, case
+
+
+def test_the_figure_is_the_median_process_with_the_range() -> None:
+    """Six fresh processes at batch 64 on the 2-core VM read 0.86-1.08: one process is not the figure."""
+    case = Case("tutorial", 64, 6_400, 3)
+    line, ok = summary(
+        case, "cpu", [(1.08, 14_073, 13_034), (0.859, 11_838, 13_787), (0.971, 12_560, 12_935)]
+    )
+    assert ok and "= 0.971 (range 0.859-1.080 over 3 fresh processes; the median one 12,560 vs 12,935" in line
+    line, ok = summary(case, "cpu", [(0.92, 1.0, 1.0), (0.859, 1.0, 1.0), (0.971, 1.0, 1.0)])
+    assert not ok and line.endswith("MISSED")
