@@ -87,7 +87,7 @@ def bare_loop(case: Case, device: torch.device) -> float:
     for _ in range(EPOCHS):  # each epoch's order drawn and gathered before the clock, as data in memory is
         order = torch.randperm(case.samples, generator=generator).to(device)
         epochs.append((x_all.index_select(0, order), y_all.index_select(0, order)))
-    for i in range(3):
+    for i in range(min(3, case.samples // case.batch)):  # whole batches only: an empty one is no warm-up
         x, y = (
             epochs[0][0][i * case.batch : (i + 1) * case.batch],
             epochs[0][1][i * case.batch : (i + 1) * case.batch],
@@ -137,8 +137,12 @@ def ratio(case: Case, device: torch.device) -> tuple[float, float, float]:
     return max(ours) / max(bare), max(ours), max(bare)
 
 
-def in_fresh_processes(case: Case, device_name: str) -> list[tuple[float, float, float]]:
-    """`ratio` of the case in `PROCESSES` fresh processes of this module, one after the other."""
+CHILD_TIMEOUT_S = 900  # one case in one process: ~20-70 s here; a hung child must not hang the bench
+
+
+def in_fresh_processes(case: Case, device_name: str) -> list[tuple[float, float, float]] | str:
+    """`ratio` of the case in `PROCESSES` fresh processes of this module, one after the other; or, where
+    one fails, what it said last (the bench goes on with the next case)."""
     argv = [
         sys.executable,
         "-m",
@@ -149,9 +153,28 @@ def in_fresh_processes(case: Case, device_name: str) -> list[tuple[float, float,
     ]
     results = []
     for _ in range(PROCESSES):
-        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
-        results.append((float(out[-3]), float(out[-2]), float(out[-1])))
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return f"a process ran past {CHILD_TIMEOUT_S} s"
+        lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("ratio ")]
+        if proc.returncode != 0 or len(lines) != 1:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return f"a process failed (exit {proc.returncode}): {tail}"
+        results.append((float(lines[0][1]), float(lines[0][2]), float(lines[0][3])))
     return results
+
+
+def pick(cases: tuple[Case, ...], only: str) -> tuple[Case, ...]:
+    """The cases `only` names (`model:batch`, comma-separated; all when empty); a name that is not a case
+    is an error, not a bench that measures nothing and passes."""
+    if not only:
+        return cases
+    names = {f"{c.model}:{c.batch}": c for c in cases}
+    unknown = [n for n in only.split(",") if n not in names]
+    if unknown:
+        raise SystemExit(f"bench_overhead: no case {unknown[0]!r}; the cases here: {', '.join(names)}")
+    return tuple(c for name, c in names.items() if name in only.split(","))
 
 
 def summary(case: Case, where: str, results: list[tuple[float, float, float]]) -> tuple[str, bool]:
@@ -173,9 +196,10 @@ def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
     `child`: measure the one case `only` names in this process and print its ratio (what the parent reads)."""
     device = torch.device(device_name)
     cases = GPU_CASES if device.type == "cuda" else CPU_CASES
-    if only:
-        cases = tuple(c for c in cases if f"{c.model}:{c.batch}" in only.split(","))
+    cases = pick(cases, only)
     if child:
+        if len(cases) != 1:
+            raise SystemExit("bench_overhead: a child measures exactly one case")
         print("ratio", *ratio(cases[0], device))
         return 0
     where = (
@@ -185,7 +209,11 @@ def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
     )
     worst = 0
     for case in cases:
-        line, ok = summary(case, where, in_fresh_processes(case, device_name))
+        results = in_fresh_processes(case, device_name)
+        if isinstance(results, str):
+            line, ok = f"overhead: {case.model} batch {case.batch} on {where}: FAILED: {results}", False
+        else:
+            line, ok = summary(case, where, results)
         worst = max(worst, 0 if ok else 1)
         print(line, flush=True)
     return worst

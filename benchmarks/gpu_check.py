@@ -8,7 +8,8 @@ compare table. Each step's exit code and time are printed at the end; any failur
 On the H100 of 2026-11-24 the whole took about 13 minutes (tests 110 s, demo 138 s, the plan's 14 runs
 ~330 s at 17-40 s each, the overhead bench ~4 min), more than one 10-minute command on a lent machine:
 `make gpu-check STEPS="tests demo"`, then `STEPS=plan`, then `STEPS=overhead` run it in three (the
-overhead bench has since run each case in 3 fresh processes, not yet timed on a GPU).
+overhead bench has since run each case in 3 fresh processes, not yet timed on a GPU; where it runs long,
+`python -m benchmarks.bench_overhead cuda tutorial:4,tutorial:64` and then the other two cases split it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The overhead bench's cases fit the data they draw from: on CUDA a gather past the end of the split is a
 device-side assert that kills the process (the H100 run of 2026-11-24 lost its last two cases to one)."""
 
-from benchmarks.bench_overhead import CPU_CASES, GPU_CASES, Case, summary
+import pytest
+
+from benchmarks.bench_overhead import CPU_CASES, GPU_CASES, Case, pick, summary
 from devicebench.data.synthetic import TRAIN_SIZE
 
 
@@ -19,3 +21,10 @@ def test_the_figure_is_the_median_process_with_the_range() -> None:
     assert ok and "= 0.971 (range 0.859-1.080 over 3 fresh processes; the median one 12,560 vs 12,935" in line
     line, ok = summary(case, "cpu", [(0.92, 1.0, 1.0), (0.859, 1.0, 1.0), (0.971, 1.0, 1.0)])
     assert not ok and line.endswith("MISSED")
+
+
+def test_a_case_name_that_is_not_a_case_is_an_error_not_an_empty_pass() -> None:
+    assert pick(CPU_CASES, "tutorial:64,resnet18:128") == (CPU_CASES[1], CPU_CASES[3])
+    assert pick(CPU_CASES, "") == CPU_CASES
+    with pytest.raises(SystemExit, match="no case 'child'; the cases here: tutorial:4, tutorial:64"):
+        pick(CPU_CASES, "child")

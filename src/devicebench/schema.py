@@ -9,6 +9,7 @@ suite's plan validation read it without paying for either.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -87,10 +88,14 @@ def fmt_speedup(x: float) -> str:
 
 def fmt_percent(x: float) -> str:
     """A share as a percentage that never rounds a real figure to zero: the tutorial Net on an H100 uses
-    0.0043 % of its TF32 peak, which two decimals would print as 0.00 %."""
+    0.00076 % of its TF32 peak, which two decimals would print as 0.00 %. Two significant digits below
+    0.1 %, in fixed point however small; a dash for no figure."""
+    if math.isnan(x):
+        return "–"
     if x == 0 or abs(x) >= 1e-3:
         return f"{x:.2%}"
-    return f"{x * 100:.2g}%"
+    digits = 1 - math.floor(math.log10(abs(x) * 100))  # two significant digits
+    return f"{x * 100:.{digits}f}%"
 
 
 # matmul's per-size figures. Each is logged twice: under `matmul/<backend>/<dtype>/<figure>` with step = n

@@ -33,6 +33,7 @@ COMPUTE_BOUND_SPEEDUP = 5.0
 
 BARELY = 2.0  # against the CPU at its best, a GPU less than 2x faster barely helps this model
 HELD_BACK_SHARE = 0.25  # a GPU side that waited for data this much was measured through its loader
+TIE = (0.9, 1.1)  # against the CPU at its best, a speedup in this band is no gain either way
 
 
 def against_best_cpu(pair: Pair) -> str | None:
@@ -54,15 +55,19 @@ def against_best_cpu(pair: Pair) -> str | None:
     ratio = pair.cost_ratio
     if ratio is not None:
         answer = f"{'worth' if ratio < 1 else 'not worth'} its price for this model"
+    elif TIE[0] <= speedup < TIE[1]:
+        answer = "no gain for this model"
     elif speedup < 1:
         answer = "the CPU wins for this model"
     else:
         answer = f"{'barely a gain' if speedup < BARELY else 'a clear gain'} for this model"
     wait = pair.other.wait_share
-    if wait is not None and wait.median > HELD_BACK_SHARE:
+    if (
+        wait is not None and HELD_BACK_SHARE < wait.median <= LOADER_BOUND_SHARE
+    ):  # above: loader_bound says it
         answer += (
-            f", but the GPU side waited for data {wait.median:.0%} of its training time: its own best is "
-            f"not measured{loader_hint(pair.other)}"
+            f", but the GPU side waited for data {wait.median:.0%} of its training time: it is not at its "
+            f"best in this pair{loader_hint(pair.other)}"
         )
     return f"{said}: {answer}"
 
@@ -217,13 +222,13 @@ def compute_bound(pair: Pair) -> str | None:
     """A large speedup with the loader not in the way: the expected case, said so the table reads whole.
     Not said where the GPU used a sliver of its peak or the CPU at its best closes the gap: then the
     large figure is the configured CPU's slowness (on the H100 the tutorial at batch 4 read "5.31x,
-    compute-bound" beside "0.0009 % of peak" and 0.59x against the tuned CPU)."""
+    compute-bound" beside "0.00076 % of peak" and 0.59x against the tuned CPU)."""
     speedup = pair.headline
     if not pair.is_cpu_gpu or speedup is None or speedup < COMPUTE_BOUND_SPEEDUP:
         return None
     if loader_bound(pair) or peak_share(pair):
         return None
-    if pair.speedups.get("best_cpu", speedup) < COMPUTE_BOUND_SPEEDUP:
+    if pair.best_cpu is not pair.base and pair.speedups.get("best_cpu", speedup) < COMPUTE_BOUND_SPEEDUP:
         return None
     return f"compute-bound: {pair.other.device} {fmt_speedup(speedup)} faster"
 
