@@ -60,6 +60,15 @@ def attach(pairs: Sequence[Pair], sides: Iterable[Side]) -> None:
             pair.cost = pair_cost(best, pair.other)
 
 
+def against_best(pairs: Iterable[Pair]) -> list[Pair]:
+    """The pairs with a speedup over this CPU at its best, once a CPU side faster than some pair's own was
+    measured (a tuned side); then a pair whose own CPU is that best side counts too: the GPU with its data
+    in memory against the tuned CPU is the best-against-best answer. Without a tuned side: none, since
+    each pair's own speedup is already that answer (the report's name, verdict lines and heatmap agree)."""
+    known = [p for p in pairs if p.best_cpu is not None and "best_cpu" in p.speedups]
+    return known if any(p.best_cpu is not p.base for p in known) else []
+
+
 def cpu_setting(side: Side) -> str:
     """How the best CPU ran, as the verdict says it: `4 threads, data in memory`."""
     run = side.runs[0]

@@ -127,7 +127,7 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
         costs: dict[tuple[float, float], float] = {}
         peaks: dict[tuple[float, float], float] = {}
         best: dict[tuple[float, float], float] = {}
-        tuned = False
+        over_best = {id(p) for p in best_cpu.against_best(ps)}
         for p in ps:
             w = _num(p.base.params.get("width"))
             b = _num(p.base.params.get("batch_size"))
@@ -137,11 +137,8 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
                 costs[cell] = p.cost_ratio
             if (share := p.other.metrics.get(PEAK_FRACTION)) is not None:
                 peaks[cell] = share.median
-            if p.best_cpu is not None and "best_cpu" in p.speedups:
+            if id(p) in over_best:
                 best[cell] = p.speedups["best_cpu"]
-                tuned = tuned or p.best_cpu is not p.base
-        if not tuned:  # no CPU side beyond the pairs' own: the first panel is already that answer
-            best = {}
         if len(cells) >= 2:
             grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks, best))
             if len({b for _, b in cells}) > 1:

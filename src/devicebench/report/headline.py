@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 
+from devicebench.report.best_cpu import against_best
 from devicebench.report.compare import Comparison
 from devicebench.report.content import describe, pair_row, varying_params
 from devicebench.report.document import Doc, Table, to_markdown
@@ -108,22 +109,12 @@ def headline_metrics(comp: Comparison) -> dict[str, float]:
     if pairs:
         metrics["speedup/best"] = max(map(_speedup, pairs))
         metrics["speedup/worst"] = min(map(_speedup, pairs))
-    if over_best := best_cpu_speedups(pairs):
-        metrics["speedup_best_cpu/best"] = max(over_best)
+    if over_best := against_best(pairs):
+        metrics["speedup_best_cpu/best"] = max(p.speedups["best_cpu"] for p in over_best)
     if comp.regressions is not None:
         metrics["regressions"] = float(len(comp.regressions))
     metrics.update(scaling_metrics(comp))
     return metrics
-
-
-def best_cpu_speedups(pairs: Sequence[Pair]) -> list[float]:
-    """The pairs' speedups over this CPU at its best, once a CPU side faster than some pair's own was
-    measured (a tuned side); then a pair whose own CPU is that best side counts too: the GPU with its data
-    in memory against the tuned CPU is the best-against-best answer. Without a tuned side: none."""
-    known = [p for p in pairs if p.best_cpu is not None and "best_cpu" in p.speedups]
-    if not any(p.best_cpu is not p.base for p in known):
-        return []
-    return [p.speedups["best_cpu"] for p in known]
 
 
 MAX_NOTE_METRICS = 12  # metric lines in the description; all of them are in the run's metrics table
@@ -139,8 +130,8 @@ def report_name(comp: Comparison, scope: str = "") -> str:
     if pairs:
         parts.append(f"{len(pairs)} CPU/GPU pair{'s' if len(pairs) != 1 else ''}")
         parts.append(f"best {fmt_x(max(map(_speedup, pairs)))}")
-        if over_best := best_cpu_speedups(pairs):
-            parts.append(f"best over the fastest CPU {fmt_x(max(over_best))}")
+        if over_best := against_best(pairs):
+            parts.append(f"best over the fastest CPU {fmt_x(max(p.speedups['best_cpu'] for p in over_best))}")
     else:
         n = len(comp.finished)
         parts += [f"{n} run{'s' if n != 1 else ''}", "no CPU/GPU pair"]
@@ -179,8 +170,8 @@ def verdict_lines(comp: Comparison) -> list[str]:
         lines.append(f"**GPU over CPU: best {fmt_x(best.headline)}** ({_where(best, varying)})")
         if worst is not best:
             lines.append(f"**worst {fmt_x(worst.headline)}** ({_where(worst, varying)})")
-        if best_cpu_speedups(pairs):
-            top = max((p for p in pairs if "best_cpu" in p.speedups), key=lambda p: p.speedups["best_cpu"])
+        if over_best := against_best(pairs):
+            top = max(over_best, key=lambda p: p.speedups["best_cpu"])
             lines.append(
                 f"**GPU over this CPU at its best: best {fmt_x(top.speedups['best_cpu'])}** "
                 f"({_where(top, varying)})"
