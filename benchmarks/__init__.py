@@ -1,1 +1,29 @@
 """`make bench`: each figure is a ratio of two things measured in the same run, so machine speed cancels out."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+
+class BadArgument(SystemExit):
+    """A bad argument to a bench script: `exit_with` prints it as one line and the script exits 2, as
+    devicebench's own commands do (a plain `SystemExit(message)` exits 1)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def exit_with(main: Callable[..., int], *args: Any) -> NoReturn:
+    """A script's `__main__`: its exit code, or one line and 2 for a bad argument."""
+    try:
+        code = main(*args)
+    except BadArgument as e:
+        print(e, file=sys.stderr)
+        code = 2
+    sys.exit(code)

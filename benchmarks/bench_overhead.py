@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import BadArgument, exit_with
 from devicebench.config.fields import build_config
 from devicebench.data.cifar import normalize_uint8
 from devicebench.data.synthetic import make_split
@@ -173,7 +174,7 @@ def pick(cases: tuple[Case, ...], only: str) -> tuple[Case, ...]:
     names = {f"{c.model}:{c.batch}": c for c in cases}
     unknown = [n for n in only.split(",") if n not in names]
     if unknown:
-        raise SystemExit(f"bench_overhead: no case {unknown[0]!r}; the cases here: {', '.join(names)}")
+        raise BadArgument(f"bench_overhead: no case {unknown[0]!r}; the cases here: {', '.join(names)}")
     return tuple(c for name, c in names.items() if name in only.split(","))
 
 
@@ -199,7 +200,7 @@ def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
     cases = pick(cases, only)
     if child:
         if len(cases) != 1:
-            raise SystemExit("bench_overhead: a child measures exactly one case")
+            raise BadArgument("bench_overhead: a child measures exactly one case")
         print("ratio", *ratio(cases[0], device))
         return 0
     where = (
@@ -220,4 +221,4 @@ def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    exit_with(main, *sys.argv[1:4])

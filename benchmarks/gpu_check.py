@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks import BadArgument, exit_with
+
 STEPS = (  # (key for STEPS=, name, argv)
     ("tests", "gpu tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]),
     ("demo", "demo plan", [sys.executable, "-m", "devicebench", "suite", "experiments/demo.yaml"]),
@@ -32,11 +34,12 @@ def chosen(names: list[str]) -> list[tuple[str, list[str]]]:
     known = [key for key, _, _ in STEPS]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"gpu-check: unknown step {unknown[0]!r}; expected some of {', '.join(known)}")
+        raise BadArgument(f"gpu-check: unknown step {unknown[0]!r}; expected some of {', '.join(known)}")
     return [(name, argv) for key, name, argv in STEPS if not names or key in names]
 
 
 def main(names: list[str]) -> int:
+    steps = chosen(names)  # a typo is refused before anything starts
     import torch
 
     if not torch.cuda.is_available():
@@ -46,7 +49,7 @@ def main(names: list[str]) -> int:
         f"gpu-check on {torch.cuda.get_device_name(0)} ×{torch.cuda.device_count()}, torch {torch.__version__}"
     )
     done = []
-    for name, argv in chosen(names):
+    for name, argv in steps:
         print(f"\n=== {name}: {' '.join(argv[1:])}", flush=True)
         t0 = time.perf_counter()
         code = subprocess.run(argv, check=False).returncode
@@ -58,4 +61,4 @@ def main(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_with(main, sys.argv[1:])

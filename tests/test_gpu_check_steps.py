@@ -1,6 +1,9 @@
 """`make gpu-check STEPS=...` splits the first look at a GPU host into commands that each fit a lent
 machine's 10-minute limit (the whole took ~13 minutes on the H100 of 2026-11-24)."""
 
+import subprocess
+import sys
+
 import pytest
 
 from benchmarks.gpu_check import STEPS, chosen
@@ -17,3 +20,13 @@ def test_an_unknown_step_is_one_line_naming_the_known_ones() -> None:
         SystemExit, match=r"unknown step 'plans'; expected some of tests, demo, plan, overhead"
     ):
         chosen(["plans"])
+
+
+def test_a_bad_step_is_one_line_and_exit_2_before_anything_starts() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "plans"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "gpu-check: unknown step 'plans'; expected some of tests, demo, plan, overhead"
+    ]
