@@ -13,13 +13,16 @@ Each figure is the median of 3 rounds after a warm-up search, and each round is 
 one stream of plain REST search pages for the same runs, with nothing done with them. That ratio is the
 part devicebench owns; the absolute 5 s is the issue's target for the whole.
 
-Measured here (2-core VM, load ~1, 2026-11-24): 12.0 s before the flat keys and the JSON search (10.8 s
-reading, 664 history requests), 7.0 s after, then 6.5 s median of 3 warm rounds against a floor of
-5.7 s (1.14x); 10.4 s with `--old-matmul`. The floor is the server's: profiled in process, MLflow's
-SqlAlchemyStore builds ~124,000 ORM rows for 2,000 runs (4.2 s) and encodes the pages with the pure
-Python JSON encoder (1.7 s). Cutting the search into more concurrent streams (by workload and by start
-time, 10 to 40 streams) did not help on 2 uvicorn workers or 4: a burst of connections lands on one
-worker (5.5-6.3 of 6.4 server CPU-s on one), so the 5 s target is not met on this host.
+Measured here (2-core VM, 2026-11-24): 12.0 s before the flat keys and the JSON search (10.8 s reading,
+664 history requests), 7.0 s after, then 5.8-8.8 s against a floor of 5.4-7.7 s while the report read
+one stream per workload: the client keeps its connections alive, and the few it opened at once were
+accepted by one of the server's two worker processes, which answered nearly everything (5.5-6.3 of
+6.4 server CPU-s). Reading by workload x start time (four streams at a time, a new connection a page:
+report/query.time_slices) spreads the pages over both workers: 4.9 s with 16 streams, 4.5 and 4.8 s
+with 32, against a floor of 5.4-6.0 s (0.79-0.88x), of which reading 3.6-4.1 s and the four charts
+~0.7 s. The server's
+own work is the rest: MLflow's SqlAlchemyStore builds ~124,000 ORM rows for 2,000 runs and encodes
+the pages with the pure Python JSON encoder, ~6.2 CPU-s of the host's two cores.
 """
 
 from __future__ import annotations

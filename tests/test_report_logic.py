@@ -25,6 +25,7 @@ from devicebench.report.query import (
     needs_history,
     parse_since,
     partitions,
+    slice_clauses,
     split_list,
 )
 from devicebench.report.records import RunRecord
@@ -576,6 +577,31 @@ def test_search_is_partitioned_by_workload_without_losing_any() -> None:
         "tags.`devicebench.workload` != 'unet' and tags.`devicebench.workload` != 'report' and "
         "tags.`devicebench.workload` != 'suite'"
     )
+
+
+def _holds(clause: str | None, t: int) -> bool:
+    """What MLflow does with a slice clause: `attributes.start_time >= a and attributes.start_time < b`."""
+    for part in (clause or "").split(" and ") if clause else []:
+        name, op, value = part.split()
+        assert name == "attributes.start_time" and op in (">=", "<"), part
+        if not (t >= int(value) if op == ">=" else t < int(value)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize(("oldest", "newest", "k"), [(1000, 9000, 8), (5, 8, 8), (7, 7, 8), (0, 10**12, 3)])
+def test_time_slices_hold_every_start_time_exactly_once(oldest: int, newest: int, k: int) -> None:
+    """Each run, inside the span, on a cut, or outside it (logged while the report reads, or by a
+    clock ahead or behind), is in exactly one slice; a span shorter than `k` ms gives fewer slices."""
+    clauses = slice_clauses(oldest, newest, k)
+    assert 1 <= len(clauses) <= min(k, newest - oldest + 1)
+    cuts = [int(c.split()[-1]) for c in clauses[:-1] if c]
+    probes = {oldest - 1, oldest, newest, newest + 1, *cuts, *(c - 1 for c in cuts), (oldest + newest) // 2}
+    for t in probes:
+        assert sum(_holds(c, t) for c in clauses) == 1, t
+    if newest - oldest >= k:  # equal parts: no slice is more than one ms off a k-th of the span
+        widths = [b - a for a, b in zip([oldest, *cuts], [*cuts, newest], strict=True)]
+        assert len(widths) == k and max(widths) - min(widths) <= 1
 
 
 def test_compared_ids_tag_fits_mlflow_limit() -> None:

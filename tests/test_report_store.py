@@ -16,7 +16,7 @@ from benchmarks.bench_compare import Spec, log_runs, specs_for
 from devicebench.errors import UsageError
 from devicebench.report import cli as report_cli
 from devicebench.report.compare import compare
-from devicebench.report.query import Query, read_runs, search_pages
+from devicebench.report.query import Query, read_runs, search_pages, slice_clauses, time_slices
 from devicebench.report.rest import rest_store, search_page
 from servers import QUICK_MATMUL, devicebench_env, run_cli
 
@@ -89,6 +89,26 @@ def test_pages_past_the_first_page_and_fetches_matmul_history(store, experiment_
     pair = next(p for p in comp.pairs if p.workload == "matmul")
     assert set(pair.matmul) >= {("torch", "float32", 4096), ("numpy", "float64", 1024)}
     assert any("unsynchronised timing under-reports" in v for v in pair.verdicts)
+
+
+def test_a_server_search_is_cut_by_start_time_and_reads_every_run_once(store, experiment_name: str) -> None:
+    """Against a server the search runs as workload x start-time streams: runs on the cuts, at the
+    ends, and one logged after the cuts were made (a clock ahead) are each read exactly once."""
+    client, exp_id = store
+    now = int(time.time() * 1000)
+    oldest, newest = now - 8 * DAY_MS, now
+    cuts = [int(c.split()[-1]) for c in slice_clauses(oldest, newest, 8)[:-1] if c]
+    starts = [oldest, newest, *cuts, *(c - 1 for c in cuts)]
+    log_runs(client, exp_id, [timed(1.0, t, device=d) for t in starts for d in ("cpu", "cuda:0")])
+    query = Query(experiments=(experiment_name,), page_size=3)
+    slices = time_slices(client, [exp_id], query)
+    assert slices == slice_clauses(oldest, newest, 8) and len(slices) == 8
+    log_runs(client, exp_id, [timed(1.0, newest + DAY_MS)])  # after the cuts: the last slice has no end
+    per_slice = [sum(map(len, search_pages(client, [exp_id], query, None, c))) for c in slices]
+    assert sum(per_slice) == 2 * len(starts) + 1 and min(per_slice) >= 2
+    sel = read_runs(client, query)
+    assert len(sel.runs) == len({r.run_id for r in sel.runs}) == 2 * len(starts) + 1
+    assert [r.start_time for r in sel.runs] == sorted((r.start_time for r in sel.runs), reverse=True)
 
 
 def test_matmul_runs_with_flat_points_read_in_one_search_and_report_like_old_ones(
