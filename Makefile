@@ -24,7 +24,8 @@ help: ## list the targets
 # says: where PYTHONDONTWRITEBYTECODE is set (some CI images set it) nothing was ever cached, and every
 # process compiled torch and MLflow again (25 s, not 7 s, to import both; `make test` took 18 min).
 # Hence `pip install --no-compile`: pip compiles ~17,000 files one at a time (3:05 on a 2-core VM), most
-# of which no command here imports; the first import compiles what is used (~40 CPU-s, once).
+# of which no command here imports; testbed/bytecode.py then imports what devicebench, the tests and
+# a server use, in one process (~20 s), so that three test workers do not each compile it again.
 export PYTHONDONTWRITEBYTECODE :=
 
 $(VENV)/.installed: pyproject.toml
@@ -32,6 +33,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -e '.[dev,server]'
+	$(PY) -m testbed.bytecode
 	@touch $@
 
 setup: $(VENV)/.installed ## create .venv with the project, torch and the dev tools
