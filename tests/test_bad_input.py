@@ -504,10 +504,17 @@ class AuthServer:
             self.server.stop()
 
 
+# This process opens the cases' SQLite stores from pool threads; MLflow creates or migrates a store with
+# alembic, whose `context` and `op` are module-wide proxies, and one CI run failed with "dictionary changed
+# size during iteration" in a context manager there. The commands themselves still run concurrently.
+STORE_LOCK = threading.Lock()
+
+
 def run_case(case: Case, tmp: Path, auth: AuthServer | None, zygote: Zygote) -> Outcome:
     tmp.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{tmp / 'm.db'}"
-    extra = case.setup(tmp) if case.setup else {}
+    with STORE_LOCK:
+        extra = case.setup(tmp) if case.setup else {}
     env = devicebench_env(
         uri,
         DEVICEBENCH_SPOOL_DIR=str(tmp / "spool"),
@@ -532,7 +539,8 @@ def run_case(case: Case, tmp: Path, auth: AuthServer | None, zygote: Zygote) -> 
     args = [a.format(tmp=tmp) for a in case.args]
     proc = zygote.run(args, env, cwd=tmp, timeout_s=55)
     out = Outcome(proc, uri, tmp)
-    out.runs = stored_runs(uri, tmp, auth if case.server == "auth" else None)
+    with STORE_LOCK:
+        out.runs = stored_runs(uri, tmp, auth if case.server == "auth" else None)
     return out
 
 
