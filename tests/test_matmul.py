@@ -71,6 +71,7 @@ def test_each_backend_is_measured_in_a_fresh_process_where_no_other_pool_ran(tmp
     assert not [p for p in numpy_pools if p.startswith("openmp")], numpy_pools
     assert {r["isolation"] for r in rows} == {"process"}
     assert tracker.tags["devicebench.isolation"].startswith("one fresh process per backend")
+    assert tracker.tags["devicebench.util.peak_source"].startswith("unknown: no datasheet peak for a CPU")
 
 
 def test_isolation_none_measures_in_this_process(tmp_path: Path) -> None:
@@ -185,6 +186,12 @@ def test_matmul_on_cuda_logs_the_unsynchronised_time(tmp_path: Path) -> None:
         tracker.values("matmul/torch/float32/unsynced_time_s")[0]
         < tracker.values("matmul/torch/float32/time_s")[0]
     )
+    # a GPU in the peaks table gets its point's share of the datasheet peak; one not in it says so
+    source = tracker.tags["devicebench.util.peak_source"]
+    fractions = tracker.values("matmul/torch/float32/peak_fraction")
+    assert (source.startswith("datasheet: ") and 0 < fractions[0] < 1) or (
+        source.startswith("unknown: ") and not fractions
+    ), (source, fractions)
 
 
 def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() -> None:
@@ -215,6 +222,13 @@ def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() ->
     assert "matmul/numpy/float32/peak_fraction" not in point_metrics(points[2], peaks)
     assert point_peaks(points, "NVIDIA H100 PCIe")[("torch", "float32")] == 51_000.0
     assert point_peaks(points, "Some Future GPU") == {}
+    from devicebench.workloads.matmul import peak_source
+
+    assert peak_source("NVIDIA H100 80GB HBM3").startswith("datasheet: NVIDIA H100 datasheet, SXM")
+    assert (
+        peak_source("Some Future GPU") == "unknown: Some Future GPU is not in the peaks table (host/peaks.py)"
+    )
+    assert peak_source(None).startswith("unknown: no datasheet peak for a CPU")
     assert (
         gpu_peak("NVIDIA A10").tflops["tf32"] == 62.5 and gpu_peak("Tesla V100-SXM2-16GB").name == "V100 SXM2"
     )

@@ -103,6 +103,17 @@ def point_peaks(points: list[Point], device_name: str) -> dict[tuple[str, str], 
     }
 
 
+def peak_source(gpu_name: str | None) -> str:
+    """The run's `util.peak_source` tag: where its points' `peak_fraction` comes from, or why there is
+    none (`gpu_name` None: the points ran on the CPU), so a missing fraction is explained, not absent."""
+    if gpu_name is None:
+        return "unknown: no datasheet peak for a CPU; this run's GFLOP/s are the CPU's measured rate"
+    peak = gpu_peak(gpu_name)
+    if peak is None:
+        return f"unknown: {gpu_name} is not in the peaks table (host/peaks.py)"
+    return f"datasheet: {peak.source}"
+
+
 def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], float]) -> object:
     import matplotlib
 
@@ -167,7 +178,9 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     # fp32 products are IEEE fp32 on every device (matmul_series sets cuBLAS so): said, not assumed
     tracker.set_tags({f"{TAG_PREFIX}isolation": ISOLATION[cfg.isolation], f"{TAG_PREFIX}fp32_math": "ieee"})
     points = measure(cfg, ctx.device)
-    peaks = point_peaks(points, device_name(ctx.device)) if ctx.device.type == "cuda" else {}
+    gpu = device_name(ctx.device) if ctx.device.type == "cuda" else None
+    peaks = point_peaks(points, gpu) if gpu else {}
+    tracker.set_tags({f"{TAG_PREFIX}util.peak_source": peak_source(gpu)})
     rows = []
     for p in points:
         values = point_metrics(p, peaks)
