@@ -358,3 +358,17 @@ def test_a_run_logs_the_models_flops_and_the_share_of_the_cpus_measured_peak(tmp
     assert 0 < fraction < 1 and fraction == pytest.approx(tflops / peak)
     assert tracker.tags["devicebench.util.dtype"] == "fp32"
     assert tracker.tags["devicebench.util.peak_source"].startswith("measured: torch.mm fp32 n=1024")
+
+
+def test_a_peak_that_cannot_be_known_is_logged_as_unknown_with_the_reason() -> None:
+    """No fraction is made up: a dtype with no CPU peak logs the FLOP rate, no peak, and says why."""
+    from devicebench.host.peaks import peak_source
+    from devicebench.train.summary import utilization_metrics
+
+    metrics, tags = utilization_metrics(1e6, 1000.0, torch.device("cpu"), "fp16")
+    assert metrics == {"flops/train_per_sample": 1e6, "throughput/train_tflops": pytest.approx(1e-3)}
+    assert tags["devicebench.util.peak_source"] == "unknown: no fp16 peak for a cpu device"
+    assert (
+        peak_source("Some Future GPU") == "unknown: Some Future GPU is not in the peaks table (host/peaks.py)"
+    )
+    assert peak_source("NVIDIA A100-SXM4-80GB").startswith("datasheet: NVIDIA A100 datasheet")

@@ -222,7 +222,7 @@ def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() ->
     assert "matmul/numpy/float32/peak_fraction" not in point_metrics(points[2], peaks)
     assert point_peaks(points, "NVIDIA H100 PCIe")[("torch", "float32")] == 51_000.0
     assert point_peaks(points, "Some Future GPU") == {}
-    from devicebench.workloads.matmul import peak_source
+    from devicebench.workloads.matmul import points_peak_source as peak_source
 
     assert peak_source("NVIDIA H100 80GB HBM3").startswith("datasheet: NVIDIA H100 datasheet, SXM")
     assert (

@@ -88,6 +88,14 @@ def gpu_peak(device_name: str) -> Peak | None:
     return None
 
 
+def peak_source(gpu_name: str) -> str:
+    """The `util.peak_source` tag of a run on `gpu_name`: the datasheet its peaks come from, or why none."""
+    peak = gpu_peak(gpu_name)
+    if peak is None:
+        return f"unknown: {gpu_name} is not in the peaks table (host/peaks.py)"
+    return f"datasheet: {peak.source}"
+
+
 def training_dtype(precision: str, fp32_math: str) -> str:
     """The dtype whose peak a training run is held against: autocast's, else what fp32 resolved to."""
     if precision in ("bf16", "fp16"):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from devicebench.host.peaks import gpu_peak
+from devicebench.host.peaks import gpu_peak, peak_source
 from devicebench.host.timing import Timer
 from devicebench.schema import (
     FLOPS_PER_SAMPLE,
@@ -148,24 +148,26 @@ def utilization_metrics(
     tflops = flops_per_sample * samples_per_s / 1e12
     metrics = {FLOPS_PER_SAMPLE: flops_per_sample, TRAIN_TFLOPS: tflops}
     tags = {tag("util.dtype"): dtype}
-    peak = peak_tflops(device, dtype)
-    if peak is None:
-        return metrics, {**tags, tag("util.peak_source"): "unknown"}
-    job_peak = peak[0] * world_size
-    metrics.update({PEAK_TFLOPS: job_peak, PEAK_FRACTION: tflops / job_peak})
-    return metrics, {**tags, tag("util.peak_source"): peak[1]}
+    peak, source = peak_tflops(device, dtype)
+    if peak is not None:
+        job_peak = peak * world_size
+        metrics.update({PEAK_TFLOPS: job_peak, PEAK_FRACTION: tflops / job_peak})
+    return metrics, {**tags, tag("util.peak_source"): source}
 
 
-def peak_tflops(device: torch.device, dtype: str) -> tuple[float, str] | None:
-    """(dense peak TFLOP/s for `dtype` on `device`, where the figure comes from), or None."""
+def peak_tflops(device: torch.device, dtype: str) -> tuple[float | None, str]:
+    """(dense peak TFLOP/s for `dtype` on `device`, where the figure comes from), or (None, why there
+    is none): the tag then says `unknown: ...` with the reason, never a bare "unknown"."""
     if device.type == "cuda":
-        peak = gpu_peak(torch.cuda.get_device_name(device))
-        if peak is None or dtype not in peak.tflops:
-            return None
-        return peak.tflops[dtype], f"datasheet: {peak.source}"
+        name = torch.cuda.get_device_name(device)
+        peak = gpu_peak(name)
+        if peak is not None and dtype not in peak.tflops:
+            return None, f"unknown: the {peak.name} datasheet gives no {dtype} peak"
+        return (peak.tflops[dtype] if peak else None), peak_source(name)
     if device.type == "cpu" and dtype in CPU_DTYPES:
-        return cpu_peak_tflops(dtype)
-    return None
+        measured = cpu_peak_tflops(dtype)
+        return measured if measured else (None, f"unknown: a {dtype} torch.mm failed on this CPU")
+    return None, f"unknown: no {dtype} peak for a {device.type} device"
 
 
 def cpu_peak_tflops(dtype: str = "fp32", n: int = CPU_PEAK_N) -> tuple[float, str] | None:

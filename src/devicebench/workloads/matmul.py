@@ -21,7 +21,7 @@ from devicebench.config.workloads import ISOLATION
 from devicebench.config.workloads import MatmulConfig as Config
 from devicebench.host.context import Context
 from devicebench.host.device import device_name, require_native_bf16
-from devicebench.host.peaks import gpu_peak, matmul_dtype
+from devicebench.host.peaks import gpu_peak, matmul_dtype, peak_source
 from devicebench.host.timing import TimingStats
 from devicebench.schema import MATMUL_POINT_FIGURES, gflops, matmul_key, matmul_point_key
 from devicebench.tracking.protocol import TAG_PREFIX, Tracker
@@ -103,15 +103,12 @@ def point_peaks(points: list[Point], device_name: str) -> dict[tuple[str, str], 
     }
 
 
-def peak_source(gpu_name: str | None) -> str:
+def points_peak_source(gpu_name: str | None) -> str:
     """The run's `util.peak_source` tag: where its points' `peak_fraction` comes from, or why there is
     none (`gpu_name` None: the points ran on the CPU), so a missing fraction is explained, not absent."""
     if gpu_name is None:
         return "unknown: no datasheet peak for a CPU; this run's GFLOP/s are the CPU's measured rate"
-    peak = gpu_peak(gpu_name)
-    if peak is None:
-        return f"unknown: {gpu_name} is not in the peaks table (host/peaks.py)"
-    return f"datasheet: {peak.source}"
+    return peak_source(gpu_name)
 
 
 def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], float]) -> object:
@@ -180,7 +177,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     points = measure(cfg, ctx.device)
     gpu = device_name(ctx.device) if ctx.device.type == "cuda" else None
     peaks = point_peaks(points, gpu) if gpu else {}
-    tracker.set_tags({f"{TAG_PREFIX}util.peak_source": peak_source(gpu)})
+    tracker.set_tags({f"{TAG_PREFIX}util.peak_source": points_peak_source(gpu)})
     rows = []
     for p in points:
         values = point_metrics(p, peaks)
