@@ -60,6 +60,8 @@ def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_pa
                 matrix: {device: [cpu, cuda]}
               - entry: matmul
                 params: {device: cpu}
+              - entry: unet
+                params: {data: synthetic, device: cpu, nproc: 2}
             """,
         )
     )
@@ -72,6 +74,8 @@ def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_pa
         ("cifar", "cuda", 2, False),
         ("matmul", "cpu", 1, False),
         ("matmul", "cpu", 2, False),
+        ("unet", "cpu", 1, False),  # a CPU job of 2 processes: tuning measures one, so no tuned item
+        ("unet", "cpu", 2, False),
     ]
     tuned = plan.runs[2]
     assert tuned.argv()[1:5] == ["-P", "-m", "devicebench", "tune"] and tuned.argv()[5] == "cifar"
@@ -192,8 +196,8 @@ def test_cpu_vs_gpu_pairs_the_gpu_with_data_in_memory_against_a_tuned_cpu_that_c
     gpu = {key(r.params) for r in plan.runs if r.entry == "cifar" and r.params.get("device") == "cuda"}
     assert len(tuned) == 3
     for r in tuned:
-        in_memory = {**r.params, **Setting(4, "tensor", 0).overrides()}
-        assert key(in_memory) in gpu, r.params["batch_size"]
+        cfg = build_config(CifarConfig, {k: str(v) for k, v in r.params.items()})
+        assert config_key("cifar", Setting(4, "tensor", 0).applied(cfg)) in gpu, r.params["batch_size"]
 
 
 def test_scaling_plan_is_one_series_of_four_world_sizes_on_cuda() -> None:

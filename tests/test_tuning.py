@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
+from devicebench.config.workloads import CifarConfig, UNetConfig
 from devicebench.errors import UsageError
 from devicebench.run import tuning
 from devicebench.run.tuning import CONFIRM, CONFIRMATION, Setting, Trial
 
 TWO_TENSOR, ONE_TENSOR = Setting(2, "tensor", 0), Setting(1, "tensor", 0)
+TWO_LOADER = Setting(2, "dataloader", 0)  # unet's first setting: it has no loader=tensor
 
 
 class Clock:
@@ -32,19 +34,21 @@ class Clock:
 
 
 def _fake_trials(
-    monkeypatch: pytest.MonkeyPatch, rates: dict[Setting, list[float]], seconds: float = 1.0
+    monkeypatch: pytest.MonkeyPatch, rates: dict[Setting, list[float]], step_s: float, setup_s: float = 0.0
 ) -> list[tuple[Setting, int]]:
-    """Each call of run_trial takes `seconds` on the clock and returns the setting's next rate (the last
-    one again when they run out, 1,000 for a setting not listed); the (setting, steps) of each call."""
+    """Each call of run_trial takes `setup_s` + `step_s` a step on the clock and returns the setting's next
+    rate (the last one again when they run out, 1,000 for a setting not listed); the (setting, steps) of
+    each call, the warm-up first."""
     clock, calls = Clock(), []
     monkeypatch.setattr(tuning, "time", clock)
 
     def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path) -> Trial:
-        clock.now += seconds
+        took = setup_s + step_s * steps
+        clock.now += took
         calls.append((setting, steps))
         left = rates.get(setting, [1000.0])
         rate = left.pop(0) if len(left) > 1 else left[0]
-        return Trial(setting, steps, rate, seconds)
+        return Trial(setting, steps, rate, took)
 
     monkeypatch.setattr(tuning, "run_trial", run_trial)
     return calls
@@ -54,9 +58,9 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     """2 threads looked fastest once (3,000) and came in at 2,000 the second time; 1 thread held 2,900
     then 2,950: the median picks 1 thread, and the figure the measured run is held to is its median."""
     rates = {TWO_TENSOR: [9.0, 3000.0, 2000.0], ONE_TENSOR: [2900.0, 2950.0]}  # 9.0: the untimed warm-up
-    calls = _fake_trials(monkeypatch, rates)
+    calls = _fake_trials(monkeypatch, rates, step_s=0.01)
     said: list[str] = []
-    trials = tuning.tune("cifar", object(), 60.0, 2, Path("."), say=said.append)
+    trials = tuning.tune("cifar", CifarConfig(), 60.0, 2, Path("."), say=said.append)
 
     assert [t.setting for t in trials[:7]] == tuning.settings("cifar", 2)
     assert [(t.setting, t.note) for t in trials[7:]] == [
@@ -65,10 +69,10 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     ]
     chosen = tuning.best(trials)
     assert chosen.setting == ONE_TENSOR and chosen.samples_per_s == pytest.approx(2925.0)
-    # the first trial is the short probe; every other trial, and both second runs, take the probe's share
-    # of the budget (60 s over 7 trials and 2 second runs at 1 s per 30 steps: 200 steps)
-    assert calls[0][1] == tuning.MIN_STEPS and calls[1] == (TWO_TENSOR, tuning.PROBE_STEPS)
-    assert {steps for _, steps in calls[2:]} == {200}
+    # 60 s over 7 trials and 2 second runs: 6.67 s each, so at 0.01 s a step the first trial takes its
+    # most (30 steps) and every later one, second runs too, the most there is (300)
+    assert calls[0] == (TWO_TENSOR, tuning.WARMUP_STEPS) and calls[1] == (TWO_TENSOR, tuning.PROBE_STEPS)
+    assert {steps for _, steps in calls[2:]} == {tuning.MAX_STEPS}
     assert len(said) == 9 and said[-1].startswith("tune cifar: [again 2/2] 1 thread, data in memory: 2,950")
     assert said[-1].endswith("median of its runs 2,925")
     table = tuning.table(trials)
@@ -80,21 +84,63 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
 
 
 def test_past_the_budget_the_rest_and_the_second_runs_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """10 s at 2 s a trial: the warm-up and four trials fit, the other three and both second runs are
-    listed as skipped, and the choice is made from the figures there are."""
-    rates = {Setting(1, "tensor", 0): [4000.0]}
-    _fake_trials(monkeypatch, rates, seconds=2.0)
+    """A 10 s budget is 1.1 s a trial: at 0.5 s a step and 0.5 s of setup every trial takes 2 steps (no
+    fewer), 1.5 s; the warm-up and five trials fit, the other two and both second runs are listed as
+    skipped, the choice is made from the figures there are, and the last line says what to raise."""
+    rates = {ONE_TENSOR: [4000.0]}
+    calls = _fake_trials(monkeypatch, rates, step_s=0.5, setup_s=0.5)
     said: list[str] = []
-    trials = tuning.tune("cifar", object(), 10.0, 2, Path("."), say=said.append)
+    trials = tuning.tune("cifar", CifarConfig(), 10.0, 2, Path("."), say=said.append)
 
+    assert {steps for _, steps in calls} == {tuning.MIN_STEPS}
     ran = [t for t in trials if t.samples_per_s]
-    assert len(trials) == 9 and len(ran) == 4
-    assert all(t.note.startswith("skipped") for t in trials[4:])
-    assert sum(t.seconds for t in trials) <= 10.0
-    assert tuning.best(trials).setting == Setting(1, "tensor", 0)
-    assert said[-1] == "tune cifar: [again 2/2] 2 threads, data in memory: skipped, 0.0 s of the budget left"
+    assert len(trials) == 9 and len(ran) == 5 and all(t.note.startswith("skipped") for t in trials[5:])
+    assert 1.5 + sum(t.seconds for t in trials) <= 10.0  # the warm-up and the trials keep to the budget
+    assert tuning.best(trials).setting == ONE_TENSOR
+    assert said[-2] == "tune cifar: [again 2/2] 2 threads, data in memory: skipped, 1.0 s of the budget left"
+    assert said[-1] == (
+        "tune cifar: 4 of 9 trials skipped, as they did not fit in tune_budget_s=10 (9 s spent); "
+        "raise it to run them all"
+    )
+
+
+def test_a_model_slower_than_its_share_runs_the_warm_up_and_one_short_trial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The full UNet on this 2-core VM takes ~25 s a step: with 60 s the warm-up (2 steps) and one trial
+    of 2 steps run, about 100 s, and nothing more (its one second run is skipped too); before, a 10-step
+    warm-up and a 30-step first trial took some 1,000 s of a 60 s budget."""
+    calls = _fake_trials(monkeypatch, {}, step_s=25.0)
+    said: list[str] = []
+    trials = tuning.tune("unet", UNetConfig(), 60.0, 2, Path("."), say=said.append)
+
+    assert calls == [(TWO_LOADER, 2), (TWO_LOADER, 2)]
+    assert [t.samples_per_s is not None for t in trials] == [True] + [False] * 5
+    assert said[-1].startswith("tune unet: 5 of 6 trials skipped, as they did not fit in tune_budget_s=60")
 
 
 def test_no_figure_at_all_is_a_usage_error_naming_the_budget() -> None:
     with pytest.raises(UsageError, match="raise tune_budget_s"):
         tuning.best([Trial(TWO_TENSOR, note="skipped: past the tuning budget")])
+
+
+def test_unet_tunes_for_real_with_the_dataloader_only(tmp_path: Path) -> None:
+    """Real trials of a tiny UNet (no replaced parts): unet has no `loader` parameter, and the tuning
+    once set it on every trial, so `devicebench tune unet` failed before its first step."""
+    from devicebench.config.fields import build_config
+
+    params = {"data": "synthetic", "base_channels": "4", "image_size": "32", "batch_size": "4", "epochs": "1"}
+    cfg = build_config(UNetConfig, {**params, "train_limit": "16", "val_limit": "4", "device": "cpu"})
+    said: list[str] = []
+    trials = tuning.tune("unet", cfg, 60.0, 2, tmp_path, say=said.append)
+
+    assert {t.setting.loader for t in trials} == {"dataloader"} and len(trials) == 5 + CONFIRM
+    assert all(t.samples_per_s for t in trials), said
+    assert {t.steps for t in trials} == {4}, "a trial trains no more than the run: 16 images, 4 a step"
+    chosen = tuning.best(trials)
+    measured = chosen.setting.applied(cfg)
+    assert (measured.cpu_threads, measured.num_workers) == (
+        chosen.setting.threads,
+        chosen.setting.num_workers,
+    )
+    assert not hasattr(measured, "loader")

@@ -193,10 +193,20 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
         for values, repeats in _expand(spec, f"runs[{i}]", default_repeats, data, path):
             for r in range(1, repeats + 1):
                 planned.append(PlannedRun(len(planned) + 1, spec["entry"], values, r, repeats))
-            if tune and spec["entry"] in TUNABLE and values.get("device", "cpu") == "cpu":
-                # beside the CPU as configured, once: the same work on this CPU at its best
+            if (
+                tune
+                and spec["entry"] in TUNABLE
+                and values.get("device", "cpu") == "cpu"
+                and _one_process(values)
+            ):
+                # beside the CPU as configured, once: the same work on this CPU at its best (tuning
+                # measures one process, so a CPU job of several has no tuned item)
                 planned.append(PlannedRun(len(planned) + 1, spec["entry"], values, 1, 1, tune=True))
     return Plan(path=path, runs=planned, skip_unavailable=skip, **header, **report)
+
+
+def _one_process(values: dict[str, Any]) -> bool:
+    return all(str(values.get(k, 1)).strip() == "1" for k in ("nproc", "nnodes"))
 
 
 def _header(doc: dict[str, Any], path: Path) -> dict[str, Any]:

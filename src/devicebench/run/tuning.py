@@ -9,8 +9,12 @@ and runs the measured CPU side with it. That run is tagged `devicebench.cpu.tune
 trial as an MLflow table (`cpu_tuning.json`); the report holds the GPU against it as "this CPU at its
 best" (its `work_key` is the config's own, as loader and workers are how the CPU is fed, not the work).
 
-The whole search is time-boxed (`tune_budget_s`): the first trial sets how many steps the others take,
-and trials that would not fit in what is left are skipped and listed as such. The fastest few settings
+The whole search is time-boxed (`tune_budget_s`), warm-up included. Each trial gets an equal share of
+the budget: a two-step warm-up sets how many steps the first trial takes, the first trial how many the
+others take (2 to 300), and trials that would not fit in what is left are skipped and listed as such. A
+model two of whose steps outlast a share (the full UNet on a small CPU: ~25 s a step on 2 cores) gets the
+warm-up and one trial, however long those take, and the run says the budget was too small. The fastest
+few settings
 then run once more and each is judged by the median of its runs: the top of 19 short, noisy trials is
 biased upward (on the H100 host the measured run came in at 0.85 of its best trial at batch 4), and a
 second figure taken after the choice is not.
@@ -32,8 +36,9 @@ from devicebench.errors import UsageError
 from devicebench.schema import TRAINING_WORKLOADS
 
 TUNABLE = TRAINING_WORKLOADS
-PROBE_STEPS = 30  # the first trial's steps: long enough to time a step, short enough for any model
-MIN_STEPS, MAX_STEPS = 10, 300  # "a few hundred steps" where the budget allows
+WARMUP_STEPS = 2  # untimed: what a process pays once (imports, first kernels, the allocator)
+PROBE_STEPS = 30  # the most the first trial takes: enough to time a step
+MIN_STEPS, MAX_STEPS = 2, 300  # "a few hundred steps" where the budget allows, two where it does not
 CONFIRM = 2  # the fastest settings that run a second time, each then judged by the median of its runs
 CONFIRMATION = "confirmation"  # the note on a second run's row
 
@@ -46,8 +51,12 @@ class Setting:
     loader: str
     num_workers: int
 
-    def overrides(self) -> dict[str, Any]:
-        return {"cpu_threads": self.threads, "loader": self.loader, "num_workers": self.num_workers}
+    def applied(self, cfg: Any) -> Any:
+        """`cfg` fed and threaded this way: unet has no `loader` parameter (its settings all use the
+        DataLoader), so only the fields the config has are set."""
+        wanted = {"cpu_threads": self.threads, "loader": self.loader, "num_workers": self.num_workers}
+        have = {f.name for f in dataclasses.fields(cfg)}
+        return dataclasses.replace(cfg, **{k: v for k, v in wanted.items() if k in have})
 
     def __str__(self) -> str:
         feed = "data in memory" if self.loader == "tensor" else f"DataLoader, {self.num_workers} workers"
@@ -85,13 +94,14 @@ def settings(workload: str, cores: int) -> list[Setting]:
 
 
 def _trial_config(cfg: Any, setting: Setting, steps: int) -> Any:
-    """The config for one short trial: the same work, fed this way, for `steps` steps and one tiny eval."""
+    """The config for one short trial: the same work, fed this way, for `steps` steps (never more images
+    than the run itself trains on) and one tiny eval."""
+    images = steps * cfg.batch_size
     return dataclasses.replace(
-        cfg,
-        **setting.overrides(),
+        setting.applied(cfg),
         device="cpu",
         epochs=1,
-        train_limit=steps * cfg.batch_size,
+        train_limit=min(images, cfg.train_limit) if cfg.train_limit else images,
         **{_eval_limit(cfg): cfg.batch_size},
     )
 
@@ -131,18 +141,19 @@ def tune(
     if workload not in TUNABLE:
         raise UsageError(f"tuning trains {' and '.join(TUNABLE)}, not {workload}", param="workload")
     todo = settings(workload, cores)
+    share = budget_s / (len(todo) + CONFIRM)  # each trial's part of the budget, the second runs included
+    run_steps = math.ceil(cfg.train_limit / cfg.batch_size) if cfg.train_limit else MAX_STEPS
     started = time.perf_counter()
-    run_trial(workload, cfg, todo[0], MIN_STEPS, data_root)  # untimed: what a process pays once (imports,
-    # first kernels, the allocator) must not make the first setting look slow
+    # the warm-up keeps first-time costs from making the first setting look slow, and times a step
+    warm_steps = min(WARMUP_STEPS, run_steps)
+    warm = run_trial(workload, cfg, todo[0], warm_steps, data_root)
+    steps = _steps_in(share, warm.seconds / warm_steps, min(PROBE_STEPS, run_steps))
     trials: list[Trial] = []
-    steps = PROBE_STEPS
     for i, setting in enumerate(todo, start=1):
         trial = _within_budget(workload, cfg, setting, steps, data_root, trials, budget_s - _since(started))
         trials.append(trial)
-        if i == 1 and trial.samples_per_s:  # the probe sets every later trial's length
-            per_step = trial.seconds / max(steps, 1)
-            share = budget_s / (len(todo) + CONFIRM)
-            steps = max(MIN_STEPS, min(MAX_STEPS, int(share / max(per_step, 1e-6))))
+        if i == 1 and trial.samples_per_s:  # the first trial sets every later trial's length
+            steps = _steps_in(share, trial.seconds / max(steps, 1), min(MAX_STEPS, run_steps))
         best_rate = max((t.samples_per_s or 0.0) for t in trials)
         mark = "  <- best so far" if trial.samples_per_s and trial.samples_per_s == best_rate else ""
         say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, budget_s - _since(started))}{mark}")
@@ -156,7 +167,19 @@ def tune(
         say(
             f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, budget_s - _since(started))}{of}"
         )
+    skipped = sum(t.note.startswith("skipped") for t in trials)
+    if skipped:
+        say(
+            f"tune {workload}: {skipped} of {len(trials)} trials skipped, as they did not fit in "
+            f"tune_budget_s={budget_s:g} ({_since(started):.0f} s spent); raise it to run them all"
+        )
     return trials
+
+
+def _steps_in(share_s: float, per_step_s: float, most: int) -> int:
+    """How many steps fit in `share_s` seconds at `per_step_s` (a trial's whole time over its steps, so
+    setup counts too), at least MIN_STEPS and at most `most` (no more than the run itself takes)."""
+    return min(most, max(MIN_STEPS, int(share_s / max(per_step_s, 1e-6))))
 
 
 def _since(started: float) -> float:

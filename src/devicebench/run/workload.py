@@ -116,8 +116,6 @@ def _tune(
     name: str, cfg: WorkloadConfig, settings: Settings, budget_s: float, world_size: int
 ) -> tuple[WorkloadConfig, Tuned]:
     """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run."""
-    import dataclasses
-
     from devicebench.host.cpu import usable_cores
     from devicebench.run import tuning
 
@@ -126,7 +124,7 @@ def _tune(
     trials = tuning.tune(name, cfg, budget_s, usable_cores(), settings.data_dir, say=tuning.stderr)
     chosen = tuning.best(trials)
     tuning.stderr(f"tune {name}: fastest {chosen.setting}; measuring the CPU side that way")
-    return dataclasses.replace(cfg, **chosen.setting.overrides()), (
+    return chosen.setting.applied(cfg), (
         tuning.tags(trials, chosen, budget_s),
         tuning.table(trials),
     )
