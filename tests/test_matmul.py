@@ -242,3 +242,18 @@ def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() ->
         peak = gpu_peak(name)
         assert peak is not None and peak.source.startswith("NVIDIA"), name
         assert {"fp32", "fp16"} <= set(peak.tflops)
+    # torch's names of variants pick their own rows; a name only like one in the table gets none
+    variants = {
+        "Tesla V100-PCIE-32GB": ("V100 PCIe", 14.0),
+        "Tesla V100S-PCIE-32GB": ("V100S PCIe", 16.4),
+        "NVIDIA A100 80GB PCIe": ("A100", 19.5),
+        "NVIDIA H100 PCIe": ("H100 PCIe", 51.0),
+        "NVIDIA H100 NVL": ("H100 NVL", 60.0),
+        "NVIDIA GH200 480GB": ("GH200", 67.0),
+        "NVIDIA H200 NVL": ("H200 NVL", 60.0),
+    }
+    for name, (row, fp32) in variants.items():
+        peak = gpu_peak(name)
+        assert peak is not None and (peak.name, peak.tflops["fp32"]) == (row, fp32), name
+    assert gpu_peak("NVIDIA H100 NVL").tflops["bf16"] == 835.5, "1,671 with sparsity, halved"
+    assert gpu_peak("NVIDIA RTX A1000") is None and gpu_peak("NVIDIA A10G") is None

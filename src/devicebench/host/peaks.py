@@ -27,8 +27,30 @@ class Peak:
     source: str
 
 
-# Matched against torch's device name in order: the first pattern that matches wins (PCIe before SXM).
+# Matched against torch's device name in order: the first pattern that matches wins (a variant before
+# its family: V100S and V100 PCIe before V100, NVL and PCIe before SXM, GH200 before H200). A GPU with no
+# datasheet of its own (AWS's A10G) is not in the table: its peak is unknown, not borrowed. V100 has no
+# TF32 or BF16 tensor cores, so it has no figure for them.
+_H100_SXM = {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5}
+_NVL = {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5}
+_NVL_SOURCE = "(FP32 60, TF32 835*, BF16/FP16 1,671* TFLOPS; *with sparsity, halved)"
 PEAKS: tuple[tuple[str, Peak], ...] = (
+    (
+        r"V100S",
+        Peak(
+            "V100S PCIe",
+            {"fp32": 16.4, "fp16": 130.0},
+            "NVIDIA V100S datasheet (16.4 TFLOPS single, 130 tensor)",
+        ),
+    ),
+    (
+        r"V100.*PCIE",
+        Peak(
+            "V100 PCIe",
+            {"fp32": 14.0, "fp16": 112.0},
+            "NVIDIA Tesla V100 datasheet (PCIe: 14 TFLOPS single, 112 TFLOPS tensor)",
+        ),
+    ),
     (
         r"V100",
         Peak(
@@ -38,7 +60,7 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
         ),
     ),
     (
-        r"\bA10\b|A10G",
+        r"\bA10\b",
         Peak(
             "A10",
             {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
@@ -46,13 +68,14 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
         ),
     ),
     (
-        r"A100",
+        r"\bA100\b",
         Peak(
             "A100",
             {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
             "NVIDIA A100 datasheet (FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense)",
         ),
     ),
+    (r"H100 NVL", Peak("H100 NVL", _NVL, f"NVIDIA H100 datasheet, NVL {_NVL_SOURCE}")),
     (
         r"H100.*PCIe",
         Peak(
@@ -65,15 +88,24 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
         r"H100",
         Peak(
             "H100 SXM",
-            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+            _H100_SXM,
             "NVIDIA H100 datasheet, SXM (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
         ),
     ),
     (
+        r"GH200",
+        Peak(
+            "GH200",
+            _H100_SXM,
+            "NVIDIA GH200 Grace Hopper datasheet (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
+        ),
+    ),
+    (r"H200 NVL", Peak("H200 NVL", _NVL, f"NVIDIA H200 datasheet, NVL {_NVL_SOURCE}")),
+    (
         r"H200",
         Peak(
             "H200 SXM",
-            {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+            _H100_SXM,
             "NVIDIA H200 datasheet, SXM (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
         ),
     ),
