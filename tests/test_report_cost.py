@@ -253,6 +253,15 @@ def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -
     assert grid.peak_cells[(1.0, 4.0)] == pytest.approx(0.0004) and grid.peak_cells[(2.0, 128.0)] == 0.0256
     assert crossover_chart(grid, tmp_path / "peak.png") == 3
     assert grid.best_cpu_cells == {}, "no faster CPU side was measured"
+    from devicebench.report.charts import crossover_caption
+
+    assert crossover_caption(grid) == "; where it pays in money, the share of the GPU's peak"
+    unpriced = grid_runs(priced=False)
+    for r in unpriced:
+        if r.device.startswith("cuda"):
+            r.metrics["util/peak_fraction"] = 0.001
+    (grid,) = compare(unpriced).grids
+    assert crossover_caption(grid) == "; the share of the GPU's peak", "no money panel, so no word of money"
 
 
 def test_compare_parser_takes_budget() -> None:

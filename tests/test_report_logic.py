@@ -778,6 +778,87 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     assert p.best_cpu is p.base
 
 
+def test_a_tuned_cpu_run_that_shares_the_configured_key_is_its_own_side(tmp_path: Path) -> None:
+    """A tuning that chose the DataLoader's own 2 workers (4 threads) logs the configured CPU's config
+    key: it was averaged into that side (4 runs, "noisy", no second speedup). It is its own side now:
+    not paired itself, the pair's best CPU, and judged against tuned nights only."""
+    work, feed = {"devicebench.work_key": "w1"}, {"loader": "dataloader", "num_workers": "2"}
+    cpus = [rec("cpu", params=feed, metrics=_tp(40.0), tags=work, start=i) for i in (1, 2, 3)]
+    tuned_tags = {
+        **work,
+        "devicebench.cpu.tuned": "true",
+        "devicebench.cpu.tuned.setting": "4 threads, DataLoader, 2 workers",
+    }
+    tuned = rec("cpu", params={**feed, "cpu_threads": "4"}, metrics=_tp(8.0), tags=tuned_tags, start=4)
+    gpus = [rec("cuda:0", params=feed, metrics=_tp(4.0), tags=work, start=i) for i in (1, 2, 3)]
+    comp = compare([*cpus, tuned, *gpus])
+    assert [(s.device, len(s.runs), s.tuned) for s in comp.all_sides] == [
+        ("cpu", 3, False),
+        ("cpu", 1, True),
+        ("cuda:0", 3, False),
+    ]
+    (p,) = comp.pairs
+    assert p.base.runs == cpus and p.headline == pytest.approx(10.0)
+    assert p.best_cpu is not None and p.best_cpu.runs == [tuned] and p.speedups["best_cpu"] == 2.0
+    assert p.verdicts[0].startswith("against this CPU at its best (4 threads, DataLoader, 2 workers)")
+    assert not [v for v in p.verdicts if v.startswith("noisy")], p.verdicts
+    assert comp.unpaired == [] and comp.all_sides[1].label == "cpu (EPYC, tuned)"
+    # alone in its key (no CPU as configured beside it) a tuned side pairs as the CPU side
+    (own,) = compare([tuned, *gpus]).pairs
+    assert own.base.runs == [tuned] and own.best_cpu is own.base
+    # a tuned night is judged against tuned nights, not against the CPU as configured
+    slow = rec("cpu", params={**feed, "cpu_threads": "4"}, metrics=_tp(12.0), tags=tuned_tags, start=9)
+    found, groups = find_regressions([*cpus, tuned, slow], 0.1)
+    assert groups == 2 and [(r.device, round(r.change, 2)) for r in found] == [("cpu tuned", 0.5)]
+
+
+def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: Path) -> None:
+    """The cost is taken against this CPU at its best; the price line used the speedup over the CPU as
+    configured beside it: "10.0× faster at 3.00× the price costs 2.40× more", which cannot be. The line,
+    the pairs table's cost cells and the heatmap's money panel now all name the best CPU."""
+    from devicebench.report.charts import crossover_caption
+    from devicebench.report.content import pair_row
+
+    runs = []
+    for batch in (4, 64):
+        p, work = {"batch_size": str(batch)}, {"devicebench.work_key": f"w{batch}"}
+        tuned_tags = {
+            **work,
+            "devicebench.cpu.tuned": "true",
+            "devicebench.cpu.tuned.setting": "4 threads, data in memory",
+        }
+        runs += [
+            rec("cpu", key=f"k{batch}", params={**p, "loader": "dataloader"}, metrics=_tp(40.0), tags=work),
+            rec("cpu", key=f"t{batch}", params={**p, "loader": "tensor"}, metrics=_tp(5.0), tags=tuned_tags),
+            rec("cuda:0", key=f"k{batch}", params={**p, "loader": "dataloader"}, metrics=_tp(4.0), tags=work),
+        ]
+    for r in runs:
+        price = 3.0 if r.device.startswith("cuda") else 1.0
+        r.tags["devicebench.price.usd_per_hour"] = str(price)
+        r.metrics["cost/usd_per_epoch"] = r.metrics["time/train_s"] / 3600 * price
+    comp = compare(runs)
+    p = next(p for p in comp.pairs if p.is_cpu_gpu)
+    assert p.headline == 10.0 and p.cost_speedup == pytest.approx(1.25) and p.cost_ratio == pytest.approx(2.4)
+    assert (
+        "faster but dearer: 1.25× faster than this CPU at its best at 3.00× the price costs 2.40× more per epoch"
+        in p.verdicts
+    )
+    row = pair_row(p, {})
+    assert row.cost_ratio == "2.40× per epoch (against the best CPU)"
+    assert row.cost == "best CPU $0.00139 / $0.00333 per epoch", (
+        "the tuned CPU's 5 s at $1/h, not the 40 s side's"
+    )
+    (grid,) = comp.grids
+    assert grid.cost_base == "this CPU at its best"
+    assert crossover_caption(grid) == "; against this CPU at its best, where it pays in money"
+    # with no tuned side the cost is the pair's own, and so is the speedup beside it
+    (own,) = compare(
+        [r for r in runs if r.tag("cpu.tuned") != "true" and r.params["batch_size"] == "4"]
+    ).pairs
+    assert own.cost_base is own.base and own.cost_speedup == 10.0
+    assert "cheaper per epoch on the GPU (3.33×) although 3.00× the hourly price" in own.verdicts
+
+
 def test_a_gpu_side_far_below_its_peak_is_called_launch_bound_by_its_share() -> None:
     """The tutorial Net on an H100: ~7 GFLOP/s of 494 TFLOP/s TF32, far under 5 % of the peak."""
     gpu_tags = {"devicebench.util.dtype": "tf32"}

@@ -138,7 +138,8 @@ def crossover_chart(grid: Grid, path: Path) -> int:
             (
                 grid.cost_cells,
                 -1.0,
-                f"Cost ratio of the same work: {grid.other} / {grid.base} (green: cheaper on {grid.other})",
+                f"Cost ratio of the same work: {grid.other} / {grid.cost_base or grid.base} "
+                f"(green: cheaper on {grid.other})",
                 "log10 (1 / cost ratio)",
             )
         )
@@ -154,6 +155,20 @@ def crossover_chart(grid: Grid, path: Path) -> int:
         fig.colorbar(im, ax=ax, label=bar, format=ticks)
     _save(plt, fig, path)
     return len(panels)
+
+
+def crossover_caption(grid: Grid) -> str:
+    """What the heatmap's panels beyond the speedup show, in the words of the report's chart list."""
+    extra = [
+        text
+        for cells, text in (
+            (grid.best_cpu_cells, "against this CPU at its best"),
+            (grid.cost_cells, "where it pays in money"),
+            (grid.peak_cells, "the share of the GPU's peak"),
+        )
+        if cells
+    ]
+    return f"; {', '.join(extra)}" if extra else ""
 
 
 def cost_time_chart(sides: Sequence[Side], path: Path) -> bool:
@@ -241,6 +256,6 @@ def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
         charts[SCALING_PNG] = "throughput against world size per config and device model, with the ideal line"
     for i, grid in enumerate(comp.grids, 1):
         name = f"crossover_{i}_{grid.workload}.png"
-        money = " and where it pays in money" if crossover_chart(grid, out / name) > 1 else ""
-        charts[name] = f"crossover heatmap: {grid.title}{money}"
+        crossover_chart(grid, out / name)
+        charts[name] = f"crossover heatmap: {grid.title}{crossover_caption(grid)}"
     return charts

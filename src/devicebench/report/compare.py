@@ -91,6 +91,7 @@ class Grid:
     peak_cells: dict[tuple[float, float], float] = field(default_factory=dict)
     # (width, batch_size) -> the speedup over this CPU at its best, where a faster CPU side was measured
     best_cpu_cells: dict[tuple[float, float], float] = field(default_factory=dict)
+    cost_base: str = ""  # what the cost cells are taken against where it is not `base` (the best CPU)
 
     @property
     def widths(self) -> list[float]:
@@ -140,7 +141,8 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
             if id(p) in over_best:
                 best[cell] = p.speedups["best_cpu"]
         if len(cells) >= 2:
-            grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks, best))
+            against = "this CPU at its best" if any(p.cost_base is not p.base for p in ps) else ""
+            grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks, best, against))
             if len({b for _, b in cells}) > 1:
                 for p in ps:
                     p.in_crossover = True

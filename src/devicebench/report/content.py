@@ -93,7 +93,9 @@ def pair_row(p: Pair, varying: dict[str, list[str]]) -> PairRow:
         timed = timed_label(key)
         base_time, other_time = fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
     rng = f" ({fmt_x(p.speedup_range[0])}–{fmt_x(p.speedup_range[1])})" if p.speedup_range else ""
-    price_ratio, cost_ratio, spent = money.pair_cost_cells(p.base, p.other, p.cost)
+    price_ratio, cost_ratio, spent = money.pair_cost_cells(p.cost_base, p.other, p.cost)
+    if p.cost_base is not p.base and p.cost is not None and p.cost.cost_ratio is not None:
+        cost_ratio, spent = f"{cost_ratio} (against the best CPU)", f"best CPU {spent}"
     return PairRow(
         workload=p.workload,
         config=describe(p.base, varying),

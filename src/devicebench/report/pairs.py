@@ -52,6 +52,17 @@ class Pair:
         return None
 
     @property
+    def cost_base(self) -> Side:
+        """The CPU side the cost is taken against: this CPU at its best where a side faster than the
+        pair's own was measured (best_cpu.attach), else the pair's own base."""
+        return self.best_cpu if self.best_cpu is not None and self.best_cpu is not self.base else self.base
+
+    @property
+    def cost_speedup(self) -> float | None:
+        """The speedup that goes with `cost`: over the best CPU where the cost is taken against it."""
+        return self.speedups.get("best_cpu") if self.cost_base is not self.base else self.headline
+
+    @property
     def price_ratio(self) -> float | None:
         """other's hourly price / base's, where both runs say it in one currency."""
         return self.cost.price_ratio if self.cost else None
@@ -104,6 +115,15 @@ def make_pair(base: Side, other: Side) -> Pair:
     return pair
 
 
+def _held_as_best(side: Side, alike: list[Side]) -> bool:
+    """A tuned CPU side beside the same CPU as configured is not paired itself: the GPU is held against
+    the configured side, and against the tuned one as "this CPU at its best" (best_cpu.py). Alone in its
+    key (a tuning that chose data in memory), a tuned side is the pair's own CPU side."""
+    return side.tuned and any(
+        o.is_cpu and not o.tuned and o.device_name == side.device_name for o in alike if o is not side
+    )
+
+
 def build_pairs(sides_by_key: dict[str, list[Side]]) -> tuple[list[Pair], list[Side]]:
     """Every pair of sides within a key and a world size (CPU as the base where present); sides with no
     partner at their world size are unpaired.
@@ -118,10 +138,11 @@ def build_pairs(sides_by_key: dict[str, list[Side]]) -> tuple[list[Pair], list[S
     for sides in sides_by_key.values():
         for world in sorted({s.world_size for s in sides}):
             alike = [s for s in sides if s.world_size == world]
-            if len(alike) < 2:
+            pairable = [s for s in alike if not _held_as_best(s, alike)]
+            if len(pairable) < 2:
                 unpaired.extend(alike)
                 continue
-            pairs.extend(make_pair(a, b) for a, b in combinations(alike, 2))
+            pairs.extend(make_pair(a, b) for a, b in combinations(pairable, 2))
     pairs.sort(
         key=lambda p: (
             p.workload,

@@ -41,6 +41,13 @@ class RunRecord:
         return self.tag("device.resolved") or self.tag("device") or "?"
 
     @property
+    def cpu_tuned(self) -> bool:
+        """A `devicebench tune` run: the CPU threaded and fed the fastest way its trials found. It may
+        share its config key with the CPU as configured (a tuning that chose the DataLoader's own
+        workers), yet it is another CPU configuration: never a repeat of the untuned runs."""
+        return self.tag("cpu.tuned") == "true"
+
+    @property
     def world_size(self) -> int:
         """The processes of the job (`devicebench.world_size`): 1 for runs logged before data-parallel
         runs existed (they lack the tag, and ran one process) and for a tag that is not a count."""

@@ -140,7 +140,8 @@ def build_series(sides_by_key: dict[str, list[Side]]) -> list[Series]:
     groups: dict[tuple[str, str, str, str], list[Side]] = defaultdict(list)
     for sides in sides_by_key.values():
         for s in sides:
-            groups[_series_key(s)].append(s)
+            if not s.tuned:  # one process by construction, and another CPU configuration than the series'
+                groups[_series_key(s)].append(s)
     out: list[Series] = []
     for (workload, key, kind, name), sides in groups.items():
         by_n: dict[int, list[Side]] = defaultdict(list)

@@ -112,11 +112,12 @@ class Side:
     matmul: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
     shape: str = ""  # the OCI shape the runs were priced on (or ran on): its own side, at its own price
     world_size: int = 1  # processes in each run's job: a side of 8 is never a repeat of a side of 1
+    tuned: bool = False  # `devicebench tune` CPU runs: never averaged with the CPU as configured
 
     @property
     def label(self) -> str:
         job = f"{self.world_size} processes" if self.world_size > 1 else ""
-        what = ", ".join(x for x in (self.device_name, self.shape, job) if x)
+        what = ", ".join(x for x in (self.device_name, self.shape, job, "tuned" if self.tuned else "") if x)
         return f"{self.device} ({what})" if what else self.device
 
     @property
@@ -160,10 +161,11 @@ def summarise(
     runs: list[RunRecord],
     shape: str = "",
     world_size: int = 1,
+    tuned: bool = False,
 ) -> Side:
     """Medians and spreads of everything the report shows, over one side's repeats."""
     ordered = sorted(runs, key=lambda r: r.start_time)
-    side = Side(workload, key, device, name, ordered, shape=shape, world_size=world_size)
+    side = Side(workload, key, device, name, ordered, shape=shape, world_size=world_size, tuned=tuned)
     for m in SUMMARY_METRICS:
         s = Stat.of(r.metrics[m] for r in runs if m in r.metrics)
         if s is not None:
@@ -198,21 +200,23 @@ def shape_of(run: RunRecord) -> str:
 
 
 def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
-    """config_key → its sides (one per device, hardware model, shape and world size), CPU first, then
-    by world size."""
-    groups: dict[tuple[str, str], dict[tuple[str, str, str, int], list[RunRecord]]] = defaultdict(
+    """config_key → its sides (one per device, hardware model, shape, world size and, on the CPU,
+    tuned or not), CPU first, then by world size."""
+    groups: dict[tuple[str, str], dict[tuple[str, str, str, int, bool], list[RunRecord]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in runs:
-        side = (*side_of(r), shape_of(r), r.world_size)
+        side = (*side_of(r), shape_of(r), r.world_size, r.cpu_tuned)
         groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][side].append(r)
     out: dict[str, list[Side]] = {}
     for (workload, key), by_side in groups.items():
         sides = [
-            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs, shape, world)
-            for (_, n, shape, world), rs in by_side.items()
+            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs, shape, world, tuned)
+            for (_, n, shape, world, tuned), rs in by_side.items()
         ]
-        out[key] = sorted(sides, key=lambda s: (not s.is_cpu, s.world_size, s.device, s.device_name, s.shape))
+        out[key] = sorted(
+            sides, key=lambda s: (not s.is_cpu, s.world_size, s.tuned, s.device, s.device_name, s.shape)
+        )
     return out
 
 

@@ -144,28 +144,33 @@ def price_performance(pair: Pair) -> str | None:
 
 def _price_performance(pair: Pair) -> str | None:
     """The user's first question: is the faster side worth its price? Only where both sides' runs carry
-    a price (never a made-up one): the cost of the same work, against the hourly price ratio."""
-    speedup, cost = pair.headline, pair.cost
+    a price (never a made-up one): the cost of the same work, against the hourly price ratio. Where a
+    CPU side faster than the pair's own was measured, the cost and the speedup beside it are both taken
+    against that best CPU, and the line says so."""
+    speedup, cost = pair.cost_speedup, pair.cost
     if speedup is None or cost is None or cost.cost_ratio is None or cost.price_ratio is None:
         return None
     ratio, price = cost.cost_ratio, cost.price_ratio
     on = "the GPU" if pair.is_cpu_gpu else pair.other.label
+    best = " than on this CPU at its best" if pair.cost_base is not pair.base else ""
     if ratio < 1.0:
         how = "although" if price > 1.0 else "at"
         return (
-            f"cheaper per {cost.unit} on {on} ({fmt_speedup(1.0 / ratio)}) {how} {fmt_speedup(price)} "
+            f"cheaper per {cost.unit} on {on}{best} ({fmt_speedup(1.0 / ratio)}) {how} {fmt_speedup(price)} "
             "the hourly price"
         )
     if ratio == 1.0:
-        return f"same cost per {cost.unit} on {on} at {fmt_speedup(price)} the hourly price"
+        same = " as on this CPU at its best" if best else ""
+        return f"same cost per {cost.unit} on {on}{same} at {fmt_speedup(price)} the hourly price"
     where = "" if pair.is_cpu_gpu else f" on {on}"
+    over = " than this CPU at its best" if best else ""
     if speedup > 1.0:
         return (
-            f"faster but dearer{where}: {fmt_speedup(speedup)} faster at {fmt_speedup(price)} the price "
-            f"costs {fmt_speedup(ratio)} more per {cost.unit}"
+            f"faster but dearer{where}: {fmt_speedup(speedup)} faster{over} at {fmt_speedup(price)} the "
+            f"price costs {fmt_speedup(ratio)} more per {cost.unit}"
         )
     return (
-        f"dearer on {on} and not faster ({fmt_speedup(speedup)}): costs {fmt_speedup(ratio)} more per "
+        f"dearer on {on}{best} and not faster ({fmt_speedup(speedup)}): costs {fmt_speedup(ratio)} more per "
         f"{cost.unit}"
     )
 
