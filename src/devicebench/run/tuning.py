@@ -13,11 +13,11 @@ The whole search is time-boxed (`tune_budget_s`), warm-up included. Each trial g
 the budget: a two-step warm-up sets how many steps the first trial takes, the first trial how many the
 others take (2 to 300), and trials that would not fit in what is left are skipped and listed as such. A
 model two of whose steps outlast a share (the full UNet on a small CPU: ~25 s a step on 2 cores) gets the
-warm-up and one trial, however long those take, and the run says the budget was too small. The fastest
-few settings
-then run once more and each is judged by the median of its runs: the top of 19 short, noisy trials is
-biased upward (on the H100 host the measured run came in at 0.85 of its best trial at batch 4), and a
-second figure taken after the choice is not.
+warm-up and one trial, however long those take, and the run says the budget was too small.
+
+The fastest two settings then run once more and each is judged by the median of its runs: the top of 19
+short, noisy trials is biased upward (on the H100 host the measured run came in at 0.85 of its best
+trial at batch 4), and a second figure taken after the choice is not.
 """
 
 from __future__ import annotations
