@@ -79,6 +79,18 @@ def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_pa
     ]
     tuned = plan.runs[2]
     assert tuned.argv()[1:5] == ["-P", "-m", "devicebench", "tune"] and tuned.argv()[5] == "cifar"
+    from devicebench.plan.suite import tuning_summary
+
+    stderr = (
+        "tune cifar: [1/7] 2 threads, data in memory: 3,143 samples/s (0.3 s)  <- best so far\n"
+        "tune cifar: [again 1/2] 2 threads, data in memory: 3,090 samples/s (0.7 s)\n"
+        "tune cifar: 2 of 9 trials skipped, as they did not fit in tune_budget_s=60 (61 s spent); raise it\n"
+        "tune cifar: fastest 2 threads, data in memory; measuring the CPU side that way\n"
+        "devicebench: cifar run abc finished on cpu -> sqlite:///mlflow.db\n"
+    )
+    assert tuning_summary(tuned, stderr) == stderr.splitlines()[2:4], (
+        "the outcome under the item, not each trial"
+    )
     assert tuned.item_id != plan.runs[0].item_id and tuned.label.startswith("tune cifar")
     with pytest.raises(UsageError, match="tune_cpu: must be true or false"):
         load_plan(write(tmp_path, "name: t\ntune_cpu: yes please\nruns: [{entry: matmul}]\n"))

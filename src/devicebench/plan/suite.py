@@ -116,6 +116,13 @@ def _run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(argv, proc.returncode, None, stderr)
 
 
+def tuning_summary(item: PlannedRun, stderr: str) -> list[str]:
+    """A tuned item's own account under its line: the setting it chose, and how many trials the budget
+    skipped (each trial's line stays in the child's stderr; a plan shows the outcome, not the search)."""
+    own = f"tune {item.entry}: "
+    return [ln for ln in stderr.splitlines() if ln.startswith(own) and not ln.startswith(own + "[")]
+
+
 def _fmt_s(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
@@ -267,6 +274,8 @@ def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[
         if proc.returncode == 0:
             outcome.finished += 1
             print(f"{prefix} ... ok in {_fmt_s(durations[-1])}{eta}", flush=True)
+            for line in tuning_summary(item, proc.stderr) if item.tune else []:
+                print(f"  {line}", flush=True)
         else:
             lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             reason = lines[-1].removeprefix("devicebench: error: ") if lines else f"exit {proc.returncode}"
