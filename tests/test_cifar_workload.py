@@ -360,6 +360,27 @@ def test_a_run_logs_the_models_flops_and_the_share_of_the_cpus_measured_peak(tmp
     assert tracker.tags["devicebench.util.peak_source"].startswith("measured: torch.mm fp32 n=1024")
 
 
+def test_the_cpus_peak_is_taken_on_every_usable_core_whatever_the_runs_threads() -> None:
+    """A tuned run at 1 thread is held against the whole CPU, not one core; its threads are put back."""
+    from devicebench.host.cpu import usable_cores
+    from devicebench.train.summary import cpu_peak_tflops
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        measured = cpu_peak_tflops("fp32", n=256)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert measured is not None and measured[0] > 0
+    assert f"on this CPU's {usable_cores()} cores" in measured[1]
+    from devicebench.train.summary import peak_devices
+
+    # a CPU job of 4 processes on one node is one CPU; on 2 nodes of 2, two; 4 GPUs are four devices
+    assert peak_devices(torch.device("cpu"), 4, 4) == 1 and peak_devices(torch.device("cpu"), 4, 2) == 2
+    assert peak_devices(torch.device("cuda"), 4, 4) == 4
+
+
 def test_a_peak_that_cannot_be_known_is_logged_as_unknown_with_the_reason() -> None:
     """No fraction is made up: a dtype with no CPU peak logs the FLOP rate, no peak, and says why."""
     from devicebench.host.peaks import peak_source

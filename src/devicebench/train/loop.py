@@ -54,7 +54,13 @@ from devicebench.train.setup import (
     seed_everything,
     weights_fingerprint,
 )
-from devicebench.train.summary import Totals, dist_metrics, train_flops_per_sample, utilization_metrics
+from devicebench.train.summary import (
+    Totals,
+    dist_metrics,
+    peak_devices,
+    train_flops_per_sample,
+    utilization_metrics,
+)
 
 
 @dataclass
@@ -420,7 +426,7 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
         totals.train_samples_per_s,
         opts.device,
         peaks.training_dtype(opts.precision, opts.fp32_math),
-        opts.world.size,
+        peak_devices(opts.device, opts.world.size, opts.world.local_size),
     )
     tracker.set_tags(util_tags)
     tracker.log_metrics(

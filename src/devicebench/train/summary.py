@@ -16,7 +16,6 @@ short `torch.mm`; a device with neither logs no fraction.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from collections.abc import Callable
@@ -137,12 +136,13 @@ def utilization_metrics(
     samples_per_s: float,
     device: torch.device,
     dtype: str,
-    world_size: int = 1,
+    devices: int = 1,
 ) -> tuple[dict[str, float], dict[str, str]]:
     """(`flops/train_per_sample`, `throughput/train_tflops`, `util/peak_tflops`, `util/peak_fraction`;
     the `util.*` tags saying which dtype's peak and where it comes from). Without a FLOP count, or on a
     device with no known peak, the figures it cannot know are left out, never guessed. A job's
-    throughput is all its ranks', so its peak is `world_size` devices'."""
+    throughput is all its ranks', so its peak is that of the `devices` it ran on: its GPUs, or for a
+    CPU job its nodes (the processes on a node share its one CPU, whose peak is taken on every core)."""
     if not flops_per_sample:
         return {}, {}
     tflops = flops_per_sample * samples_per_s / 1e12
@@ -150,9 +150,15 @@ def utilization_metrics(
     tags = {tag("util.dtype"): dtype}
     peak, source = peak_tflops(device, dtype)
     if peak is not None:
-        job_peak = peak * world_size
+        job_peak = peak * devices
         metrics.update({PEAK_TFLOPS: job_peak, PEAK_FRACTION: tflops / job_peak})
     return metrics, {**tags, tag("util.peak_source"): source}
+
+
+def peak_devices(device: torch.device, world_size: int, local_size: int) -> int:
+    """How many devices' peaks a job's throughput is held against: every GPU of it, but one CPU per
+    node, as a node's processes share its cores."""
+    return world_size if device.type == "cuda" else max(world_size // max(local_size, 1), 1)
 
 
 def peak_tflops(device: torch.device, dtype: str) -> tuple[float | None, str]:
@@ -171,12 +177,21 @@ def peak_tflops(device: torch.device, dtype: str) -> tuple[float | None, str]:
 
 
 def cpu_peak_tflops(dtype: str = "fp32", n: int = CPU_PEAK_N) -> tuple[float, str] | None:
-    """The CPU's matmul rate measured now with torch's threads: the best of a few `torch.mm` of n×n.
-    A measured rate, not the silicon's theoretical peak: what this CPU gives torch for dense math."""
-    with contextlib.suppress(RuntimeError):
+    """The CPU's matmul rate measured now on every usable core: the best of a few `torch.mm` of n×n.
+    A measured rate, not the silicon's theoretical peak: what this CPU gives torch for dense math. On
+    all its cores, not the run's own threads: a tuned run that chose 2 of 16 threads would otherwise be
+    held against an eighth of the CPU and read 8× busier than it was."""
+    from devicebench.host.cpu import usable_cores
+
+    threads, before = usable_cores(), torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
         a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(CPU_DTYPES[dtype])
         out = torch.empty_like(a)
         stats = Timer("cpu").measure(lambda: torch.mm(a, a, out=out), warmup=1, repeats=3, min_time_s=0.05)
-        tflops = 2.0 * n**3 / stats.min_s / 1e12
-        return tflops, f"measured: torch.mm {dtype} n={n} on this CPU, best of {stats.samples}"
-    return None
+    except RuntimeError:
+        return None
+    finally:
+        torch.set_num_threads(before)
+    tflops = 2.0 * n**3 / stats.min_s / 1e12
+    return tflops, f"measured: torch.mm {dtype} n={n} on this CPU's {threads} cores, best of {stats.samples}"
