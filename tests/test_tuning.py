@@ -9,6 +9,7 @@ judged by the median of its runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,10 @@ class Clock:
 
 
 def _fake_trials(
-    monkeypatch: pytest.MonkeyPatch, rates: dict[Setting, list[float]], step_s: float, setup_s: float = 0.0
+    monkeypatch: pytest.MonkeyPatch,
+    rates: dict[Setting, list[float]],
+    step_s: float | Callable[[Setting], float],
+    setup_s: float = 0.0,
 ) -> list[tuple[Setting, int]]:
     """Each call of run_trial takes `setup_s` + `step_s` a step on the clock and returns the setting's next
     rate (the last one again when they run out, 1,000 for a setting not listed); the (setting, steps) of
@@ -43,7 +47,7 @@ def _fake_trials(
     monkeypatch.setattr(tuning, "time", clock)
 
     def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path) -> Trial:
-        took = setup_s + step_s * steps
+        took = setup_s + (step_s(setting) if callable(step_s) else step_s) * steps
         clock.now += took
         calls.append((setting, steps))
         left = rates.get(setting, [1000.0])
@@ -117,6 +121,38 @@ def test_a_model_slower_than_its_share_runs_the_warm_up_and_one_short_trial(
     assert calls == [(TWO_LOADER, 2), (TWO_LOADER, 2)]
     assert [t.samples_per_s is not None for t in trials] == [True] + [False] * 5
     assert said[-1].startswith("tune unet: 5 of 6 trials skipped, as they did not fit in tune_budget_s=60")
+
+
+def test_slow_settings_shorten_the_trials_after_them_so_the_second_runs_still_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """16 cores: 19 settings, the first (16 threads) the fastest per step, one thread 16x slower. Sized
+    by the first trial alone, the slow settings overran their shares and the budget cut the second runs,
+    the one thing they are there for; sized by what is left and the median step, every trial and both
+    second runs fit, and the budget holds to within one trial."""
+    calls = _fake_trials(monkeypatch, {}, step_s=lambda s: 0.002 * 16 / s.threads, setup_s=0.05)
+    trials = tuning.tune("cifar", CifarConfig(), 60.0, 16, Path("."), say=lambda _: None)
+
+    assert len(trials) == 19 + CONFIRM and all(t.samples_per_s for t in trials), [t.note for t in trials]
+    assert [t.note for t in trials[-CONFIRM:]] == [CONFIRMATION] * CONFIRM
+    assert sum(t.seconds for t in trials) + 0.05 + 2 * 0.002 <= 60.0 + max(t.seconds for t in trials)
+    assert len({steps for _, steps in calls[2:]}) > 1, "trial lengths follow what is left"
+
+
+def test_the_choice_is_made_among_the_settings_that_ran_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ran 100 then 90, B 99 then 93, C once at 98: C's single figure is as biased as A's first was,
+    so B (median 96) is chosen, with its median as the figure the measured run is held to."""
+    a, b, c = Setting(2, "tensor", 0), Setting(2, "dataloader", 0), Setting(1, "tensor", 0)
+    trials = [
+        Trial(a, 100, 100.0, 1.0),
+        Trial(b, 100, 99.0, 1.0),
+        Trial(c, 100, 98.0, 1.0),
+        Trial(a, 100, 90.0, 1.0, CONFIRMATION),
+        Trial(b, 100, 93.0, 1.0, CONFIRMATION),
+    ]
+    chosen = tuning.best(trials)
+    assert chosen.setting == b and chosen.samples_per_s == 96.0
+    assert tuning.best(trials[:3]).setting == a, "with no second runs, the single figures are all there is"
 
 
 def test_no_figure_at_all_is_a_usage_error_naming_the_budget() -> None:

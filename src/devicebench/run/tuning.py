@@ -10,14 +10,16 @@ trial as an MLflow table (`cpu_tuning.json`); the report holds the GPU against i
 best" (its `work_key` is the config's own, as loader and workers are how the CPU is fed, not the work).
 
 The whole search is time-boxed (`tune_budget_s`), warm-up included. Each trial gets an equal share of
-the budget: a two-step warm-up sets how many steps the first trial takes, the first trial how many the
-others take (2 to 300), and trials that would not fit in what is left are skipped and listed as such. A
-model two of whose steps outlast a share (the full UNet on a small CPU: ~25 s a step on 2 cores) gets the
-warm-up and one trial, however long those take, and the run says the budget was too small.
+what is left: a two-step warm-up sizes the first trial, and after each trial the median time a step has
+taken sizes the next (2 to 300 steps, never more than the run itself), so a slow setting (few threads)
+shortens the trials after it. Trials that would not fit in what is left are skipped and listed as such.
+A model two of whose steps outlast a share (the full UNet on a small CPU: ~25 s a step on 2 cores) gets
+the warm-up and one trial, however long those take, and the run says the budget was too small.
 
-The fastest two settings then run once more and each is judged by the median of its runs: the top of 19
-short, noisy trials is biased upward (on the H100 host the measured run came in at 0.85 of its best
-trial at batch 4), and a second figure taken after the choice is not.
+The fastest two settings then run once more, and the choice is made among the settings that ran twice
+by the median of their runs: the top of 19 short, noisy trials is biased upward (on the H100 host the
+measured run came in at 0.85 of its best trial at batch 4), and a second figure taken after the choice
+is not.
 """
 
 from __future__ import annotations
@@ -152,13 +154,16 @@ def tune(
     for i, setting in enumerate(todo, start=1):
         trial = _within_budget(workload, cfg, setting, steps, data_root, trials, budget_s - _since(started))
         trials.append(trial)
-        if i == 1 and trial.samples_per_s:  # the first trial sets every later trial's length
-            steps = _steps_in(share, trial.seconds / max(steps, 1), min(MAX_STEPS, run_steps))
+        if per_step := _per_step(trials):  # what is left, shared by the trials still to run
+            left_share = (budget_s - _since(started)) / (len(todo) - i + CONFIRM)
+            steps = _steps_in(left_share, per_step, min(MAX_STEPS, run_steps))
         best_rate = max((t.samples_per_s or 0.0) for t in trials)
         mark = "  <- best so far" if trial.samples_per_s and trial.samples_per_s == best_rate else ""
         say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, budget_s - _since(started))}{mark}")
     leaders = sorted(_scores(trials).items(), key=lambda kv: kv[1], reverse=True)[:CONFIRM]
     for i, (setting, _) in enumerate(leaders, start=1):
+        left_share = (budget_s - _since(started)) / (len(leaders) - i + 1)
+        steps = _steps_in(left_share, _per_step(trials, setting) or 0.0, min(MAX_STEPS, run_steps))
         trial = _within_budget(workload, cfg, setting, steps, data_root, trials, budget_s - _since(started))
         trial.note = trial.note or CONFIRMATION
         trials.append(trial)
@@ -180,6 +185,14 @@ def _steps_in(share_s: float, per_step_s: float, most: int) -> int:
     """How many steps fit in `share_s` seconds at `per_step_s` (a trial's whole time over its steps, so
     setup counts too), at least MIN_STEPS and at most `most` (no more than the run itself takes)."""
     return min(most, max(MIN_STEPS, int(share_s / max(per_step_s, 1e-6))))
+
+
+def _per_step(trials: list[Trial], setting: Setting | None = None) -> float | None:
+    """The seconds a step took (setup counted in) in the last trial that ran, or in `setting`'s own:
+    settings run from most threads to fewest, each slower than the last, so the latest is the best
+    guess at the next, and a second run is sized by its own first."""
+    ran = [t for t in trials if t.samples_per_s and t.steps and setting in (None, t.setting)]
+    return ran[-1].seconds / ran[-1].steps if ran else None
 
 
 def _since(started: float) -> float:
@@ -223,12 +236,17 @@ def _typical(trials: list[Trial]) -> float:
 
 
 def best(trials: list[Trial]) -> Trial:
-    """The setting with the highest median over its runs, as one trial whose figure is that median."""
+    """The setting with the highest median over its runs, as one trial whose figure is that median;
+    among the settings that ran twice where any did, as a single figure is the upward-biased kind the
+    second runs are there to temper."""
     scores = _scores(trials)
     if not scores:
         raise UsageError(
             "no tuning trial finished within the budget; raise tune_budget_s", param="tune_budget_s"
         )
+    runs_of = {s: sum(1 for t in trials if t.setting == s and t.samples_per_s) for s in scores}
+    if any(n > 1 for n in runs_of.values()):
+        scores = {s: v for s, v in scores.items() if runs_of[s] > 1}
     setting = max(scores, key=lambda s: scores[s])
     runs = [t for t in trials if t.setting == setting and t.samples_per_s]
     return Trial(setting, sum(t.steps for t in runs), scores[setting], sum(t.seconds for t in runs))
