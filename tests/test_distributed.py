@@ -94,6 +94,11 @@ def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_glob
     )  # the job's, both ranks' samples
     assert m["dist/allreduce_s"] > 0 and 0 < m["dist/comm_share"] <= 1
     assert "dist/world_size" not in single.data.metrics
+    # the job's two processes share one CPU: its share of peak is against that CPU once, measured on
+    # every core by rank 0 alone (two ranks measuring at once read it at 0.13-0.41 of 0.43 TFLOP/s here)
+    assert m["util/peak_fraction"] == pytest.approx(m["throughput/train_tflops"] / m["util/peak_tflops"])
+    cores = f"on this CPU's {len(os.sched_getaffinity(0))} cores"
+    assert cores in ddp.data.tags["devicebench.util.peak_source"]
 
     ddp_losses, single_losses = (
         _losses(mlflow_server.url, ddp.info.run_id),

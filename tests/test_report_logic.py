@@ -803,6 +803,14 @@ def test_a_tuned_cpu_run_that_shares_the_configured_key_is_its_own_side(tmp_path
     assert p.verdicts[0].startswith("against this CPU at its best (4 threads, DataLoader, 2 workers)")
     assert not [v for v in p.verdicts if v.startswith("noisy")], p.verdicts
     assert comp.unpaired == [] and comp.all_sides[1].label == "cpu (EPYC, tuned)"
+    # a tuning slower than the CPU as configured is no pair's best CPU: it is listed, not dropped
+    slower = rec("cpu", params={**feed, "cpu_threads": "4"}, metrics=_tp(50.0), tags=tuned_tags, start=4)
+    comp = compare([*cpus, slower, *gpus])
+    assert comp.pairs[0].best_cpu is comp.pairs[0].base and [s.runs for s in comp.unpaired] == [[slower]]
+    # so is one beside a CPU/CPU pair of two CPU models, where no best CPU is sought
+    xeon = rec("cpu", params=feed, metrics=_tp(30.0), tags={**work, "devicebench.device.name": "Xeon"})
+    comp = compare([*cpus, tuned, xeon])
+    assert len(comp.pairs) == 1 and [s.runs for s in comp.unpaired] == [[tuned]]
     # alone in its key (no CPU as configured beside it) a tuned side pairs as the CPU side
     (own,) = compare([tuned, *gpus]).pairs
     assert own.base.runs == [tuned] and own.best_cpu is own.base
@@ -849,7 +857,7 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
         "the tuned CPU's 5 s at $1/h, not the 40 s side's"
     )
     (grid,) = comp.grids
-    assert grid.cost_base == "this CPU at its best"
+    assert grid.cost_base == "the fastest CPU measured"
     assert crossover_caption(grid) == "; against this CPU at its best, where it pays in money"
     # with no tuned side the cost is the pair's own, and so is the speedup beside it
     (own,) = compare(

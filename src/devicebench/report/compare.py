@@ -141,7 +141,8 @@ def build_grids(pairs: Sequence[Pair]) -> list[Grid]:
             if id(p) in over_best:
                 best[cell] = p.speedups["best_cpu"]
         if len(cells) >= 2:
-            against = "this CPU at its best" if any(p.cost_base is not p.base for p in ps) else ""
+            # a cell without a tuned side is against its own CPU, the fastest measured for that work too
+            against = "the fastest CPU measured" if any(p.cost_base is not p.base for p in ps) else ""
             grids.append(Grid(workload, base, other, dict(fixed), cells, costs, peaks, best, against))
             if len({b for _, b in cells}) > 1:
                 for p in ps:
@@ -188,6 +189,15 @@ def host_tables(finished: Sequence[RunRecord]) -> dict[str, list[Pair]]:
     return {h: build_pairs(build_sides(rs))[0] for h, rs in sorted(by_host.items())}
 
 
+def unused_tuned(sides: dict[str, list[Side]], pairs: Sequence[Pair], unpaired: Sequence[Side]) -> list[Side]:
+    """Tuned CPU sides held out of pairing (pairs._held_as_best) that no pair took as its best CPU: a
+    tuning slower than the CPU as configured, or one beside a CPU/CPU pair. Listed as unpaired, so
+    that nothing read is dropped from the report."""
+    used = {id(s) for p in pairs for s in (p.base, p.other, p.best_cpu) if s is not None}
+    used |= {id(s) for s in unpaired}
+    return [s for group in sides.values() for s in group if s.tuned and id(s) not in used]
+
+
 def compare(
     runs: Sequence[RunRecord],
     baseline: str = "none",
@@ -203,6 +213,7 @@ def compare(
     sides = build_sides(finished)
     pairs, unpaired = build_pairs(sides)
     best_cpu.attach(pairs, (s for group in sides.values() for s in group))
+    unpaired += unused_tuned(sides, pairs, unpaired)
     grids = build_grids(pairs)
     for p in pairs:
         p.verdicts = verdicts.explain(p)
