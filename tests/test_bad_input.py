@@ -504,17 +504,18 @@ class AuthServer:
             self.server.stop()
 
 
-# This process opens the cases' SQLite stores from pool threads; MLflow creates or migrates a store with
-# alembic, whose `context` and `op` are module-wide proxies, and one CI run failed with "dictionary changed
-# size during iteration" in a context manager there. The commands themselves still run concurrently.
+# Nothing may create a logger in a pool thread while pytest runs a test's phases: pytest's log capture
+# iterates `logging`'s logger dict as each phase starts, and two CI runs failed with "dictionary changed
+# size during iteration" there while a pool thread imported torch and PIL (~150 new loggers) for a case's
+# data. So every case's files are written, and a store opened, in the main thread before the pool starts
+# (tests/ had no pool-thread logger left after that); the store reads stay one at a time.
 STORE_LOCK = threading.Lock()
 
 
-def run_case(case: Case, tmp: Path, auth: AuthServer | None, zygote: Zygote) -> Outcome:
-    tmp.mkdir(parents=True, exist_ok=True)
+def run_case(
+    case: Case, tmp: Path, extra: dict[str, str], auth: AuthServer | None, zygote: Zygote
+) -> Outcome:
     uri = f"sqlite:///{tmp / 'm.db'}"
-    with STORE_LOCK:
-        extra = case.setup(tmp) if case.setup else {}
     env = devicebench_env(
         uri,
         DEVICEBENCH_SPOOL_DIR=str(tmp / "spool"),
@@ -569,15 +570,25 @@ def outcomes(
         for item in request.session.items
         if item.module is module and hasattr(item, "callspec") and "case" in item.callspec.params
     ]
-    auth = AuthServer(tmp_path_factory.mktemp("auth")) if any(c.server == "auth" for c in selected) else None
     root = tmp_path_factory.mktemp("bad-input")
-    import mlflow.tracking  # noqa: F401 - imported here, not first in a pool thread beside pytest's own
+    from mlflow.tracking import MlflowClient
 
-    zygote = Zygote()
-    pool = ThreadPoolExecutor(max_workers=WORKERS)
+    warm = root / "_warm"  # every logger a store read makes, made here (see STORE_LOCK)
+    warm.mkdir()
+    MlflowClient(f"sqlite:///{warm / 'm.db'}").search_experiments()
+    stored_runs(f"sqlite:///{warm / 'm.db'}", warm, None)
     # the auth case last: its server is still starting while the others run
     ordered = sorted(selected, key=lambda c: c.server == "auth")
-    futures = {c.id: pool.submit(run_case, c, root / c.id, auth, zygote) for c in ordered}
+    extras = {}
+    for c in ordered:  # in this thread: a case's data imports torch and PIL, which make loggers
+        (root / c.id).mkdir(parents=True, exist_ok=True)
+        extras[c.id] = c.setup(root / c.id) if c.setup else {}
+    import test_server_script  # noqa: F401 - what the auth server's thread imports, imported here
+
+    auth = AuthServer(tmp_path_factory.mktemp("auth")) if any(c.server == "auth" for c in selected) else None
+    zygote = Zygote()
+    pool = ThreadPoolExecutor(max_workers=WORKERS)
+    futures = {c.id: pool.submit(run_case, c, root / c.id, extras[c.id], auth, zygote) for c in ordered}
     try:
         yield futures
     finally:

@@ -172,7 +172,7 @@ def test_unet_tunes_for_real_with_the_dataloader_only(tmp_path: Path) -> None:
 
     assert {t.setting.loader for t in trials} == {"dataloader"} and len(trials) == 5 + CONFIRM
     assert all(t.samples_per_s for t in trials), said
-    assert {t.steps for t in trials} == {4}, "a trial trains no more than the run: 16 images, 4 a step"
+    assert max(t.steps for t in trials) <= 4, "a trial trains no more than the run: 16 images, 4 a step"
     chosen = tuning.best(trials)
     measured = chosen.setting.applied(cfg)
     assert (measured.cpu_threads, measured.num_workers) == (
