@@ -41,16 +41,17 @@ def _fake_trials(
     setup_s: float = 0.0,
 ) -> list[tuple[Setting, int]]:
     """Each call of run_trial takes `setup_s` + `step_s` a step on the clock and returns the setting's next
-    rate (the last one again when they run out, 1,000 for a setting not listed); the (setting, steps) of
+    rate (the last one again when they run out; for a setting not listed, a batch per step); the (setting, steps) of
     each call, the warm-up first."""
     clock, calls = Clock(), []
     monkeypatch.setattr(tuning, "time", clock)
 
     def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path) -> Trial:
-        took = setup_s + (step_s(setting) if callable(step_s) else step_s) * steps
+        step = step_s(setting) if callable(step_s) else step_s
+        took = setup_s + step * steps
         clock.now += took
         calls.append((setting, steps))
-        left = rates.get(setting, [1000.0])
+        left = rates.get(setting, [cfg.batch_size / step])  # a setting not listed trains at its step time
         rate = left.pop(0) if len(left) > 1 else left[0]
         return Trial(setting, steps, rate, took)
 
@@ -61,7 +62,7 @@ def _fake_trials(
 def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
     """2 threads looked fastest once (3,000) and came in at 2,000 the second time; 1 thread held 2,900
     then 2,950: the median picks 1 thread, and the figure the measured run is held to is its median."""
-    rates = {TWO_TENSOR: [9.0, 3000.0, 2000.0], ONE_TENSOR: [2900.0, 2950.0]}  # 9.0: the untimed warm-up
+    rates = {TWO_TENSOR: [400.0, 3000.0, 2000.0], ONE_TENSOR: [2900.0, 2950.0]}  # 400: the warm-up
     calls = _fake_trials(monkeypatch, rates, step_s=0.01)
     said: list[str] = []
     trials = tuning.tune("cifar", CifarConfig(), 60.0, 2, Path("."), say=said.append)

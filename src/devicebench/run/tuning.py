@@ -10,9 +10,9 @@ trial as an MLflow table (`cpu_tuning.json`); the report holds the GPU against i
 best" (its `work_key` is the config's own, as loader and workers are how the CPU is fed, not the work).
 
 The whole search is time-boxed (`tune_budget_s`), warm-up included. Each trial gets an equal share of
-what is left: a two-step warm-up sizes the first trial, and after each trial the median time a step has
-taken sizes the next (2 to 300 steps, never more than the run itself), so a slow setting (few threads)
-shortens the trials after it. Trials that would not fit in what is left are skipped and listed as such.
+what is left, sized by what the trial before it cost: a step (from its own training rate) and the rest
+(building the model and data, the one-batch eval), 2 to 300 steps and never more than the run itself.
+A two-step warm-up sizes the first trial; a slow setting (few threads) shortens the trials after it. Trials that would not fit in what is left are skipped and listed as such.
 A model two of whose steps outlast a share (the full UNet on a small CPU: ~25 s a step on 2 cores) gets
 the warm-up and one trial, however long those take, and the run says the budget was too small.
 
@@ -149,21 +149,22 @@ def tune(
     # the warm-up keeps first-time costs from making the first setting look slow, and times a step
     warm_steps = min(WARMUP_STEPS, run_steps)
     warm = run_trial(workload, cfg, todo[0], warm_steps, data_root)
-    steps = _steps_in(share, warm.seconds / warm_steps, min(PROBE_STEPS, run_steps))
+    steps = _steps_in(share, _cost(warm, cfg.batch_size), min(PROBE_STEPS, run_steps))
     trials: list[Trial] = []
     for i, setting in enumerate(todo, start=1):
         trial = _within_budget(workload, cfg, setting, steps, data_root, trials, budget_s - _since(started))
         trials.append(trial)
-        if per_step := _per_step(trials):  # what is left, shared by the trials still to run
+        if cost := _last_cost(trials, cfg.batch_size):  # what is left, shared by the trials still to run
             left_share = (budget_s - _since(started)) / (len(todo) - i + CONFIRM)
-            steps = _steps_in(left_share, per_step, min(MAX_STEPS, run_steps))
+            steps = _steps_in(left_share, cost, min(MAX_STEPS, run_steps))
         best_rate = max((t.samples_per_s or 0.0) for t in trials)
         mark = "  <- best so far" if trial.samples_per_s and trial.samples_per_s == best_rate else ""
         say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, budget_s - _since(started))}{mark}")
     leaders = sorted(_scores(trials).items(), key=lambda kv: kv[1], reverse=True)[:CONFIRM]
     for i, (setting, _) in enumerate(leaders, start=1):
         left_share = (budget_s - _since(started)) / (len(leaders) - i + 1)
-        steps = _steps_in(left_share, _per_step(trials, setting) or 0.0, min(MAX_STEPS, run_steps))
+        cost = _last_cost(trials, cfg.batch_size, setting) or (0.0, 0.0)
+        steps = _steps_in(left_share, cost, min(MAX_STEPS, run_steps))
         trial = _within_budget(workload, cfg, setting, steps, data_root, trials, budget_s - _since(started))
         trial.note = trial.note or CONFIRMATION
         trials.append(trial)
@@ -181,18 +182,31 @@ def tune(
     return trials
 
 
-def _steps_in(share_s: float, per_step_s: float, most: int) -> int:
-    """How many steps fit in `share_s` seconds at `per_step_s` (a trial's whole time over its steps, so
-    setup counts too), at least MIN_STEPS and at most `most` (no more than the run itself takes)."""
-    return min(most, max(MIN_STEPS, int(share_s / max(per_step_s, 1e-6))))
+def _steps_in(share_s: float, cost: tuple[float, float], most: int) -> int:
+    """How many steps fit in `share_s` seconds at `cost` (seconds outside the steps, seconds a step), at
+    least MIN_STEPS and at most `most` (no more than the run itself takes)."""
+    overhead, per_step = cost
+    return min(most, max(MIN_STEPS, int((share_s - overhead) / max(per_step, 1e-6))))
 
 
-def _per_step(trials: list[Trial], setting: Setting | None = None) -> float | None:
-    """The seconds a step took (setup counted in) in the last trial that ran, or in `setting`'s own:
-    settings run from most threads to fewest, each slower than the last, so the latest is the best
-    guess at the next, and a second run is sized by its own first."""
+def _cost(trial: Trial, batch_size: int) -> tuple[float, float]:
+    """(seconds `trial` spent outside its steps, seconds a step took): a step from the trial's own
+    training rate, the rest from its wall time. Taking the wall time over the steps instead sized the
+    first trial at 8 steps on this VM: the warm-up's 0.8 s were nearly all building, not 2 steps of 2 ms."""
+    if trial.samples_per_s and trial.steps:
+        per_step = batch_size / trial.samples_per_s
+        return max(trial.seconds - per_step * trial.steps, 0.0), per_step
+    return 0.0, trial.seconds / max(trial.steps, 1)
+
+
+def _last_cost(
+    trials: list[Trial], batch_size: int, setting: Setting | None = None
+) -> tuple[float, float] | None:
+    """The cost of the last trial that ran, or of `setting`'s own: settings run from most threads to
+    fewest, each slower than the last, so the latest is the best guess at the next, and a second run
+    is sized by its own first."""
     ran = [t for t in trials if t.samples_per_s and t.steps and setting in (None, t.setting)]
-    return ran[-1].seconds / ran[-1].steps if ran else None
+    return _cost(ran[-1], batch_size) if ran else None
 
 
 def _since(started: float) -> float:
