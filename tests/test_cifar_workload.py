@@ -280,6 +280,11 @@ def test_tutorial_defaults_on_cuda(tmp_path: Path) -> None:
     assert tracker.values("memory/peak_bytes")[0] > 0
     model, _ = tracker.models["cifar-tutorial"]
     assert next(model.parameters()).device.type == "cuda"  # the tracker moves its own copy to the CPU
+    # a GPU in the table has its share of the datasheet peak (of its SMs, on a MIG slice); one not in it says so
+    source, fractions = tracker.tags["devicebench.util.peak_source"], tracker.values("util/peak_fraction")
+    assert (source.startswith("datasheet: ") and 0 < fractions[0] < 1) or (
+        source.startswith("unknown: ") and not fractions
+    ), (source, fractions)
 
 
 @pytest.mark.gpu

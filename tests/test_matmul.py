@@ -257,3 +257,13 @@ def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() ->
         assert peak is not None and (peak.name, peak.tflops["fp32"]) == (row, fp32), name
     assert gpu_peak("NVIDIA H100 NVL").tflops["bf16"] == 835.5, "1,671 with sparsity, halved"
     assert gpu_peak("NVIDIA RTX A1000") is None and gpu_peak("NVIDIA A10G") is None
+    # a MIG slice is held against its share of the SMs, not the whole GPU's peak (its fraction read 7.7x low)
+    mig = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+    assert point_peaks(points, mig, 14)[("torch", "bfloat16")] == pytest.approx(312_000.0 * 14 / 108)
+    assert (
+        point_peaks(points, mig, 108)
+        == point_peaks(points, mig)
+        == point_peaks(points, "NVIDIA A100-SXM4-40GB")
+    )
+    assert peak_source(mig, 14).endswith("× 14/108 SMs (a MIG slice)")
+    assert gpu_peak("NVIDIA H100 PCIe", 114) == gpu_peak("NVIDIA H100 PCIe"), "its own full count: unscaled"

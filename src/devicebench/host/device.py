@@ -169,6 +169,11 @@ def require_native_bf16(device: torch.device, param: str) -> None:
         )
 
 
+def gpu_sms(device: torch.device) -> int:
+    """The streaming multiprocessors torch sees on a CUDA device: a MIG slice reports its own share."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def device_name(device: torch.device) -> str:
     """The human name of the device a timing ran on (GPU model, or CPU model)."""
     if device.type == "cuda":

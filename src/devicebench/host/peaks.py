@@ -25,6 +25,20 @@ class Peak:
     name: str
     tflops: dict[str, float]
     source: str
+    sms: int  # streaming multiprocessors of the whole GPU the figures are for: a MIG slice has fewer
+
+    def on(self, sms: int | None) -> Peak:
+        """These peaks for a device torch reports `sms` SMs on: a MIG slice (an A100's 1g.5gb has 14 of
+        108) gets its share, as compute scales with SMs at one clock; the whole GPU gets the datasheet's."""
+        if not sms or sms >= self.sms:
+            return self
+        share = sms / self.sms
+        return Peak(
+            f"{self.name} ({sms} of {self.sms} SMs)",
+            {k: v * share for k, v in self.tflops.items()},
+            f"{self.source}, × {sms}/{self.sms} SMs (a MIG slice)",
+            sms,
+        )
 
 
 # Matched against torch's device name in order: the first pattern that matches wins (a variant before
@@ -41,6 +55,7 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
             "V100S PCIe",
             {"fp32": 16.4, "fp16": 130.0},
             "NVIDIA V100S datasheet (16.4 TFLOPS single, 130 tensor)",
+            sms=80,
         ),
     ),
     (
@@ -49,6 +64,7 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
             "V100 PCIe",
             {"fp32": 14.0, "fp16": 112.0},
             "NVIDIA Tesla V100 datasheet (PCIe: 14 TFLOPS single, 112 TFLOPS tensor)",
+            sms=80,
         ),
     ),
     (
@@ -57,6 +73,7 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
             "V100 SXM2",
             {"fp32": 15.7, "fp16": 125.0},
             "NVIDIA Tesla V100 datasheet (SXM2: 15.7 TFLOPS single, 125 TFLOPS tensor)",
+            sms=80,
         ),
     ),
     (
@@ -65,6 +82,7 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
             "A10",
             {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
             "NVIDIA A10 datasheet (TF32 62.5, BF16/FP16 125 TFLOPS dense; 125/250 with sparsity)",
+            sms=72,
         ),
     ),
     (
@@ -73,15 +91,17 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
             "A100",
             {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
             "NVIDIA A100 datasheet (FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense)",
+            sms=108,
         ),
     ),
-    (r"H100 NVL", Peak("H100 NVL", _NVL, f"NVIDIA H100 datasheet, NVL {_NVL_SOURCE}")),
+    (r"H100 NVL", Peak("H100 NVL", _NVL, f"NVIDIA H100 datasheet, NVL {_NVL_SOURCE}", sms=132)),
     (
         r"H100.*PCIe",
         Peak(
             "H100 PCIe",
             {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0},
             "NVIDIA H100 datasheet, PCIe (FP32 51, TF32 756*, BF16/FP16 1,513* TFLOPS; *with sparsity, halved)",
+            sms=114,
         ),
     ),
     (
@@ -90,6 +110,7 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
             "H100 SXM",
             _H100_SXM,
             "NVIDIA H100 datasheet, SXM (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
+            sms=132,
         ),
     ),
     (
@@ -98,31 +119,34 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
             "GH200",
             _H100_SXM,
             "NVIDIA GH200 Grace Hopper datasheet (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
+            sms=132,
         ),
     ),
-    (r"H200 NVL", Peak("H200 NVL", _NVL, f"NVIDIA H200 datasheet, NVL {_NVL_SOURCE}")),
+    (r"H200 NVL", Peak("H200 NVL", _NVL, f"NVIDIA H200 datasheet, NVL {_NVL_SOURCE}", sms=132)),
     (
         r"H200",
         Peak(
             "H200 SXM",
             _H100_SXM,
             "NVIDIA H200 datasheet, SXM (FP32 67, TF32 989*, BF16/FP16 1,979* TFLOPS; *with sparsity, halved)",
+            sms=132,
         ),
     ),
 )
 
 
-def gpu_peak(device_name: str) -> Peak | None:
-    """The datasheet peaks of the GPU torch calls `device_name`, or None for a GPU not in the table."""
+def gpu_peak(device_name: str, sms: int | None = None) -> Peak | None:
+    """The datasheet peaks of the GPU torch calls `device_name` with `sms` SMs (its share of them for a
+    MIG slice; the whole GPU's where `sms` is not known), or None for a GPU not in the table."""
     for pattern, peak in PEAKS:
         if re.search(pattern, device_name):
-            return peak
+            return peak.on(sms)
     return None
 
 
-def peak_source(gpu_name: str) -> str:
+def peak_source(gpu_name: str, sms: int | None = None) -> str:
     """The `util.peak_source` tag of a run on `gpu_name`: the datasheet its peaks come from, or why none."""
-    peak = gpu_peak(gpu_name)
+    peak = gpu_peak(gpu_name, sms)
     if peak is None:
         return f"unknown: {gpu_name} is not in the peaks table (host/peaks.py)"
     return f"datasheet: {peak.source}"

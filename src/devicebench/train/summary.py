@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from devicebench.host.device import gpu_sms
 from devicebench.host.peaks import gpu_peak, peak_source
 from devicebench.host.timing import Timer
 from devicebench.schema import (
@@ -166,10 +167,11 @@ def peak_tflops(device: torch.device, dtype: str) -> tuple[float | None, str]:
     is none): the tag then says `unknown: ...` with the reason, never a bare "unknown"."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        peak = gpu_peak(name)
+        sms = gpu_sms(device)  # fewer on a MIG slice
+        peak = gpu_peak(name, sms)
         if peak is not None and dtype not in peak.tflops:
             return None, f"unknown: the {peak.name} datasheet gives no {dtype} peak"
-        return (peak.tflops[dtype] if peak else None), peak_source(name)
+        return (peak.tflops[dtype] if peak else None), peak_source(name, sms)
     if device.type == "cpu" and dtype in CPU_DTYPES:
         measured = cpu_peak_tflops(dtype)
         return measured if measured else (None, f"unknown: a {dtype} torch.mm failed on this CPU")

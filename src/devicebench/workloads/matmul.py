@@ -20,7 +20,7 @@ import numpy as np
 from devicebench.config.workloads import ISOLATION
 from devicebench.config.workloads import MatmulConfig as Config
 from devicebench.host.context import Context
-from devicebench.host.device import device_name, require_native_bf16
+from devicebench.host.device import device_name, gpu_sms, require_native_bf16
 from devicebench.host.peaks import gpu_peak, matmul_dtype, peak_source
 from devicebench.host.timing import TimingStats
 from devicebench.schema import MATMUL_POINT_FIGURES, gflops, matmul_key, matmul_point_key
@@ -90,10 +90,13 @@ def measure(cfg: Config, device: object) -> list[Point]:
     ]
 
 
-def point_peaks(points: list[Point], device_name: str) -> dict[tuple[str, str], float]:
-    """(backend, dtype) → the dense datasheet peak in GFLOP/s of the GPU torch ran on, where the table
-    (peaks.py) knows it. NumPy's points ran on the CPU, whose peak no table knows: none for them."""
-    peak = gpu_peak(device_name)
+def point_peaks(
+    points: list[Point], device_name: str, sms: int | None = None
+) -> dict[tuple[str, str], float]:
+    """(backend, dtype) → the dense datasheet peak in GFLOP/s of the GPU torch ran on (of its `sms` SMs,
+    for a MIG slice), where the table (peaks.py) knows it. NumPy's points ran on the CPU, whose peak no
+    table knows: none for them."""
+    peak = gpu_peak(device_name, sms)
     if peak is None:
         return {}
     return {
@@ -103,12 +106,12 @@ def point_peaks(points: list[Point], device_name: str) -> dict[tuple[str, str], 
     }
 
 
-def points_peak_source(gpu_name: str | None) -> str:
+def points_peak_source(gpu_name: str | None, sms: int | None = None) -> str:
     """The run's `util.peak_source` tag: where its points' `peak_fraction` comes from, or why there is
     none (`gpu_name` None: the points ran on the CPU), so a missing fraction is explained, not absent."""
     if gpu_name is None:
         return "unknown: no datasheet peak for a CPU; this run's GFLOP/s are the CPU's measured rate"
-    return peak_source(gpu_name)
+    return peak_source(gpu_name, sms)
 
 
 def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], float]) -> object:
@@ -176,8 +179,9 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     tracker.set_tags({f"{TAG_PREFIX}isolation": ISOLATION[cfg.isolation], f"{TAG_PREFIX}fp32_math": "ieee"})
     points = measure(cfg, ctx.device)
     gpu = device_name(ctx.device) if ctx.device.type == "cuda" else None
-    peaks = point_peaks(points, gpu) if gpu else {}
-    tracker.set_tags({f"{TAG_PREFIX}util.peak_source": points_peak_source(gpu)})
+    sms = gpu_sms(ctx.device) if gpu else None
+    peaks = point_peaks(points, gpu, sms) if gpu else {}
+    tracker.set_tags({f"{TAG_PREFIX}util.peak_source": points_peak_source(gpu, sms)})
     rows = []
     for p in points:
         values = point_metrics(p, peaks)
