@@ -205,7 +205,7 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     table and trains at the best trial's rate. Measured 2026-11-24 beside other work (load ~6 on 2 cores):
     2,775 against 2,794 and 3,094 against 2,713 samples/s (1 thread, data in memory); asserted not
     below half the trial's rate, as the suite's other workers share the 2 cores."""
-    from devicebench.run.tuning import CONFIRM, settings, thread_counts
+    from devicebench.run.tuning import CONFIRM, SIZING, settings, thread_counts
 
     assert len(settings("cifar", 2)) == 7 and len(settings("unet", 2)) == 5
     assert thread_counts(16) == [16, 8, 4, 2, 1] and thread_counts(6) == [6, 4, 2, 1]
@@ -226,10 +226,11 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
         run.info.run_id, "cpu_tuning.json", str(tmp_path)
     )
     table = json.loads(Path(path).read_text())  # MLflow's table: {"columns": [...], "data": [[...], ...]}
-    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    every = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    rows = [r for r in every if r["note"] != SIZING]  # a new feed's short first run, listed, not counted
     assert len(rows) == 7 + CONFIRM and sum(r["samples_per_s"] is not None for r in rows) >= 5
     assert {r["note"] for r in rows[7:]} <= {"confirmation", "skipped: past the tuning budget"}
-    assert sum(r["seconds"] for r in rows) <= budget * 1.5, (
+    assert sum(r["seconds"] for r in every) <= budget * 1.5, (
         "the trials keep to their budget (the last may overrun)"
     )
     best = float(tags["devicebench.cpu.tuned.best_trial_samples_per_s"])

@@ -18,7 +18,7 @@ import pytest
 from devicebench.config.workloads import CifarConfig, UNetConfig
 from devicebench.errors import UsageError
 from devicebench.run import tuning
-from devicebench.run.tuning import CONFIRM, CONFIRMATION, Setting, Trial
+from devicebench.run.tuning import CONFIRM, CONFIRMATION, SIZING, Setting, Trial
 
 TWO_TENSOR, ONE_TENSOR = Setting(2, "tensor", 0), Setting(1, "tensor", 0)
 TWO_LOADER = Setting(2, "dataloader", 0)  # unet's first setting: it has no loader=tensor
@@ -65,7 +65,8 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     rates = {TWO_TENSOR: [400.0, 3000.0, 2000.0], ONE_TENSOR: [2900.0, 2950.0]}  # 400: the warm-up
     calls = _fake_trials(monkeypatch, rates, step_s=0.01)
     said: list[str] = []
-    trials = tuning.tune("cifar", CifarConfig(), 60.0, 2, Path("."), say=said.append)
+    every = tuning.tune("cifar", CifarConfig(), 60.0, 2, Path("."), say=said.append)
+    trials = [t for t in every if t.note != SIZING]
 
     assert [t.setting for t in trials[:7]] == tuning.settings("cifar", 2)
     assert [(t.setting, t.note) for t in trials[7:]] == [
@@ -75,14 +76,17 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     chosen = tuning.best(trials)
     assert chosen.setting == ONE_TENSOR and chosen.samples_per_s == pytest.approx(2925.0)
     # 60 s over 7 trials and 2 second runs: 6.67 s each, so at 0.01 s a step the first trial takes its
-    # most (30 steps) and every later one, second runs too, the most there is (300)
+    # most (30 steps), each other feed (DataLoader with 0, 2, 1 workers) first runs 3 steps to cost its
+    # own (not counted: a short run pays the DataLoader's start) and then, like the rest and the second
+    # runs, the most there is (300)
     assert calls[0] == (TWO_TENSOR, tuning.WARMUP_STEPS) and calls[1] == (TWO_TENSOR, tuning.PROBE_STEPS)
-    assert {steps for _, steps in calls[2:]} == {tuning.MAX_STEPS}
+    assert [steps for _, steps in calls[2:]] == [3, 300, 3, 300, 300, 300, 300, 3, 300, 300, 300]
+    assert [t.setting.num_workers for t in every if t.note == SIZING] == [0, 2, 1]
     assert len(said) == 9 and said[-1].startswith("tune cifar: [again 2/2] 1 thread, data in memory: 2,950")
     assert said[-1].endswith("median of its runs 2,925")
-    table = tuning.table(trials)
-    assert table["note"][7:] == [CONFIRMATION] * CONFIRM and len(table["threads"]) == 9
-    tags = tuning.tags(trials, chosen, 60.0)
+    table = tuning.table(every)
+    assert table["note"][-CONFIRM:] == [CONFIRMATION] * CONFIRM and len(table["threads"]) == 12
+    tags = tuning.tags(every, chosen, 60.0)
     assert tags["devicebench.cpu.tuned.setting"] == "1 thread, data in memory"
     assert tags["devicebench.cpu.tuned.best_trial_samples_per_s"] == "2925"
     assert tags["devicebench.cpu.tuned.trials"] == "9"
@@ -132,12 +136,32 @@ def test_slow_settings_shorten_the_trials_after_them_so_the_second_runs_still_fi
     the one thing they are there for; sized by what is left and the median step, every trial and both
     second runs fit, and the budget holds to within one trial."""
     calls = _fake_trials(monkeypatch, {}, step_s=lambda s: 0.002 * 16 / s.threads, setup_s=0.05)
-    trials = tuning.tune("cifar", CifarConfig(), 60.0, 16, Path("."), say=lambda _: None)
+    every = tuning.tune("cifar", CifarConfig(), 60.0, 16, Path("."), say=lambda _: None)
+    trials = [t for t in every if t.note != SIZING]
 
     assert len(trials) == 19 + CONFIRM and all(t.samples_per_s for t in trials), [t.note for t in trials]
     assert [t.note for t in trials[-CONFIRM:]] == [CONFIRMATION] * CONFIRM
-    assert sum(t.seconds for t in trials) + 0.05 + 2 * 0.002 <= 60.0 + max(t.seconds for t in trials)
+    assert sum(t.seconds for t in every) + 0.05 + 2 * 0.002 <= 60.0 + max(t.seconds for t in every)
     assert len({steps for _, steps in calls[2:]}) > 1, "trial lengths follow what is left"
+
+
+def test_a_feed_not_yet_tried_is_not_sized_at_the_last_feeds_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 cores, batch 64: data in memory at ~2,000 img/s, the DataLoader at ~250 (the H100 host's
+    figures). Costed from the in-memory trial before it, the first DataLoader trial ran 19 s of a 2.9 s
+    share and the second runs were cut; now a new feed first runs 3 steps to cost its own."""
+
+    def step(s: Setting) -> float:
+        return 64 / (2000.0 if s.loader == "tensor" else 250.0)
+
+    _fake_trials(monkeypatch, {}, step_s=step, setup_s=0.5)
+    trials = tuning.tune("cifar", CifarConfig(batch_size=64), 60.0, 16, Path("."), say=lambda _: None)
+
+    first_loader = next(t for t in trials if t.setting.loader == "dataloader")
+    assert first_loader.steps == tuning.NEW_FEED_STEPS and first_loader.seconds < 3.2
+    assert first_loader.note == SIZING and max(t.seconds for t in trials) < 3.2
+    counted = [t for t in trials if t.note != SIZING]
+    assert all(t.samples_per_s for t in counted[:19]), "every setting ran"
+    assert CONFIRMATION in [t.note for t in counted[19:]] and sum(t.seconds for t in trials) <= 60.0
 
 
 def test_the_choice_is_made_among_the_settings_that_ran_twice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,7 +193,8 @@ def test_unet_tunes_for_real_with_the_dataloader_only(tmp_path: Path) -> None:
     params = {"data": "synthetic", "base_channels": "4", "image_size": "32", "batch_size": "4", "epochs": "1"}
     cfg = build_config(UNetConfig, {**params, "train_limit": "16", "val_limit": "4", "device": "cpu"})
     said: list[str] = []
-    trials = tuning.tune("unet", cfg, 60.0, 2, tmp_path, say=said.append)
+    every = tuning.tune("unet", cfg, 60.0, 2, tmp_path, say=said.append)
+    trials = [t for t in every if t.note != SIZING]
 
     assert {t.setting.loader for t in trials} == {"dataloader"} and len(trials) == 5 + CONFIRM
     assert all(t.samples_per_s for t in trials), said
