@@ -169,11 +169,13 @@ def tune(
                 # img/s at 10 steps against 1,383 at 300 here, so it sizes the trial and is not counted
                 trial.note = SIZING
                 trials.append(trial)
+                left_share = (budget_s - _since(started)) / (len(todo) - i + 1 + CONFIRM)
+                longer = _sized(setting, trials, left_share, cfg.batch_size, run_steps)
                 trial = _within_budget(
                     workload, cfg, setting, longer, data_root, trials, budget_s - _since(started)
                 )
         trials.append(trial)
-        best_rate = max((t.samples_per_s or 0.0) for t in trials)
+        best_rate = max((t.samples_per_s or 0.0 for t in trials if _counted(t)), default=0.0)
         mark = "  <- best so far" if trial.samples_per_s and trial.samples_per_s == best_rate else ""
         say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, budget_s - _since(started))}{mark}")
     leaders = sorted(_scores(trials).items(), key=lambda kv: kv[1], reverse=True)[:CONFIRM]
@@ -190,8 +192,9 @@ def tune(
         )
     skipped = sum(t.note.startswith("skipped") for t in trials)
     if skipped:
+        slots = sum(t.note != SIZING for t in trials)
         say(
-            f"tune {workload}: {skipped} of {len(trials)} trials skipped, as they did not fit in "
+            f"tune {workload}: {skipped} of {slots} trials skipped, as they did not fit in "
             f"tune_budget_s={budget_s:g} ({_since(started):.0f} s spent); raise it to run them all"
         )
     return trials
@@ -215,16 +218,23 @@ def _cost(trial: Trial, batch_size: int) -> tuple[float, float]:
 
 
 def _sized(setting: Setting, trials: list[Trial], share_s: float, batch_size: int, run_steps: int) -> int:
-    """Steps for `setting`'s trial in `share_s` seconds, costed from the last trial fed the same way
-    (loader and workers set a step's cost more than threads do; settings run from most threads to
-    fewest, so that one is the nearest). A feed not yet tried is costed at the dearest trial so far and
+    """Steps for `setting`'s trial in `share_s` seconds: a second run costed from its own first, else
+    from the last trial fed the same way (loader and workers set a step's cost more than threads do;
+    settings run from most threads to fewest, so that one is the nearest), scaled up as if a step took
+    as many times longer as it has fewer threads. A feed not yet tried is costed at the dearest trial so far and
     runs at most NEW_FEED_STEPS, to cost its own (tune runs it again at length): costed from a
     data-in-memory trial, the first DataLoader trial at batch 64 ran 19 s of a 2.9 s share in a 16-core
     simulation."""
     ran = [t for t in trials if t.samples_per_s and t.steps]
+    own = [t for t in ran if t.setting == setting and t.note != SIZING]
+    if own:  # a second run: as its own first
+        return _steps_in(share_s, _cost(own[-1], batch_size), min(MAX_STEPS, run_steps))
     same = _same_feed(setting, ran)
-    if same:
-        return _steps_in(share_s, _cost(same[-1], batch_size), min(MAX_STEPS, run_steps))
+    if same:  # at fewer threads a step takes at most that many times longer: costed as if it did (a
+        # 16-core simulation with steps ∝ 1/threads ran 11 s trials of a 6.7 s share costed unscaled)
+        overhead, per_step = _cost(same[-1], batch_size)
+        slower = max(same[-1].setting.threads / setting.threads, 1.0)
+        return _steps_in(share_s, (overhead, per_step * slower), min(MAX_STEPS, run_steps))
     costs = [_cost(t, batch_size) for t in ran] or [(0.0, 0.0)]
     dearest = (max(c[0] for c in costs), max(c[1] for c in costs))
     return _steps_in(share_s, dearest, min(NEW_FEED_STEPS, run_steps))
@@ -278,7 +288,7 @@ def _typical(trials: list[Trial]) -> float:
     every thread spinning against a busy neighbour, must not crowd the rest out)."""
     import statistics
 
-    ran = [t.seconds for t in trials if t.samples_per_s]
+    ran = [t.seconds for t in trials if _counted(t)]
     return statistics.median(ran) if ran else 0.0
 
 
