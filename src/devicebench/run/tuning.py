@@ -158,38 +158,42 @@ def tune(
     # costs no trial pays again (3 s of it left a 16-core host's first trial 2 steps of a 2.9 s share)
     first = _steps_in(share, (0.0, _cost(warm, cfg.batch_size)[1]), min(PROBE_STEPS, run_steps))
     trials: list[Trial] = []
+
+    def left() -> float:
+        return budget_s - _since(started)
+
+    def run(setting: Setting, still_to_run: int) -> Trial:
+        """`setting`'s trial in its share of what is left, or a skipped one where none fits."""
+        steps = _sized(setting, trials, left() / still_to_run, cfg.batch_size, run_steps)
+        return _within_budget(workload, cfg, setting, steps, data_root, trials, left())
+
     for i, setting in enumerate(todo, start=1):
-        left_share = (budget_s - _since(started)) / (len(todo) - i + 1 + CONFIRM)  # what is left, shared
-        steps = _sized(setting, trials, left_share, cfg.batch_size, run_steps) if i > 1 else first
+        still_to_run = len(todo) - i + 1 + CONFIRM
+        share_now = left() / still_to_run  # this trial's share, as it starts
         new_feed = i > 1 and not _same_feed(setting, trials)
-        trial = _within_budget(workload, cfg, setting, steps, data_root, trials, budget_s - _since(started))
+        if i > 1:
+            trial = run(setting, still_to_run)
+        else:
+            trial = _within_budget(workload, cfg, setting, first, data_root, trials, left())
         if new_feed and trial.samples_per_s:  # its cost is known now: at length if it was cut short
-            longer = _sized(setting, [*trials, trial], left_share, cfg.batch_size, run_steps)
+            longer = _sized(setting, [*trials, trial], share_now, cfg.batch_size, run_steps)
             if longer > trial.steps:  # the short run pays the DataLoader's start on few steps: 628
                 # img/s at 10 steps against 1,383 at 300 here, so it sizes the trial and is not counted
                 trial.note = SIZING
                 trials.append(trial)
-                left_share = (budget_s - _since(started)) / (len(todo) - i + 1 + CONFIRM)
-                longer = _sized(setting, trials, left_share, cfg.batch_size, run_steps)
-                trial = _within_budget(
-                    workload, cfg, setting, longer, data_root, trials, budget_s - _since(started)
-                )
+                trial = run(setting, still_to_run)
         trials.append(trial)
         best_rate = max((t.samples_per_s or 0.0 for t in trials if _counted(t)), default=0.0)
         mark = "  <- best so far" if trial.samples_per_s and trial.samples_per_s == best_rate else ""
-        say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, budget_s - _since(started))}{mark}")
+        say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, left())}{mark}")
     leaders = sorted(_scores(trials).items(), key=lambda kv: kv[1], reverse=True)[:CONFIRM]
     for i, (setting, _) in enumerate(leaders, start=1):
-        left_share = (budget_s - _since(started)) / (len(leaders) - i + 1)
-        steps = _sized(setting, trials, left_share, cfg.batch_size, run_steps)
-        trial = _within_budget(workload, cfg, setting, steps, data_root, trials, budget_s - _since(started))
+        trial = run(setting, len(leaders) - i + 1)
         trial.note = trial.note or CONFIRMATION
         trials.append(trial)
         median = _scores(trials).get(setting)
         of = f"; median of its runs {median:,.0f}" if median and trial.samples_per_s else ""
-        say(
-            f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, budget_s - _since(started))}{of}"
-        )
+        say(f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, left())}{of}")
     skipped = sum(t.note.startswith("skipped") for t in trials)
     if skipped:
         slots = sum(t.note != SIZING for t in trials)
@@ -272,15 +276,20 @@ def _counted(t: Trial) -> bool:
     return bool(t.samples_per_s) and t.note != SIZING
 
 
-def _scores(trials: list[Trial]) -> dict[Setting, float]:
-    """Each measured setting's median samples/s over its counted runs, in the order they first ran."""
-    import statistics
-
+def _rates(trials: list[Trial]) -> dict[Setting, list[float]]:
+    """Each measured setting's samples/s, one per counted run, in the order the settings first ran."""
     rates: dict[Setting, list[float]] = {}
     for t in trials:
         if _counted(t):
             rates.setdefault(t.setting, []).append(t.samples_per_s or 0.0)
-    return {setting: statistics.median(r) for setting, r in rates.items()}
+    return rates
+
+
+def _scores(trials: list[Trial]) -> dict[Setting, float]:
+    """Each measured setting's median samples/s over its counted runs, in the order they first ran."""
+    import statistics
+
+    return {setting: statistics.median(r) for setting, r in _rates(trials).items()}
 
 
 def _typical(trials: list[Trial]) -> float:
@@ -301,9 +310,9 @@ def best(trials: list[Trial]) -> Trial:
         raise UsageError(
             "no tuning trial finished within the budget; raise tune_budget_s", param="tune_budget_s"
         )
-    runs_of = {s: sum(1 for t in trials if t.setting == s and _counted(t)) for s in scores}
-    if any(n > 1 for n in runs_of.values()):
-        scores = {s: v for s, v in scores.items() if runs_of[s] > 1}
+    twice = {s for s, r in _rates(trials).items() if len(r) > 1}
+    if twice:
+        scores = {s: v for s, v in scores.items() if s in twice}
     setting = max(scores, key=lambda s: scores[s])
     runs = [t for t in trials if t.setting == setting and _counted(t)]
     return Trial(setting, sum(t.steps for t in runs), scores[setting], sum(t.seconds for t in runs))
