@@ -104,9 +104,8 @@ def headline_metrics(comp: Comparison) -> dict[str, float]:
         metrics[f"speedup/{name}"] = _speedup(p)
         if p.best_cpu is not None and "best_cpu" in p.speedups:  # the GPU against this CPU at its best
             metrics[f"speedup_best_cpu/{name}"] = p.speedups["best_cpu"]
-        if (
-            p.cost_ratio is not None
-        ):  # both priced: GPU cost of the same work / the CPU's, at its best if known
+        # both priced: the GPU's cost of the same work / the CPU's, at its best where that was measured
+        if p.cost_ratio is not None:
             metrics[f"cost_ratio/{name}"] = p.cost_ratio
     if pairs:
         metrics["speedup/best"] = max(map(_speedup, pairs))
