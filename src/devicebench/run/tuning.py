@@ -194,14 +194,19 @@ def tune(
         median = _scores(trials).get(setting)
         of = f"; median of its runs {median:,.0f}" if median and trial.samples_per_s else ""
         say(f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, left())}{of}")
+    _say_skipped(workload, trials, budget_s, _since(started), say)
+    return trials
+
+
+def _say_skipped(workload: str, trials: list[Trial], budget_s: float, spent_s: float, say: Any) -> None:
+    """The one line that says the budget was too small, where it was."""
     skipped = sum(t.note.startswith("skipped") for t in trials)
     if skipped:
         slots = sum(t.note != SIZING for t in trials)
         say(
             f"tune {workload}: {skipped} of {slots} trials skipped, as they did not fit in "
-            f"tune_budget_s={budget_s:g} ({_since(started):.0f} s spent); raise it to run them all"
+            f"tune_budget_s={budget_s:g} ({spent_s:.0f} s spent); raise it to run them all"
         )
-    return trials
 
 
 def _steps_in(share_s: float, cost: tuple[float, float], most: int) -> int:
