@@ -19,7 +19,8 @@ from devicebench.report.content import build_doc, describe, varying_params
 from devicebench.report.document import to_markdown
 from devicebench.report.headline import headline_metrics, report_name, summary_note
 from devicebench.report.links import link_lines, ui_base
-from devicebench.report.run_line import GLANCE, glance_metrics, summary_line
+from devicebench.run.run_line import glance_metrics, summary_line
+from devicebench.schema import GLANCE
 
 ILLUSTRATIVE = Price(usd_per_hour=1.0, source="illustrative")
 

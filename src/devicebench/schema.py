@@ -19,6 +19,7 @@ WORKLOADS = ("matmul", "cifar", "unet")
 TRAINING_WORKLOADS = ("cifar", "unet")  # the ones that train: CPU tuning, FLOPs, the best-CPU speedup
 TAG_PREFIX = "devicebench."
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
+NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 
 # ---- metric names (the per-class, per-size and per-rank families are built by the functions below) ----
 # Timings, seconds (time/<phase>_s; the report reads a phase generically as f"time/{phase}_s")
@@ -54,6 +55,9 @@ COST_PER_HOUR = "cost/usd_per_hour"
 COST_PER_EPOCH = "cost/usd_per_epoch"
 COST_PER_1K = "cost/usd_per_1k_samples"
 GFLOP_PER_USD = "cost/gflop_per_usd"  # matmul
+# The headline figures again, under a prefix that sorts before every other (cost/ dist/ eval/ matmul/
+# memory/ system/ throughput/ time/ train/): `at_a_glance/train_s` leads a run's metric list (run/run_line.py)
+GLANCE = "at_a_glance"
 MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
 MAX_RUN_NAME = 250  # MLflow's run name limit
 MAX_EXPERIMENT = 500  # MLflow's experiment name limit
@@ -115,6 +119,11 @@ def matmul_point_key(backend: str, dtype: str, size: int, figure: str) -> str:
     """`matmul/<backend>/<dtype>/n<size>/<figure>`: one point as a plain metric, so that the search that
     finds the run returns it (the report then needs no history request for the run)."""
     return f"matmul/{backend}/{dtype}/n{int(size)}/{figure}"
+
+
+def glance_key(figure: str) -> str:
+    """`at_a_glance/<figure>`: a headline figure repeated where it sorts first (`train_s`, `accuracy`)."""
+    return f"{GLANCE}/{figure}"
 
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"

@@ -154,7 +154,7 @@ def log_report(
     answer where the MLflow UI shows it at once: a name that says what it holds, headline metrics and
     a Markdown description with the verdicts and those metrics."""
     from devicebench.report.headline import headline_metrics, report_name, summary_note
-    from devicebench.report.run_line import NOTE_TAG
+    from devicebench.schema import NOTE_TAG
     from devicebench.tracking.runs import run_context
 
     run_ids = [r.run_id for r in comp.runs]

@@ -181,7 +181,8 @@ def _lead_with_figures(
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
     the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py)."""
-    from devicebench.report.run_line import NOTE_TAG, glance_metrics, summary_line
+    from devicebench.run.run_line import glance_metrics, summary_line
+    from devicebench.schema import NOTE_TAG
 
     glance = glance_metrics(name, result, costs)
     tracker.log_metrics(glance)

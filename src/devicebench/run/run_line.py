@@ -20,10 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, fmt_price
-from devicebench.schema import COST_PER_EPOCH, GFLOP_PER_USD
+from devicebench.schema import COST_PER_EPOCH, GFLOP_PER_USD, glance_key
 
-NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
-GLANCE = "at_a_glance"  # sorts before cost/ dist/ eval/ matmul/ memory/ system/ throughput/ time/ train/
 SEP = " · "
 SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s"}
 
@@ -103,7 +101,7 @@ def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> di
                 out[name] = getattr(result, name)
         if COST_PER_EPOCH in costs:
             out["usd_per_epoch"] = costs[COST_PER_EPOCH]
-    return {f"{GLANCE}/{k}": float(v) for k, v in out.items() if _finite(v)}
+    return {glance_key(k): float(v) for k, v in out.items() if _finite(v)}
 
 
 def summary_line(
@@ -111,7 +109,7 @@ def summary_line(
 ) -> str:
     """The run's one line: time · throughput · quality · device · cost (price source); a figure the
     run has not got is left out, and a run without a price says so rather than showing none."""
-    g = {k.removeprefix(f"{GLANCE}/"): v for k, v in glance.items()}
+    g = {k.removeprefix(glance_key("")): v for k, v in glance.items()}
     parts = []
     if workload == "matmul":
         if "gflops" in g:
