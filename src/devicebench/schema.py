@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Sequence
 
 from devicebench.errors import UsageError
 
@@ -42,8 +43,8 @@ PEAK_FRACTION = "util/peak_fraction"
 TRAIN_LOSS = "train/loss"  # step = optimizer step, window means
 EPOCH_LOSS = "train/epoch_loss"  # step = epoch
 EVAL_LOSS = "eval/loss"
-ACCURACY = "eval/accuracy"  # cifar; per class: eval/acc/<class>
-MIOU = "eval/miou"  # unet; per class: eval/iou/<class>
+ACCURACY = "eval/accuracy"  # cifar; per class: class_accuracy_key
+MIOU = "eval/miou"  # unet; per class: class_iou_key
 DICE = "eval/dice"
 PIXEL_ACCURACY = "eval/pixel_accuracy"
 # Memory, bytes
@@ -54,7 +55,12 @@ COST_USD = "cost/usd"
 COST_PER_HOUR = "cost/usd_per_hour"
 COST_PER_EPOCH = "cost/usd_per_epoch"
 COST_PER_1K = "cost/usd_per_1k_samples"
-GFLOP_PER_USD = "cost/gflop_per_usd"  # matmul
+GFLOP_PER_USD = "cost/gflop_per_usd"  # matmul; per point: matmul_key(backend, dtype, "gflop_per_usd")
+# A job of several processes (train/summary.py); each rank's own figures: rank_key
+WORLD_SIZE = "dist/world_size"
+SLOWEST_RANK = "dist/slowest_rank"
+ALLREDUCE_S = "dist/allreduce_s"  # one all-reduce of the model's gradients, measured apart
+COMM_SHARE = "dist/comm_share"  # steps × ALLREDUCE_S / TRAIN_S: an upper bound (DDP overlaps it)
 # The headline figures again, under a prefix that sorts before every other (cost/ dist/ eval/ matmul/
 # memory/ system/ throughput/ time/ train/): `at_a_glance/train_s` leads a run's metric list (run/run_line.py)
 GLANCE = "at_a_glance"
@@ -110,9 +116,15 @@ MATMUL_POINT_FIGURES = ("gflops", "time_s", "unsynced_time_s")
 MATMUL_POINT_RE = re.compile(r"^matmul/([^/]+)/([^/]+)/n(\d+)/([^/]+)$")
 
 
+def matmul_prefix(backend: str) -> str:
+    """`matmul/<backend>/`: every figure of one backend's series (`torch`, `numpy`) starts so."""
+    return f"matmul/{backend}/"
+
+
 def matmul_key(backend: str, dtype: str, figure: str) -> str:
-    """`matmul/<backend>/<dtype>/<figure>`: the stepped series (step = matrix size)."""
-    return f"matmul/{backend}/{dtype}/{figure}"
+    """`matmul/<backend>/<dtype>/<figure>`: the stepped series (step = matrix size), and a point's
+    `gflop_per_usd` (pricing/costs.py)."""
+    return f"{matmul_prefix(backend)}{dtype}/{figure}"
 
 
 def matmul_point_key(backend: str, dtype: str, size: int, figure: str) -> str:
@@ -121,9 +133,64 @@ def matmul_point_key(backend: str, dtype: str, size: int, figure: str) -> str:
     return f"matmul/{backend}/{dtype}/n{int(size)}/{figure}"
 
 
+def phase_time_key(phase: str) -> str:
+    """`time/<phase>_s`: a phase's seconds read generically (`train` is TRAIN_S, `eval` EVAL_S)."""
+    return f"time/{phase}_s"
+
+
+def class_accuracy_key(class_name: str) -> str:
+    """`eval/acc/<class>`: cifar's accuracy on one class (its name made metric-safe by the caller)."""
+    return f"eval/acc/{class_name}"
+
+
+def class_iou_key(class_name: str) -> str:
+    """`eval/iou/<class>`: unet's intersection over union on one class."""
+    return f"eval/iou/{class_name}"
+
+
+def rank_key(rank: int, figure: str) -> str:
+    """`dist/rank/<rank>/<figure>`: one rank's own figure in a job (`train_s`, `data_wait_s`, ...)."""
+    return f"dist/rank/{int(rank)}/{figure}"
+
+
+# The report run's own headline metrics, one per CPU/GPU pair or scaling series (`best`, `worst` over them)
+def speedup_key(pair: str) -> str:
+    """`speedup/<pair>`: how many times faster the GPU trained than the CPU as configured."""
+    return f"speedup/{pair}"
+
+
+def speedup_best_cpu_key(pair: str) -> str:
+    """`speedup_best_cpu/<pair>`: the GPU against this CPU at its best (a tuned or faster CPU side)."""
+    return f"speedup_best_cpu/{pair}"
+
+
+def cost_ratio_key(pair: str) -> str:
+    """`cost_ratio/<pair>`: the GPU's cost of the same work over the CPU's."""
+    return f"cost_ratio/{pair}"
+
+
+def scaling_efficiency_key(series: str, world_size: int) -> str:
+    """`scaling/<series>/efficiency_<N>`: a scaling series' efficiency at N processes."""
+    return f"scaling/{series}/efficiency_{int(world_size)}"
+
+
 def glance_key(figure: str) -> str:
     """`at_a_glance/<figure>`: a headline figure repeated where it sorts first (`train_s`, `accuracy`)."""
     return f"{GLANCE}/{figure}"
+
+
+def headline_point(
+    points: Sequence[tuple[str, str, int]], fallback: bool = True
+) -> tuple[str, str, int] | None:
+    """The (backend, dtype, size) that speaks for a matmul sweep: torch at its largest size, float32
+    where there is one. The run's line, a side's cost and a pair's speedup all take this point, so they
+    describe one product. `fallback`: a sweep without torch points speaks through its other backend's."""
+    chosen = [k for k in points if k[0] == "torch"] or (list(points) if fallback else [])
+    if not chosen:
+        return None
+    biggest = max(k[2] for k in chosen)
+    at = [k for k in chosen if k[2] == biggest]
+    return next((k for k in at if k[1] == "float32"), at[0])
 
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"

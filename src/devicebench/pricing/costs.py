@@ -14,7 +14,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import Price
-from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_PER_HOUR, COST_USD, GFLOP_PER_USD, tag
+from devicebench.schema import (
+    COST_PER_1K,
+    COST_PER_EPOCH,
+    COST_PER_HOUR,
+    COST_USD,
+    GFLOP_PER_USD,
+    matmul_key,
+    matmul_prefix,
+    tag,
+)
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -79,7 +88,9 @@ def matmul_costs(hourly: float, points: Sequence[Any]) -> dict[int, dict[str, fl
     for p in points:
         rate = float(p.gflops)
         if _finite_positive(rate):
-            out[int(p.size)][f"matmul/{p.backend}/{p.dtype}/gflop_per_usd"] = rate * SECONDS_PER_HOUR / hourly
+            out[int(p.size)][matmul_key(p.backend, p.dtype, "gflop_per_usd")] = (
+                rate * SECONDS_PER_HOUR / hourly
+            )
     return dict(out)
 
 
@@ -91,7 +102,7 @@ def headline_gflop_per_usd(per_point: Mapping[int, Mapping[str, float]]) -> floa
         for name, value in values.items():
             if name not in largest or size > largest[name][0]:
                 largest[name] = (size, value)
-    torch = [v for name, (_, v) in largest.items() if name.startswith("matmul/torch/")]
+    torch = [v for name, (_, v) in largest.items() if name.startswith(matmul_prefix("torch"))]
     chosen = torch or [v for _, v in largest.values()]
     return max(chosen) if chosen else None
 

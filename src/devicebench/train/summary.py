@@ -27,10 +27,15 @@ from devicebench.host.device import gpu_sms
 from devicebench.host.peaks import gpu_peak, peak_source
 from devicebench.host.timing import Timer
 from devicebench.schema import (
+    ALLREDUCE_S,
+    COMM_SHARE,
     FLOPS_PER_SAMPLE,
     PEAK_FRACTION,
     PEAK_TFLOPS,
+    SLOWEST_RANK,
     TRAIN_TFLOPS,
+    WORLD_SIZE,
+    rank_key,
     tag,
 )
 from devicebench.train.records import EpochResult, EvalResult
@@ -88,17 +93,17 @@ def dist_metrics(
     the job's `train_s`; DDP overlaps it with backward, so the share is an upper bound)."""
     if len(ranks) < 2:
         return {}
-    values = {"dist/world_size": float(len(ranks))}
+    values = {WORLD_SIZE: float(len(ranks))}
     for r, fig in enumerate(ranks):
-        values[f"dist/rank/{r}/train_s"] = fig["train_s"]
-        values[f"dist/rank/{r}/data_wait_s"] = fig["data_wait_s"]
+        values[rank_key(r, "train_s")] = fig["train_s"]
+        values[rank_key(r, "data_wait_s")] = fig["data_wait_s"]
         if fig["train_s"] > 0:
-            values[f"dist/rank/{r}/train_samples_per_s"] = fig["train_samples"] / fig["train_s"]
-    values["dist/slowest_rank"] = float(max(range(len(ranks)), key=lambda r: ranks[r]["train_s"]))
+            values[rank_key(r, "train_samples_per_s")] = fig["train_samples"] / fig["train_s"]
+    values[SLOWEST_RANK] = float(max(range(len(ranks)), key=lambda r: ranks[r]["train_s"]))
     if allreduce_s is not None:
-        values["dist/allreduce_s"] = allreduce_s
+        values[ALLREDUCE_S] = allreduce_s
         if train_s > 0:
-            values["dist/comm_share"] = min(steps * allreduce_s / train_s, 1.0)
+            values[COMM_SHARE] = min(steps * allreduce_s / train_s, 1.0)
     return values
 
 

@@ -25,7 +25,7 @@ from devicebench.data.loader import SamplerFor, no_sampler
 from devicebench.host import precision
 from devicebench.host.context import Context
 from devicebench.models.cifar_net import build_model
-from devicebench.schema import ACCURACY, EVAL_LOSS, TO_TARGET_S
+from devicebench.schema import ACCURACY, EVAL_LOSS, TO_TARGET_S, class_accuracy_key
 from devicebench.tracking.protocol import Tracker
 from devicebench.train import figures, loop, records, setup
 from devicebench.train.metrics import accuracy, confusion_table, metric_name, per_class_accuracy
@@ -117,7 +117,7 @@ def eval_metrics(ev: records.EvalResult, classes: list[str]) -> dict[str, float]
     """Accuracy and loss, and the accuracy of every class that had test images."""
     values = {ACCURACY: accuracy(ev.confusion), EVAL_LOSS: ev.mean_loss}
     per_class = zip(classes, per_class_accuracy(ev.confusion), strict=True)
-    values.update({f"eval/acc/{metric_name(c)}": a for c, a in per_class if not math.isnan(a)})
+    values.update({class_accuracy_key(metric_name(c)): a for c, a in per_class if not math.isnan(a)})
     return values
 
 

@@ -30,7 +30,7 @@ from devicebench.data.loader import SamplerFor, data_loader, no_sampler
 from devicebench.errors import DataUnavailable
 from devicebench.host import precision
 from devicebench.host.context import Context
-from devicebench.schema import DICE, EVAL_LOSS, MIOU, PIXEL_ACCURACY
+from devicebench.schema import DICE, EVAL_LOSS, MIOU, PIXEL_ACCURACY, class_iou_key
 from devicebench.tracking.protocol import Tracker
 from devicebench.train import figures, loop, records, setup
 from devicebench.train.metrics import (
@@ -151,7 +151,7 @@ def eval_metrics(ev: records.EvalResult, classes: list[str]) -> dict[str, float]
         MIOU: nanmean(list(iou.values())),
         DICE: nanmean(dice_per_class(cm)),
         PIXEL_ACCURACY: accuracy(cm),
-        **{f"eval/iou/{metric_name(c)}": v for c, v in iou.items() if not math.isnan(v)},
+        **{class_iou_key(metric_name(c)): v for c, v in iou.items() if not math.isnan(v)},
     }
     return {k: v for k, v in values.items() if not math.isnan(v)}
 
