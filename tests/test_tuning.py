@@ -88,7 +88,7 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     assert table["note"][-CONFIRM:] == [CONFIRMATION] * CONFIRM and len(table["threads"]) == 12
     tags = tuning.tags(every, chosen, 60.0)
     assert tags["devicebench.cpu.tuned.setting"] == "1 thread, data in memory"
-    assert tags["devicebench.cpu.tuned.best_trial_samples_per_s"] == "2925"
+    assert tags["devicebench.cpu.tuned.chosen_median_samples_per_s"] == "2925"
     assert tags["devicebench.cpu.tuned.trials"] == "9"
 
 
