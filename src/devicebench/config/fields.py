@@ -251,7 +251,7 @@ def work_key(workload: str, cfg: Any) -> str:
 
 def key_of(workload: str, work: Mapping[str, Any]) -> str:
     """The hash behind `config_key`, for callers that hold logged params rather than a config (the
-    compare benchmark's generated runs): pass only the params that are work (`configs.not_work()`),
+    compare benchmark's generated runs): pass only the params that are work (`config.workloads.not_work()`),
     with an unset field's word (unet's `train_list: default`) as "", as `config_key` hashes it."""
     blob = json.dumps({"workload": workload, **work}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

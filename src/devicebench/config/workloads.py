@@ -317,6 +317,6 @@ CONFIGS: dict[str, type[WorkloadConfig]] = {"matmul": MatmulConfig, "cifar": Cif
 
 def not_work() -> frozenset[str]:
     """Every param that says where or how verbosely a run worked, not what it measured: exactly the
-    fields `config_key` leaves out (the same rule, `config.is_keyed`), over all workloads."""
+    fields `config_key` leaves out (the same rule, `config.fields.is_keyed`), over all workloads."""
     names = {f.name for cls in CONFIGS.values() for f in dataclasses.fields(cls) if not is_keyed(f)}
     return frozenset(names | set(NOT_KEYED))

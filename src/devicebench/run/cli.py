@@ -210,10 +210,9 @@ COMMANDS: dict[str, str] = {
 
 
 def build_parser(selected: str | None = None, argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The parser, with full arguments only for the selected command.
-
-    Building a workload's arguments imports torch (seconds); `compare` and `sync` must not pay that.
-    """
+    """The parser, with full arguments only for the selected command: `compare` and `suite` take theirs
+    from the report's and the suite's own modules, which no other command needs to import. None of it
+    imports torch: a workload's arguments come from its torch-free config (`_add_workload`)."""
     parser = OneLineParser(
         prog=PROG,
         description="How much faster is this PyTorch workload on the GPU than on the CPU? Runs are tracked in MLflow.",
