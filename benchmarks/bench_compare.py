@@ -287,14 +287,15 @@ def generate(n_runs: int = N_RUNS, seed: int = 0, matmul_share: float = 0.1, fla
 def _timed_report(uri: str, experiment: str, out: Path) -> tuple[float, int, int, float]:
     from mlflow.tracking import MlflowClient
 
-    from devicebench.report import render
-    from devicebench.report.compare import compare
-    from devicebench.report.query import Query, read_runs
+    from devicebench.report.judge.judgement import judge
+    from devicebench.report.model.comparison import compare
+    from devicebench.report.read.options import Query
+    from devicebench.report.read.query import read_runs
+    from devicebench.report.render.files import write_report
 
     t0 = time.perf_counter()
     sel = read_runs(MlflowClient(uri), Query(experiments=(experiment,)))
-    comp = compare(sel.runs, baseline="previous")
-    render.write_report(comp, out, {"experiments": experiment})
+    write_report(judge(compare(sel.runs, baseline="previous")), out, {"experiments": experiment})
     return time.perf_counter() - t0, len(sel.runs), sel.history_calls, sel.read_s
 
 

@@ -21,7 +21,7 @@ MODULES = (
     "devicebench.workloads.cifar",
     "devicebench.workloads.unet",
     "devicebench.workloads.matmul",
-    "devicebench.report.cli",
+    "devicebench.report.command",
     "devicebench.plan.suite",
     "devicebench.tracking",
     "mlflow.pytorch",

@@ -35,7 +35,7 @@ def preload() -> None:
         "devicebench.workloads.matmul",
         "devicebench.workloads.cifar",
         "devicebench.workloads.unet",
-        "devicebench.report.cli",
+        "devicebench.report.command",
         "mlflow",
         "mlflow.tracking",
         "mlflow.store.tracking.sqlalchemy_store",

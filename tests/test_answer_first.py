@@ -14,11 +14,14 @@ from test_report_cost import run as priced_run
 
 from devicebench.errors import UsageError
 from devicebench.pricing.prices import Price, pricing_for, resolve_price
-from devicebench.report.compare import compare
-from devicebench.report.content import build_doc, describe, varying_params
-from devicebench.report.document import to_markdown
-from devicebench.report.headline import headline_metrics, report_name, summary_note
+from devicebench.report.judge.judgement import judge
+from devicebench.report.judge.pair_rules import explain
 from devicebench.report.links import link_lines, ui_base
+from devicebench.report.model.comparison import compare
+from devicebench.report.render.content import build_doc
+from devicebench.report.render.document import to_markdown
+from devicebench.report.render.headline import headline_metrics, report_name, summary_note
+from devicebench.report.render.labels import describe, varying_params
 from devicebench.run.run_line import glance_metrics, summary_line
 from devicebench.schema import GLANCE
 
@@ -158,24 +161,24 @@ def test_the_report_run_is_named_for_its_answer() -> None:
 
 def test_the_description_holds_verdicts_and_key_metrics_and_never_says_do_the_impossible() -> None:
     comp = compare(cpu_gpu())
-    note = summary_note(comp, "read 2 runs from 1 experiment: x (2)", metrics=headline_metrics(comp))
+    note = summary_note(judge(comp), "read 2 runs from 1 experiment: x (2)", metrics=headline_metrics(comp))
     assert "GPU over CPU: best 12.0×" in note
     assert "`pairs` = 1" in note and "`speedup/best` = 12" in note and "`cost_ratio/" in note
     assert note.index("`pairs`") < note.index("`speedup/best`")
     alone = compare([priced_run("cpu", 12.0, 1.0)])
-    text = summary_note(alone, "read 1 run from 1 experiment: x (1)")
+    text = summary_note(judge(alone), "read 1 run from 1 experiment: x (1)")
     assert "No CPU/GPU pair yet" in text and "another --device" not in text
 
 
 def test_illustrative_prices_say_so_in_tables_and_verdicts() -> None:
     comp = compare(cpu_gpu())
     (pair,) = comp.pairs
-    assert pair.verdicts[0].endswith("(illustrative prices, not real ones)")
-    md = to_markdown(build_doc(comp, {}, {}))
+    assert explain(pair)[0].endswith("(illustrative prices, not real ones)")
+    md = to_markdown(build_doc(judge(comp), {}, {}))
     assert "$1.00 (illustrative)" in md and "(override)" not in md
     assert "epochs per USD (illustrative price)" in md and ", illustrative)" in md
     real = compare(cpu_gpu("override"))
-    assert "illustrative" not in to_markdown(build_doc(real, {}, {}))
+    assert "illustrative" not in to_markdown(build_doc(judge(real), {}, {}))
 
 
 def test_configs_are_labelled_by_what_differs_never_by_a_bare_hash() -> None:
@@ -184,7 +187,7 @@ def test_configs_are_labelled_by_what_differs_never_by_a_bare_hash() -> None:
     )
     (side,) = one.all_sides
     assert describe(side, varying_params(one.all_sides)) == "bs 32 · lr 0.02"  # epochs 2 is the default
-    md = to_markdown(build_doc(one, {}, {}))
+    md = to_markdown(build_doc(judge(one), {}, {}))
     assert "33791aa0831504f7" not in md.split("## Runs without a partner device")[1].split("| r")[0]
     header = next(ln for ln in md.splitlines() if ln.startswith("| workload | config | device | runs |"))
     assert "config key" not in header and "what is timed" in header
@@ -194,7 +197,7 @@ def test_configs_are_labelled_by_what_differs_never_by_a_bare_hash() -> None:
 def test_report_tables_are_narrow_enough_for_the_artifact_view() -> None:
     """MLflow's artifact view shows report.md without sideways scrolling up to about 9 columns."""
     comp = compare([*cpu_gpu(), *(priced_run(d, 3.0, 1.0, "k2", {"width": "2"}) for d in ("cpu", "cuda:0"))])
-    md = to_markdown(build_doc(comp, {}, {}))
+    md = to_markdown(build_doc(judge(comp), {}, {}))
     widths = [ln.count("|") - 1 for ln in md.splitlines() if ln.startswith("|")]
     assert widths and max(widths) <= 9
     assert "| verdict |" in md and "| what is timed |" in md

@@ -8,19 +8,31 @@ faster at 8× the price costs 2.67× more. A side without a price shows "–" an
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
 import pytest
 
-from devicebench.report import verdicts
-from devicebench.report.cli import budget_text
-from devicebench.report.compare import compare
-from devicebench.report.content import PAIR_HEADERS, pair_row
-from devicebench.report.headline import headline_metrics
-from devicebench.report.money import side_rows
-from devicebench.report.records import RunRecord
-from devicebench.report.render import terminal_table, write_report
+from devicebench.report.command import budget_text
+from devicebench.report.judge import pair_rules as verdicts
+from devicebench.report.judge.judgement import judge
+from devicebench.report.judge.pair_rules import explain
+from devicebench.report.model.comparison import compare
+from devicebench.report.read.records import RunRecord
+from devicebench.report.render.files import write_report
+from devicebench.report.render.headline import headline_metrics
+from devicebench.report.render.tables import (
+    COST,
+    PAIR_COLUMNS,
+    PRICE_COLUMNS,
+    cells,
+    headers,
+    pair_cells,
+    price_items,
+    shown,
+)
+from devicebench.report.render.terminal import terminal_table
 
 _ids = itertools.count()
 SAMPLES = 50_000
@@ -93,25 +105,23 @@ def test_the_two_cases_give_exact_cost_ratios_and_the_right_verdicts() -> None:
     cheap, dear = by_key(comp, "cheap"), by_key(comp, "dear")
     assert (cheap.headline, cheap.price_ratio, cheap.cost_ratio) == pytest.approx((12.0, 8.0, 8.0 / 12.0))
     assert (dear.headline, dear.price_ratio, dear.cost_ratio) == pytest.approx((3.0, 8.0, 8.0 / 3.0))
-    assert cheap.verdicts[0] == "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price"
-    assert dear.verdicts[0] == "faster but dearer: 3.00× faster at 8.00× the price costs 2.67× more per epoch"
+    assert explain(cheap)[0] == "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price"
+    assert explain(dear)[0] == "faster but dearer: 3.00× faster at 8.00× the price costs 2.67× more per epoch"
     # the pairs table: time speedup, price ratio and cost ratio side by side
-    row = pair_row(cheap, {})
-    assert (row.speedup.split(" ")[0], row.price_ratio, row.cost_ratio) == (
+    row = pair_cells(cheap)
+    assert (row["speedup"].split(" ")[0], row["price_ratio"], row["cost_ratio"]) == (
         "12.0×",
         "8.00× ($1.00 / $8.00)",
         "0.67× per epoch",
     )
-    assert row.cost == "$0.00167 / $0.00111 per epoch; $0.0000667 / $0.0000444 per 1k samples"
-    assert pair_row(dear, {}).cost_ratio == "2.67× per epoch"
-    i = PAIR_HEADERS.index("speedup")
-    assert PAIR_HEADERS[i : i + 4] == [
-        "speedup",
-        "speedup over the best CPU",
+    assert row["cost"] == "$0.00167 / $0.00111 per epoch; $0.0000667 / $0.0000444 per 1k samples"
+    assert pair_cells(dear)["cost_ratio"] == "2.67× per epoch"
+    assert headers(shown(PAIR_COLUMNS, COST))[-3:] == [
         "price ratio (per hour)",
         "cost ratio (per unit of work)",
+        "cost (base / other)",
     ]
-    table = terminal_table(comp)
+    table = terminal_table(judge(comp))
     assert "0.67× per epoch" in table and "2.67× per epoch" in table
 
 
@@ -119,13 +129,13 @@ def test_a_side_without_a_price_shows_a_dash_and_gets_no_cost_verdict() -> None:
     comp = compare([run("cpu", 12.0, None), run("cuda:0", 1.0, 8.0)])
     (p,) = comp.pairs
     assert p.price_ratio is None and p.cost_ratio is None
-    row = pair_row(p, {})
-    assert (row.price_ratio, row.cost_ratio, row.cost) == ("–", "–", "–")
+    row = pair_cells(p)
+    assert (row["price_ratio"], row["cost_ratio"], row["cost"]) == ("–", "–", "–")
     assert verdicts.price_performance(p) is None
-    assert not any("cheaper" in v or "dearer" in v for v in p.verdicts)
+    assert not any("cheaper" in v or "dearer" in v for v in explain(p))
     metrics = headline_metrics(comp)
     assert "speedup/cifar cpu vs cuda_0" in metrics and not any(k.startswith("cost_ratio/") for k in metrics)
-    rows = side_rows(comp.all_sides, lambda s: s.config_key)
+    rows = cells(PRICE_COLUMNS, price_items(comp.all_sides, lambda s: s.config_key))
     cpu = next(r for r in rows if r[2] == "cpu (EPYC)")
     assert cpu[3] == "– (no OCI shape (not on OCI) and no price_per_hour)" and cpu[5:9] == ["–"] * 4
 
@@ -163,14 +173,14 @@ def test_the_same_gpu_in_two_shapes_is_two_sides_with_a_cost_ratio() -> None:
     assert "cuda:0 (A10, VM.GPU.A10.1)" in labels and "cuda:0 (A10, VM.GPU.A10.2)" in labels
     a10s = next(p for p in comp.pairs if "A10.1" in p.base.label and "A10.2" in p.other.label)
     assert (a10s.headline, a10s.price_ratio, a10s.cost_ratio) == pytest.approx((1.0, 2.0, 2.0))
-    assert a10s.verdicts[0] == (
+    assert explain(a10s)[0] == (
         "dearer on cuda:0 (A10, VM.GPU.A10.2) and not faster (1.00×): costs 2.00× more per epoch"
     )
 
 
 def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
     comp = compare(shapes())
-    rows = side_rows(comp.all_sides, lambda s: s.config_key)
+    rows = cells(PRICE_COLUMNS, price_items(comp.all_sides, lambda s: s.config_key))
     assert [r[2] for r in rows] == [
         "cpu (EPYC, VM.Standard.E4.Flex)",  # $0.1/h × 10 s per epoch: 3,600 epochs per dollar
         "cuda:0 (A10, VM.GPU.A10.1)",  # $2/h × 1 s: 1,800
@@ -179,7 +189,7 @@ def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
     ]
     assert rows[0][7] == "3,600 epochs per USD" and rows[1][8] == "0.50×" and rows[3][8] == "0.10×"
     assert rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1)"
-    line = budget_text(comp)
+    line = budget_text(judge(comp))
     assert line == (
         "budget: cifar bs 128: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
         "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex); 3 other priced side(s))"
@@ -190,16 +200,16 @@ def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
     def matmul(device: str, t: float, price: float) -> RunRecord:
         r = run(device, t, price, key="mm")
         r.tags["devicebench.workload"] = "matmul"
-        r.metrics = {}
-        r.history = {"matmul/torch/float32/time_s": {512: t * 1e6, 1024: t}}
-        return r
+        return dataclasses.replace(
+            r, metrics={}, history={"matmul/torch/float32/time_s": {512: t * 1e6, 1024: t}}
+        )
 
     comp = compare([matmul("cpu", 0.02, 0.36), matmul("cuda:0", 0.001, 3.6), run("cpu", 1.0, None, key="k")])
     (p,) = comp.pairs
     assert p.cost_ratio == pytest.approx(0.5)  # 20× faster at 10× the price
-    assert p.verdicts[0] == "cheaper per GFLOP on the GPU (2.00×) although 10.0× the hourly price"
-    assert pair_row(p, {}).cost == "1,073,742 / 2,147,484 GFLOP per USD at n=1024 float32"
-    lines = budget_text(comp).splitlines()
+    assert explain(p)[0] == "cheaper per GFLOP on the GPU (2.00×) although 10.0× the hourly price"
+    assert pair_cells(p)["cost"] == "1,073,742 / 2,147,484 GFLOP per USD at n=1024 float32"
+    lines = budget_text(judge(comp)).splitlines()
     assert lines == [
         "budget: cifar bs 128: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
         "budget: matmul mm: cheapest cuda:0 (A10): 2,147,484 GFLOP per USD at n=1024 float32 "
@@ -211,7 +221,7 @@ def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
 
 
 def test_report_files_show_costs_and_the_cost_chart(tmp_path: Path) -> None:
-    files = write_report(compare(two_cases()), tmp_path, {"experiments": "e"})
+    files = write_report(judge(compare(two_cases())), tmp_path, {"experiments": "e"})
     names = {f.name for f in files}
     assert "cost_vs_time.png" in names and (tmp_path / "cost_vs_time.png").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
@@ -222,13 +232,13 @@ def test_report_files_show_costs_and_the_cost_chart(tmp_path: Path) -> None:
 
 
 def test_without_prices_there_is_no_cost_chart_and_the_report_says_how_to_get_prices(tmp_path: Path) -> None:
-    files = write_report(compare([run("cpu", 12.0, None), run("cuda:0", 1.0, None)]), tmp_path, {})
+    files = write_report(judge(compare([run("cpu", 12.0, None), run("cuda:0", 1.0, None)])), tmp_path, {})
     assert "cost_vs_time.png" not in {f.name for f in files}
     assert "No run carries a price" in (tmp_path / "report.md").read_text()
 
 
 def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -> None:
-    from devicebench.report.charts import crossover_chart
+    from devicebench.report.render.charts import crossover_chart
 
     def grid_runs(priced: bool) -> list[RunRecord]:
         out = []
@@ -253,7 +263,7 @@ def test_crossover_heatmap_gets_a_money_panel_only_with_prices(tmp_path: Path) -
     assert grid.peak_cells[(1.0, 4.0)] == pytest.approx(0.0004) and grid.peak_cells[(2.0, 128.0)] == 0.0256
     assert crossover_chart(grid, tmp_path / "peak.png") == 3
     assert grid.best_cpu_cells == {}, "no faster CPU side was measured"
-    from devicebench.report.charts import crossover_caption
+    from devicebench.report.render.charts import crossover_caption
 
     assert crossover_caption(grid) == "; where it pays in money, the share of the GPU's peak"
     unpriced = grid_runs(priced=False)

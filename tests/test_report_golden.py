@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from devicebench.report.cli import budget_text
-from devicebench.report.compare import compare
-from devicebench.report.headline import headline_metrics, report_name, summary_note
-from devicebench.report.records import RunRecord
-from devicebench.report.render import terminal_table, write_report
+from devicebench.report.command import budget_text
+from devicebench.report.judge.judgement import judge
+from devicebench.report.model.comparison import compare
+from devicebench.report.read.records import RunRecord
+from devicebench.report.render.files import write_report
+from devicebench.report.render.headline import headline_metrics, report_name, summary_note
+from devicebench.report.render.terminal import terminal_table
 from devicebench.schema import matmul_point_key
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -206,20 +208,21 @@ def planted_runs() -> list[RunRecord]:
 
 def outputs(tmp_path: Path) -> dict[str, str]:
     """Every output of the report for the planted runs, as text, by file name."""
-    comp = compare(planted_runs(), baseline="previous", threshold=0.1)
+    judged = judge(compare(planted_runs(), baseline="previous", threshold=0.1))
+    comp = judged.comp
     out = tmp_path / "report"
-    write_report(comp, out, META)
+    write_report(judged, out, META)
     html = (out / "report.html").read_text()
     metrics = headline_metrics(comp)
     return {
         "report.md": (out / "report.md").read_text(),
         "report.html": re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,…", html),
         "runs.csv": (out / "runs.csv").read_text(),
-        "terminal.txt": terminal_table(comp) + "\n",
-        "budget.txt": budget_text(comp) + "\n",
+        "terminal.txt": terminal_table(judged) + "\n",
+        "budget.txt": budget_text(judged) + "\n",
         "report_run.txt": report_name(comp, "golden")
         + "\n\n"
-        + summary_note(comp, READ, metrics=metrics)
+        + summary_note(judged, READ, metrics=metrics)
         + "\n",
         "metrics.json": json.dumps(metrics, indent=1, sort_keys=True) + "\n",
         "charts.txt": "\n".join(sorted(p.name for p in out.glob("*.png"))) + "\n",

@@ -19,11 +19,18 @@ from test_report_logic import rec, train
 from test_report_store import compare_here
 
 from benchmarks.bench_compare import Spec, log_runs, specs_for
-from devicebench.report import scaling_verdicts
-from devicebench.report.compare import compare, find_regressions
-from devicebench.report.query import Query, read_runs
-from devicebench.report.records import RunRecord
-from devicebench.report.render import terminal_table, write_report
+from devicebench.report.judge import scaling_rules as scaling_verdicts
+from devicebench.report.judge.judgement import judge
+from devicebench.report.judge.scaling_rules import explain_scaling
+from devicebench.report.model.comparison import compare
+from devicebench.report.model.regressions import find_regressions
+from devicebench.report.model.scaling import Series
+from devicebench.report.read.options import Query
+from devicebench.report.read.query import read_runs
+from devicebench.report.read.records import RunRecord
+from devicebench.report.render.files import write_report
+from devicebench.report.render.tables import base_text
+from devicebench.report.render.terminal import terminal_table
 
 SAMPLES = 100_000  # per epoch: time/train_s = SAMPLES / throughput, so pairs and series agree
 GPU_SERIES = {1: (990.0, 1010.0), 2: (1880.0, 1920.0), 4: (3180.0, 3220.0), 8: (4380.0, 4420.0)}
@@ -31,6 +38,11 @@ GPU_EFFICIENCY = {1: 1.0, 2: 0.95, 4: 0.8, 8: 0.55}  # medians 1000, 1900, 3200,
 CPU_SERIES = {1: (100.0,), 2: (150.0,)}  # efficiency 0.75 at 2: no verdict
 CPU_NO_ONE = {2: (200.0,), 4: (240.0,)}  # batch 32, no run of 1: over 2, efficiency 0.6 at 4
 SERIES_NAME = "cifar batch_size_4 cuda NVIDIA A10"  # scaling/<this>/efficiency_<N>
+
+
+def said(series: Series) -> list[str]:
+    """Every verdict of a scaling series, smallest world size first."""
+    return [line for p in series.points for line in explain_scaling(series, p)]
 
 
 def median_time(throughputs: tuple[float, ...]) -> float:
@@ -98,7 +110,7 @@ def test_planted_world_sizes_make_series_pairs_metrics_and_a_chart(sqlite_env, c
     assert gpu.world_sizes == [1, 2, 4, 8] and gpu.base_n == 1 and gpu.unit == "GPUs"
     assert {p.world_size: p.efficiency for p in gpu.points} == pytest.approx(GPU_EFFICIENCY)
     assert [p.throughput.median for p in gpu.points] == pytest.approx([1000, 1900, 3200, 4400])
-    assert {p.world_size: p.verdicts for p in gpu.points} == {
+    assert {p.world_size: explain_scaling(gpu, p) for p in gpu.points} == {
         1: [],
         2: [],  # 0.95 >= 0.7
         4: [],  # 0.80
@@ -107,12 +119,12 @@ def test_planted_world_sizes_make_series_pairs_metrics_and_a_chart(sqlite_env, c
             "larger batch or fewer processes"
         ],
     }
-    assert cpu.world_sizes == [1, 2] and cpu.points[1].efficiency == pytest.approx(0.75) and not cpu.verdicts
+    assert cpu.world_sizes == [1, 2] and cpu.points[1].efficiency == pytest.approx(0.75) and not said(cpu)
     # no run of 1: the smallest world size is the base, and the table says so
-    assert cpu32.base_n == 2 and cpu32.base_text == "2 (smallest here; no run of 1)"
+    assert cpu32.base_n == 2 and base_text(cpu32) == "2 (smallest here; no run of 1)"
     assert [p.speedup for p in cpu32.points] == pytest.approx([1.0, 1.2])
     assert [p.efficiency for p in cpu32.points] == pytest.approx([1.0, 0.6])
-    assert cpu32.verdicts == [
+    assert said(cpu32) == [
         "scales poorly at 4 processes (efficiency 0.60 over 2) though all-reduce took at most 5% of "
         "training: not communication; look at data wait and the slowest rank"
     ]
@@ -174,21 +186,18 @@ def job(device: str, n: int, throughput: float, key: str = "k1", **more: float) 
 def test_the_verdict_threshold_is_strict_and_old_runs_count_as_one_process() -> None:
     """Efficiency exactly 0.7 gets no verdict, 0.69 does; a run without the world_size tag is a job of 1."""
     at_07 = compare([job("cuda:0", 1, 100.0), job("cuda:0", 4, 280.0)]).scaling[0]
-    assert (
-        at_07.points[1].efficiency == pytest.approx(scaling_verdicts.SCALING_EFFICIENCY)
-        and not at_07.verdicts
+    assert at_07.points[1].efficiency == pytest.approx(scaling_verdicts.SCALING_EFFICIENCY) and not said(
+        at_07
     )
     below = compare([job("cuda:0", 1, 100.0), job("cuda:0", 4, 276.0)]).scaling[0]
-    assert below.verdicts == [
-        "communication-bound at 4 GPUs (efficiency 0.69): larger batch or fewer processes"
-    ]
+    assert said(below) == ["communication-bound at 4 GPUs (efficiency 0.69): larger batch or fewer processes"]
     assert rec("cpu").world_size == 1 and job("cpu", 4, 1.0).world_size == 4
 
 
 def test_without_two_world_sizes_there_is_no_scaling_section_or_chart(tmp_path: Path) -> None:
     comp = compare([job("cpu", 1, 10.0), job("cuda:0", 1, 100.0), job("cuda:0", 1, 90.0, key="k2")])
-    assert comp.scaling == [] and "scaling:" not in terminal_table(comp)
-    names = {f.name for f in write_report(comp, tmp_path, {})}
+    assert comp.scaling == [] and "scaling:" not in terminal_table(judge(comp))
+    names = {f.name for f in write_report(judge(comp), tmp_path, {})}
     assert "scaling.png" not in names and "## Scaling" not in (tmp_path / "report.md").read_text()
 
 

@@ -9,7 +9,6 @@ suite's plan validation read it without paying for either.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Sequence
@@ -88,26 +87,6 @@ def gflops(n: int, seconds: float) -> float:
     return 2.0 * n**3 / seconds / 1e9
 
 
-def fmt_speedup(x: float) -> str:
-    """One spelling of a speedup for tables, verdicts and charts: two decimals where the difference
-    between 1.05× and 1.5× matters, fewer once the number is large."""
-    if x < 10:
-        return f"{x:.2f}×"
-    return f"{x:.1f}×" if x < 100 else f"{x:.0f}×"
-
-
-def fmt_percent(x: float) -> str:
-    """A share as a percentage that never rounds a real figure to zero: the tutorial Net on an H100 uses
-    0.00076 % of its TF32 peak, which two decimals would print as 0.00 %. Two significant digits below
-    0.1 %, in fixed point however small; a dash for no figure."""
-    if math.isnan(x):
-        return "–"
-    if x == 0 or abs(x) >= 1e-3:
-        return f"{x:.2%}"
-    digits = 1 - math.floor(math.log10(abs(x) * 100))  # two significant digits
-    return f"{x * 100:.{digits}f}%"
-
-
 # matmul's per-size figures. Each is logged twice: under `matmul/<backend>/<dtype>/<figure>` with step = n
 # (the MLflow UI draws it against n), and under a flat key per size, `matmul/<backend>/<dtype>/n<size>/<figure>`.
 # `search_runs` returns only a metric's latest value, so the stepped form needs one history request per
@@ -154,19 +133,25 @@ def rank_key(rank: int, figure: str) -> str:
 
 
 # The report run's own headline metrics, one per CPU/GPU pair or scaling series (`best`, `worst` over them)
+# The report run's own metrics (report/render/headline.py): how many pairs and regressions it found
+REPORT_PAIRS = "pairs"
+REPORT_REGRESSIONS = "regressions"
+SPEEDUP_PREFIX, SPEEDUP_BEST_CPU_PREFIX, COST_RATIO_PREFIX = "speedup/", "speedup_best_cpu/", "cost_ratio/"
+
+
 def speedup_key(pair: str) -> str:
     """`speedup/<pair>`: how many times faster the GPU trained than the CPU as configured."""
-    return f"speedup/{pair}"
+    return f"{SPEEDUP_PREFIX}{pair}"
 
 
 def speedup_best_cpu_key(pair: str) -> str:
     """`speedup_best_cpu/<pair>`: the GPU against this CPU at its best (a tuned or faster CPU side)."""
-    return f"speedup_best_cpu/{pair}"
+    return f"{SPEEDUP_BEST_CPU_PREFIX}{pair}"
 
 
 def cost_ratio_key(pair: str) -> str:
     """`cost_ratio/<pair>`: the GPU's cost of the same work over the CPU's."""
-    return f"cost_ratio/{pair}"
+    return f"{COST_RATIO_PREFIX}{pair}"
 
 
 def scaling_efficiency_key(series: str, world_size: int) -> str:

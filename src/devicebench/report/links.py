@@ -11,11 +11,15 @@ address on this host, with the command that starts it. mlflow-free.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from devicebench.util.redact import redact
+
+REPORT_RUN_FILE = "report_run.json"  # beside the report: which run holds it (the suite prints its link)
 VIEW = "workflowType=machine_learning"  # MLflow 3's "Model training" view, not the GenAI overview
 DEFAULT_UI_PORT = "5000"
 
@@ -95,8 +99,6 @@ def settings_link_lines(
 ) -> list[str]:
     """`link_lines` for the configured store (`Settings`: its URI, MLFLOW_UI_URL and port), the URI
     shown with its password redacted: what compare and a suite both end with."""
-    from devicebench.util.redact import redact
-
     return link_lines(
         settings.tracking_uri,
         experiment_id,
@@ -106,3 +108,17 @@ def settings_link_lines(
         ui_port=settings.ui_port,
         start_hint=start_hint,
     )
+
+
+def write_report_run(out: Path, run_id: str, experiment_id: str) -> None:
+    """`report_run.json` beside the report: the run that holds it, for whoever launched this compare."""
+    (out / REPORT_RUN_FILE).write_text(json.dumps({"run_id": run_id, "experiment_id": experiment_id}))
+
+
+def read_report_run(out: Path) -> tuple[str, str] | None:
+    """(run id, experiment id) of the report run a compare wrote into `out`; None when it logged none."""
+    try:
+        data = json.loads((out / REPORT_RUN_FILE).read_text())
+        return str(data["run_id"]), str(data["experiment_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -1,111 +1,45 @@
 """Read devicebench runs from the tracking store: through `MlflowClient` for an embedded store, and as
-plain JSON from a tracking server (report/rest.py: the client's protobuf parsing cost seconds).
+plain JSON from a tracking server (read/rest.py: the client's protobuf parsing cost seconds).
 
 Paging is explicit (page tokens until there are none), because `search_runs` silently stops at its
 `max_results`: a report that quietly compares the first 1,000 of 2,000 runs would be wrong, not slow.
 `search_runs` only returns each metric's latest value. A matmul run logs each per-size point also as a
 flat metric (`matmul/<backend>/<dtype>/n<size>/time_s`, schema.matmul_point_key), which the search returns
 with the run; only runs logged before those keys existed, and swept more than one size, need their
-histories fetched one request per run and key (report/points.py: the one call that costs per run).
+histories fetched one request per run and key (read/points.py: the one call that costs per run).
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
+from mlflow.entities import ViewType
+from mlflow.exceptions import MlflowException
+
 from devicebench.errors import UsageError
-from devicebench.report.experiments import (
-    active_experiments,
-    means_every,
-    read_line,
-    resolve_experiments,
-)
-from devicebench.report.points import fetch_history, needs_history
-from devicebench.report.records import RunRecord
-from devicebench.report.rest import rest_store, search_page
+from devicebench.report.read.experiments import active_experiments, read_line, resolve_experiments
+from devicebench.report.read.options import Query, parse_since
+from devicebench.report.read.points import fetch_history, split_history
+from devicebench.report.read.records import RunRecord
+from devicebench.report.read.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 
 NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workload
-PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 1000 is MLflow's REST cap
 # 664 history requests to a local server on a 2-core VM took 33 s with 1 worker, 4.9 s with 8, 3.5 s with 16
 HISTORY_WORKERS = 16
 # A server's search is cut into workload x start-time streams (time_slices), this many in flight at once
 SEARCH_STREAMS = 4
 TIME_SLICES = 8
-_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-@dataclass(frozen=True)
-class Query:
-    """What to read. Empty or None means "not set"; no experiments (or `all`) means every active one."""
-
-    experiments: tuple[str, ...]
-    workloads: tuple[str, ...] = ()
-    since: str | None = None
-    filter: str | None = None
-    host: str | None = None
-    page_size: int = PAGE_SIZE
-
-    @property
-    def every_experiment(self) -> bool:
-        return means_every(self.experiments)
-
-
-# --------------------------------------------------------------------------------------------- since
-
-
-def parse_since(text: str, now: float | None = None) -> int:
-    """`7d`, `12h`, `30m`, `45s`, `2w` or an ISO date/time → a start time in ms since the epoch.
-
-    A relative window is what a scheduled job wants (`--since 1d`); an ISO date is what a person
-    investigating a change wants. Naive ISO times are taken as UTC so a report is the same on every host.
-    """
-    now = time.time() if now is None else now
-    raw = text.strip()
-    m = _SINCE.match(raw)
-    if m:
-        start = now - float(m.group(1)) * _UNIT_S[m.group(2).lower()]
-    else:
-        try:
-            when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
-            raise UsageError(
-                f"{text!r} is not a time window; use e.g. 7d, 12h, 30m, 2w or an ISO date like 2024-05-01",
-                param="since",
-            ) from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        start = when.timestamp()
-    if not start >= 0:  # before 1970 (or not a number): no run is that old, and MLflow cannot search it
-        raise UsageError(
-            f"{text!r} reaches back before 1970; use a shorter window such as 365d", param="since"
-        )
-    return int(start * 1000)
 
 
 # --------------------------------------------------------------------------------------------- search
-
-
-def split_list(values: Iterable[str] | str | None) -> tuple[str, ...]:
-    """`["a,b", "c"]` or `"a,b"` → `("a", "b", "c")`: options given several times or comma-separated."""
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        values = [values]
-    out: list[str] = []
-    for v in values:
-        out.extend(p.strip() for p in str(v).split(",") if p.strip())
-    return tuple(dict.fromkeys(out))
 
 
 def _quote(value: str) -> str:
@@ -193,7 +127,8 @@ def slice_clauses(oldest: int, newest: int, k: int) -> list[str | None]:
     return clauses
 
 
-def _record(run: Any) -> RunRecord:
+def record(run: Any) -> RunRecord:
+    """One MLflow `Run` entity as a RunRecord (the embedded store's path)."""
     info, data = run.info, run.data
     return RunRecord(
         run_id=info.run_id,
@@ -237,9 +172,7 @@ def _page(
     token: str | None,
     direction: str = "DESC",
 ) -> tuple[list[RunRecord], str | None]:
-    """One search page as RunRecords: JSON straight from a server (report/rest.py), else the client's."""
-    from mlflow.entities import ViewType
-
+    """One search page as RunRecords: JSON straight from a server (read/rest.py), else the client's."""
     order = [f"attributes.start_time {direction}"]
     store = rest_store(client)
     if store is not None:
@@ -253,14 +186,12 @@ def _page(
         order_by=order,
         page_token=token,
     )
-    return list(map(_record, page)), page.token or None
+    return list(map(record, page)), page.token or None
 
 
 @contextmanager
 def _filter_named(query: Query) -> Iterator[None]:
     """A search the server rejects is the user's filter's fault when there is one: say so, as usage."""
-    from mlflow.exceptions import MlflowException
-
     try:
         yield
     except MlflowException as e:
@@ -290,7 +221,7 @@ def search_pages(
             return
 
 
-@dataclass
+@dataclass(frozen=True)
 class Selection:
     """What the report compares, and how it was chosen (printed in the report's header)."""
 
@@ -322,26 +253,30 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
         experiments = active_experiments(client, query.page_size)
     else:
         experiments = resolve_experiments(client, query.experiments)
-    futures: list[Future[None]] = []
+    Pending = tuple[RunRecord, dict[str, dict[int, float]], dict[str, Future[dict[int, float]]]]
     with ThreadPoolExecutor(max_workers=workers) as history_pool:
 
-        def stream(clauses: tuple[str | None, str | None]) -> list[RunRecord]:
-            got: list[RunRecord] = []
+        def stream(clauses: tuple[str | None, str | None]) -> list[Pending]:
+            got: list[Pending] = []
             for page in search_pages(client, list(experiments), query, *clauses):
-                got.extend(page)
-                futures.extend(
-                    history_pool.submit(fetch_history, client, r, k) for r in page for k in needs_history(r)
-                )
+                for r in page:
+                    known, missing = split_history(r)
+                    fetch = {k: history_pool.submit(fetch_history, client, r.run_id, k) for k in missing}
+                    got.append((r, known, fetch))
             return got
 
         workloads = partitions(query) if experiments else []
         slices = time_slices(client, list(experiments), query) if workloads else []
         tasks = [(w, t) for t in slices for w in workloads]
         with ThreadPoolExecutor(max_workers=max(min(len(tasks), SEARCH_STREAMS), 1)) as search_pool:
-            streams = list(search_pool.map(stream, tasks))
-        for f in list(futures):
-            f.result()
-    runs = sorted((r for rs in streams for r in rs), key=lambda r: r.start_time, reverse=True)
+            pending = [p for got in search_pool.map(stream, tasks) for p in got]
+        whole = [  # each record made whole once its histories are in: records are never changed
+            replace(r, history={**known, **{k: f.result() for k, f in fetch.items()}})
+            if known or fetch
+            else r
+            for r, known, fetch in pending
+        ]
+    runs = sorted(whole, key=lambda r: r.start_time, reverse=True)
     if not runs:
         what = ["any experiment" if every else f"experiment {', '.join(experiments.values())}"]
         if query.workloads:
@@ -357,5 +292,10 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
             param="experiment",
         )
     return Selection(
-        runs, experiments, build_filter(query), len(futures), time.perf_counter() - t0, every_experiment=every
+        runs,
+        experiments,
+        build_filter(query),
+        sum(len(fetch) for _, _, fetch in pending),
+        time.perf_counter() - t0,
+        every_experiment=every,
     )

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mlflow.store.tracking.rest_store import RestStore
+from mlflow.utils.rest_utils import http_request, verify_rest_response
+
 SEARCH_ENDPOINT = "/api/2.0/mlflow/runs/search"
 CLOSE = {"Connection": "close"}
 
@@ -24,10 +27,6 @@ def rest_store(client: Any) -> Any | None:
     MLflow exposes no public accessor for the store behind a client; where the attribute is missing
     (another MLflow version) the report falls back to `client.search_runs`, slower but the same runs.
     """
-    try:
-        from mlflow.store.tracking.rest_store import RestStore
-    except ImportError:  # pragma: no cover - every MLflow this project supports has it
-        return None
     store = getattr(getattr(client, "_tracking_client", None), "store", None)
     return (
         store if isinstance(store, RestStore) and callable(getattr(store, "get_host_creds", None)) else None
@@ -46,8 +45,6 @@ def search_page(
 
     A rejected request raises MlflowException, as `client.search_runs` does.
     """
-    from mlflow.utils.rest_utils import http_request, verify_rest_response
-
     body: dict[str, Any] = {
         "experiment_ids": [str(e) for e in experiment_ids],
         "filter": filter_string,

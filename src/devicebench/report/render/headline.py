@@ -5,8 +5,8 @@ rendered as Markdown). So the headline numbers become metrics (`speedup/<pair>` 
 `cost_ratio/<pair>` beside it where both sides logged a price, `speedup/best`, `speedup/worst`,
 `pairs`, `regressions`, and `scaling/<series>/efficiency_<N>` per world size of each scaling series)
 and a short summary becomes the description.
-Both read the speedups the comparison already holds (`Pair.headline`, the pair rows of content.py);
-nothing is computed twice, so the UI, the terminal and report.html cannot disagree.
+Both read the speedups the comparison already holds (`Pair.headline`, the pairs table's NOTE view in
+tables.py); nothing is computed twice, so the UI, the terminal and report.html cannot disagree.
 """
 
 from __future__ import annotations
@@ -15,17 +15,31 @@ import math
 import re
 from collections.abc import Sequence
 
-from devicebench.report.best_cpu import against_best
-from devicebench.report.compare import Comparison
-from devicebench.report.content import describe, pair_row, varying_params
-from devicebench.report.document import Doc, Table, to_markdown
-from devicebench.report.fmt import NONE, fmt_x
-from devicebench.report.pairs import Pair
-from devicebench.report.scaling import Series
-from devicebench.schema import MAX_RUN_NAME, MAX_TAG_VALUE
+from devicebench.report.judge.judgement import Judgement
+from devicebench.report.model.comparison import Comparison
+from devicebench.report.model.pairs import Pair, against_best
+from devicebench.report.model.regressions import Regression
+from devicebench.report.model.scaling import Series
+from devicebench.report.render.content import pair_items
+from devicebench.report.render.document import Doc, Table, to_markdown
+from devicebench.report.render.labels import describe, varying_params
+from devicebench.report.render.tables import NOTE, PAIR_COLUMNS, cells, headers, shown
+from devicebench.schema import (
+    COST_RATIO_PREFIX,
+    MAX_RUN_NAME,
+    MAX_TAG_VALUE,
+    REPORT_PAIRS,
+    REPORT_REGRESSIONS,
+    SPEEDUP_BEST_CPU_PREFIX,
+    SPEEDUP_PREFIX,
+    cost_ratio_key,
+    scaling_efficiency_key,
+    speedup_best_cpu_key,
+    speedup_key,
+)
+from devicebench.util.fmt import fmt_change, fmt_share, fmt_sig3, fmt_sig4, fmt_x
 
 MAX_PAIR_NAME = 100  # of MLflow's 250 characters per metric name: enough to tell pairs apart in a chart list
-NOTE_HEADERS = ["workload", "config", "base", "other", "speedup", "why"]
 MAX_REGRESSION_LINES = 5
 MAX_SCALING_LINES = 5
 # MLflow allows alphanumerics, _ - . / and space in metric names (a colon nowhere on Windows);
@@ -35,6 +49,10 @@ _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.\- ]+")
 
 def _speedup(p: Pair) -> float:
     return p.headline if p.headline is not None else math.nan
+
+
+def _over_best(p: Pair) -> float:
+    return p.best_cpu_speedup if p.best_cpu_speedup is not None else math.nan
 
 
 def cpu_gpu_pairs(comp: Comparison) -> list[Pair]:
@@ -68,7 +86,7 @@ def scaling_metrics(comp: Comparison) -> dict[str, float]:
     varying = varying_params(comp.all_sides)
     names = unique_names([series_name(s, varying) for s in comp.scaling])
     return {
-        f"scaling/{name}/efficiency_{p.world_size}": p.efficiency
+        scaling_efficiency_key(name, p.world_size): p.efficiency
         for name, s in zip(names, comp.scaling, strict=True)
         for p in s.points
         if p.efficiency is not None
@@ -96,24 +114,24 @@ def headline_metrics(comp: Comparison) -> dict[str, float]:
     """`speedup/<pair>` per CPU/GPU pair (and `cost_ratio/<pair>` where both sides have a price),
     `speedup/best` and `/worst` over them, `pairs`, and `regressions` when a baseline was asked for
     (None means "not judged", not zero)."""
-    metrics: dict[str, float] = {"pairs": float(len(comp.pairs))}
+    metrics: dict[str, float] = {REPORT_PAIRS: float(len(comp.pairs))}
     pairs = cpu_gpu_pairs(comp)
     varying = varying_params(comp.all_sides)
     names = unique_names([pair_name(p, varying) for p in pairs])
     for name, p in zip(names, pairs, strict=True):
-        metrics[f"speedup/{name}"] = _speedup(p)
-        if p.best_cpu is not None and "best_cpu" in p.speedups:  # the GPU against this CPU at its best
-            metrics[f"speedup_best_cpu/{name}"] = p.speedups["best_cpu"]
+        metrics[speedup_key(name)] = _speedup(p)
+        if p.best_cpu is not None and p.best_cpu_speedup is not None:  # the GPU against this CPU at its best
+            metrics[speedup_best_cpu_key(name)] = p.best_cpu_speedup
         # both priced: the GPU's cost of the same work / the CPU's, at its best where that was measured
         if p.cost_ratio is not None:
-            metrics[f"cost_ratio/{name}"] = p.cost_ratio
+            metrics[cost_ratio_key(name)] = p.cost_ratio
     if pairs:
-        metrics["speedup/best"] = max(map(_speedup, pairs))
-        metrics["speedup/worst"] = min(map(_speedup, pairs))
+        metrics[speedup_key("best")] = max(map(_speedup, pairs))
+        metrics[speedup_key("worst")] = min(map(_speedup, pairs))
     if over_best := against_best(pairs):
-        metrics["speedup_best_cpu/best"] = max(p.speedups["best_cpu"] for p in over_best)
+        metrics[speedup_best_cpu_key("best")] = max(_over_best(p) for p in over_best)
     if comp.regressions is not None:
-        metrics["regressions"] = float(len(comp.regressions))
+        metrics[REPORT_REGRESSIONS] = float(len(comp.regressions))
     metrics.update(scaling_metrics(comp))
     return metrics
 
@@ -132,7 +150,7 @@ def report_name(comp: Comparison, scope: str = "") -> str:
         parts.append(f"{len(pairs)} CPU/GPU pair{'s' if len(pairs) != 1 else ''}")
         parts.append(f"best {fmt_x(max(map(_speedup, pairs)))}")
         if over_best := against_best(pairs):
-            parts.append(f"best over the fastest CPU {fmt_x(max(p.speedups['best_cpu'] for p in over_best))}")
+            parts.append(f"best over the fastest CPU {fmt_x(max(map(_over_best, over_best)))}")
     else:
         n = len(comp.finished)
         parts += [f"{n} run{'s' if n != 1 else ''}", "no CPU/GPU pair"]
@@ -144,25 +162,37 @@ def report_name(comp: Comparison, scope: str = "") -> str:
 def metric_lines(metrics: dict[str, float]) -> list[str]:
     """The key metrics as the description lists them: `pairs`, then `speedup/*` and `cost_ratio/*`
     (the pair metrics, best and worst), each `name = value`; the rest stay in the metrics table."""
-    order = sorted(metrics, key=lambda k: (k != "pairs", not k.startswith("speedup/"), k))
+    order = sorted(metrics, key=lambda k: (k != REPORT_PAIRS, not k.startswith(SPEEDUP_PREFIX), k))
     keys = [
         k
         for k in order
-        if k == "pairs" or k.startswith(("speedup/", "speedup_best_cpu/", "cost_ratio/", "regressions"))
+        if k == REPORT_PAIRS
+        or k.startswith((SPEEDUP_PREFIX, SPEEDUP_BEST_CPU_PREFIX, COST_RATIO_PREFIX, REPORT_REGRESSIONS))
     ]
-    lines = [f"`{k}` = {metrics[k]:.3g}" for k in keys[:MAX_NOTE_METRICS]]
+    lines = [f"`{k}` = {fmt_sig3(metrics[k])}" for k in keys[:MAX_NOTE_METRICS]]
     if len(keys) > MAX_NOTE_METRICS:
         lines.append(f"_{len(keys) - MAX_NOTE_METRICS} more in the metrics below_")
     return lines
 
 
 def _where(p: Pair, varying: dict[str, list[str]]) -> str:
-    row = pair_row(p, varying)
-    return f"{row.workload} {row.config}: {row.other} vs {row.base}"
+    return f"{p.workload} {describe(p.base, varying)}: {p.other.label} vs {p.base.label}"
 
 
-def verdict_lines(comp: Comparison) -> list[str]:
+def regression_line(g: Regression) -> str:
+    """One regression in a line: what slowed, by how much, against which baseline, and the run."""
+    b = g.baseline
+    return (
+        f"regression: {g.workload} {g.config_key} on {g.device} @ {g.host}: {g.measure} "
+        f"{fmt_sig4(g.newest)} s vs baseline median {fmt_sig4(b.median)} s ({fmt_change(g.change)}; "
+        f"baseline {b.spread_kind} {fmt_sig4(b.lo)}–{fmt_sig4(b.hi)} s over {b.n} run(s)); newest run "
+        f"{g.run_ids[-1]}"
+    )
+
+
+def verdict_lines(judged: Judgement) -> list[str]:
     """The answer in a few lines: best and worst GPU speedup, and regressions when judged."""
+    comp = judged.comp
     varying = varying_params(comp.all_sides)
     pairs = cpu_gpu_pairs(comp)
     lines = []
@@ -172,9 +202,9 @@ def verdict_lines(comp: Comparison) -> list[str]:
         if worst is not best:
             lines.append(f"**worst {fmt_x(worst.headline)}** ({_where(worst, varying)})")
         if over_best := against_best(pairs):
-            top = max(over_best, key=lambda p: p.speedups["best_cpu"])
+            top = max(over_best, key=_over_best)
             lines.append(
-                f"**GPU over this CPU at its best: best {fmt_x(top.speedups['best_cpu'])}** "
+                f"**GPU over this CPU at its best: best {fmt_x(top.best_cpu_speedup)}** "
                 f"({_where(top, varying)})"
             )
     else:
@@ -183,16 +213,18 @@ def verdict_lines(comp: Comparison) -> list[str]:
             "host without a GPU). On a GPU host the same plan, or the same command with device=cuda, "
             "pairs them; the README shows an H100's answer."
         )
-    said = [(s, v) for s in comp.scaling for v in s.verdicts]
+    said = [(s, v) for s in comp.scaling for v in judged.series(s)]
     for s, v in said[:MAX_SCALING_LINES]:
         lines.append(f"**scaling** {s.workload} {describe(s.points[0].side, varying)} on {s.label}: {v}")
     if len(said) > MAX_SCALING_LINES:
         lines.append(f"_{len(said) - MAX_SCALING_LINES} more scaling verdicts in report.html_")
     if comp.regressions:
-        lines.append(f"**{len(comp.regressions)} regression(s)** beyond {comp.threshold:.0%}:")
-        lines.extend(f"`{g.line()}`" for g in comp.regressions[:MAX_REGRESSION_LINES])
+        lines.append(f"**{len(comp.regressions)} regression(s)** beyond {fmt_share(comp.threshold)}:")
+        lines.extend(f"`{regression_line(g)}`" for g in comp.regressions[:MAX_REGRESSION_LINES])
     elif comp.regressions is not None:
-        lines.append(f"No regression beyond {comp.threshold:.0%} in {comp.regression_groups} group(s).")
+        lines.append(
+            f"No regression beyond {fmt_share(comp.threshold)} in {comp.regression_groups} group(s)."
+        )
     return lines
 
 
@@ -214,18 +246,19 @@ def _note_doc(
     return doc
 
 
+NOTE_COLUMNS = shown(PAIR_COLUMNS, NOTE)
+NOTE_HEADERS = headers(NOTE_COLUMNS)
+
+
 def summary_note(
-    comp: Comparison, read: str, limit: int = MAX_TAG_VALUE, metrics: dict[str, float] | None = None
+    judged: Judgement, read: str, limit: int = MAX_TAG_VALUE, metrics: dict[str, float] | None = None
 ) -> str:
     """The run description: verdict lines, the key metrics (`metrics`: the run's headline metrics) and
     a table of the pairs, cut (at whole rows) to fit the tag limit with a pointer to report.html, which
     has everything."""
-    varying = varying_params(comp.all_sides)
-    rows = []
-    for p in comp.pairs:
-        r = pair_row(p, varying)
-        rows.append([r.workload, r.config, r.base, r.other, r.speedup, p.verdicts[0] if p.verdicts else NONE])
-    lines = verdict_lines(comp)
+    comp = judged.comp
+    rows = cells(NOTE_COLUMNS, pair_items(judged, comp.pairs, varying_params(comp.all_sides)))
+    lines = verdict_lines(judged)
     keys = metric_lines(metrics if metrics is not None else headline_metrics(comp))
     lo, hi = 0, len(rows)  # the most rows that fit: the text only grows with rows
     while lo < hi:

@@ -4,63 +4,48 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from devicebench.report.compare import Comparison
-from devicebench.report.content import describe, pair_row, varying_params
-from devicebench.report.fmt import NONE, fmt_efficiency, fmt_stat_s, fmt_x
-from devicebench.report.scaling import Series
+from devicebench.report.judge.judgement import Judgement
+from devicebench.report.model.scaling import Series
+from devicebench.report.render.content import pair_items
+from devicebench.report.render.labels import Varying, describe, varying_params
+from devicebench.report.render.tables import PAIR_COLUMNS, TERMINAL, base_text, cells, headers, shown
+from devicebench.util.fmt import fmt_efficiency, fmt_stat_s
 
-# "best CPU": the speedup over this CPU at its best (its setting is in the verdict and report.md)
-HEADERS = ["workload", "config", "base", "other", "speedup", "best CPU", "price", "cost", "wait", "verdict"]
 MAX_WIDTH = 48  # a column is cut here; report.md has every cell whole
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [min(max(len(str(x)) for x in col), MAX_WIDTH) for col in zip(HEADERS, *rows, strict=True)]
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [min(max(len(str(x)) for x in col), MAX_WIDTH) for col in zip(head, *rows, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(str(c)[:w].ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
-    return [line(HEADERS), line(["-" * w for w in widths]), *map(line, rows)]
+    return [line(head), line(["-" * w for w in widths]), *map(line, rows)]
 
 
-def scaling_line(s: Series, varying: dict[str, list[str]]) -> str:
+def scaling_line(judged: Judgement, s: Series, varying: Varying) -> str:
     """One series in a line: the efficiency at each world size, and its verdicts."""
     effs = ", ".join(f"{fmt_efficiency(p.efficiency)} at {p.world_size}" for p in s.points)
-    verdict = f": {'; '.join(s.verdicts)}" if s.verdicts else ""
+    said = judged.series(s)
+    verdict = f": {'; '.join(said)}" if said else ""
     return (
         f"scaling: {s.workload} {describe(s.points[0].side, varying)} on {s.label}: efficiency {effs} "
-        f"(over N={s.base_text}){verdict}"
+        f"(over N={base_text(s)}){verdict}"
     )
 
 
-def terminal_table(comp: Comparison, limit: int = 40) -> str:
+def terminal_table(judged: Judgement, limit: int = 40) -> str:
     """The run counts, the pairs (headline verdict only) and the configs without a partner."""
+    comp = judged.comp
     varying = varying_params(comp.all_sides)
-    rows = []
-    for p in comp.pairs:
-        r = pair_row(p, varying)
-        verdict = p.verdicts[0] if p.verdicts else NONE
-        price, best = fmt_x(p.price_ratio), fmt_x(p.speedups.get("best_cpu"))
-        rows.append(
-            [
-                r.workload,
-                r.config,
-                r.base,
-                r.other,
-                r.speedup,
-                best,
-                price,
-                r.cost_ratio,
-                r.data_wait,
-                verdict,
-            ]
-        )
+    columns = shown(PAIR_COLUMNS, TERMINAL)
+    rows = cells(columns, pair_items(judged, comp.pairs, varying))
     lines = [
         f"{len(comp.runs)} runs: {len(comp.finished)} finished, {len(comp.unfinished)} not; "
         f"{len(comp.pairs)} pairs; {len(comp.unpaired)} configs without a partner device"
     ]
     if rows:
-        lines += _table(rows[:limit])
+        lines += _table(headers(columns, short=True), rows[:limit])
         if len(rows) > limit:
             lines.append(f"... {len(rows) - limit} more pairs in report.md")
     for s in comp.unpaired[:limit]:
@@ -70,7 +55,7 @@ def terminal_table(comp: Comparison, limit: int = 40) -> str:
         )
     if len(comp.unpaired) > limit:
         lines.append(f"... {len(comp.unpaired) - limit} more configs without a partner in report.md")
-    lines.extend(scaling_line(s, varying) for s in comp.scaling[:limit])
+    lines.extend(scaling_line(judged, s, varying) for s in comp.scaling[:limit])
     if len(comp.scaling) > limit:
         lines.append(f"... {len(comp.scaling) - limit} more scaling series in report.md")
     return "\n".join(lines)

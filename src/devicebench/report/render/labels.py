@@ -15,11 +15,10 @@ from collections.abc import Sequence
 from devicebench.config.fields import is_keyed, to_params
 from devicebench.config.naming import SEP, SHORT
 from devicebench.config.workloads import CONFIGS
-from devicebench.report.compare import NOT_WORK
-from devicebench.report.sides import Side
+from devicebench.report.model.sides import NOT_WORK, Side
 from devicebench.schema import TOTAL_S, TRAIN_S
+from devicebench.util.fmt import NONE
 
-NONE = "–"
 # What each headline time measures, for the column that shows it (sides.Side.time_metric's choices)
 TIMED = {
     TRAIN_S: "training, all epochs",

@@ -10,7 +10,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
-from devicebench.report.records import RunRecord
+from devicebench.report.read.records import RunRecord
 from devicebench.schema import TAG_PREFIX
 
 IDENTITY = ["run_id", "experiment_id", "run_name", "status", "start_time_ms"]

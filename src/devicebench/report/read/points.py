@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from devicebench.schema import MATMUL_POINT_RE, matmul_key
 
 if TYPE_CHECKING:
-    from devicebench.report.records import RunRecord
+    from devicebench.report.read.records import RunRecord
 
 _TIME_FIGURES = ("time_s", "unsynced_time_s")
 _MATMUL_TIME = re.compile(r"^matmul/([^/]+)/([^/]+)/(time_s|unsynced_time_s)$")
@@ -34,9 +34,9 @@ def flat_points(run: RunRecord) -> dict[str, dict[int, float]]:
     return out
 
 
-def needs_history(run: RunRecord) -> list[str]:
-    """The matmul time keys whose per-size history must still be fetched, filling `run.history` with
-    every series the run's own search result already holds.
+def split_history(run: RunRecord) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """(the matmul time series the run's own search result already holds, the time keys whose
+    per-size history must still be fetched).
 
     A series comes from the flat per-size keys where the run logged them, from the latest value where
     the run swept one size, and otherwise (a run older than the flat keys) from a history request.
@@ -44,22 +44,22 @@ def needs_history(run: RunRecord) -> list[str]:
     half the round trips of fetching GFLOP/s too.
     """
     if run.workload != "matmul":
-        return []
+        return {}, []
     keys = [k for k in run.metrics if _MATMUL_TIME.match(k)]
     flat = flat_points(run)
     sizes = run.sizes()
+    known: dict[str, dict[int, float]] = {}
     missing = []
     for k in keys:
         if k in flat:
-            run.history[k] = flat[k]
+            known[k] = flat[k]
         elif len(sizes) == 1:
-            run.history[k] = {sizes[0]: run.metrics[k]}
+            known[k] = {sizes[0]: run.metrics[k]}
         else:
             missing.append(k)
-    return missing
+    return known, missing
 
 
-def fetch_history(client: Any, run: RunRecord, key: str) -> None:
+def fetch_history(client: Any, run_id: str, key: str) -> dict[int, float]:
     """One series' per-size points from its step history (one request): for runs without flat keys."""
-    points = client.get_metric_history(run.run_id, key)
-    run.history[key] = {int(m.step): float(m.value) for m in points}
+    return {int(m.step): float(m.value) for m in client.get_metric_history(run_id, key)}

@@ -6,9 +6,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from devicebench.report.records import RunRecord
-from devicebench.report.sides import Stat
+from devicebench.report.read.records import RunRecord
 from devicebench.schema import TOTAL_S, TRAIN_S
+from devicebench.util.stats import Stat
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,6 @@ class Regression:
     @property
     def change(self) -> float:
         return self.newest / self.baseline.median - 1.0
-
-    def line(self) -> str:
-        return (
-            f"regression: {self.workload} {self.config_key} on {self.device} @ {self.host}: {self.measure} "
-            f"{self.newest:.4g} s vs baseline median {self.baseline.median:.4g} s ({self.change:+.0%}; "
-            f"baseline {self.baseline.spread_kind} {self.baseline.lo:.4g}–{self.baseline.hi:.4g} s over "
-            f"{self.baseline.n} run(s)); newest run {self.run_ids[-1]}"
-        )
 
 
 def measures(run: RunRecord) -> dict[str, float]:

@@ -1,28 +1,28 @@
 """Money: what a side cost per hour and per unit of work, a pair's price and cost ratios, and for each
-piece of work which side (device, shape, CPU setting) buys the most of it.
+piece of work which side (device, shape, CPU setting) buys the most of it (how it is said: render/money.py).
 
 Everything is read from what the runs logged (the run schema): the tags `devicebench.price.*` and the
 metrics `cost/*`. A side whose runs carry no price has no cost, and nothing here makes one up: every
-function returns None where the runs do not say, and the writers show "–". Ratios are only taken
+function returns None where the runs do not say, and the writers show a dash. Ratios are only taken
 between sides priced in the same currency.
 
 The work-per-money table groups sides by work key (the config without how the CPU was fed: loader and
 workers), so a tuned CPU side ranks beside the GPU sides of the same work and the table asks the
 price-performance question of the CPU at its best, as the pairs do (report/best_cpu.py). The report's
-table and `compare --budget` both read `side_cost`, so they cannot disagree.
+table and `compare --budget` both read `ranked`, so they cannot disagree.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from devicebench.report.fmt import NONE, fmt_s, fmt_stat_s, fmt_x
-from devicebench.report.records import RunRecord
-from devicebench.report.sides import Side, Stat, param_order, work_key
-from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TOTAL_S, TRAIN_S, gflops
+from devicebench.report.model.sides import Side, param_order, work_key
+from devicebench.report.read.records import RunRecord
+from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TRAIN_S, gflops, headline_point
+from devicebench.util.stats import Stat
 
 GFLOP = "GFLOP"  # the matmul unit of work
 
@@ -90,13 +90,10 @@ def epoch_time(side: Side) -> Stat | None:
 
 
 def matmul_point(side: Side) -> tuple[str, str, int] | None:
-    """The side's headline matmul point: torch at its largest size, float32 where there is one."""
-    points = [k for k, v in side.matmul.items() if k[0] == "torch" and "time" in v]
-    if not points:
-        return None
-    biggest = max(k[2] for k in points)
-    at = [k for k in points if k[2] == biggest]
-    return next((k for k in at if k[1] == "float32"), at[0])
+    """The side's headline matmul point (schema.headline_point) among its torch points with a time."""
+    return headline_point(
+        [k for k, v in side.matmul.items() if k[0] == "torch" and "time" in v], fallback=False
+    )
 
 
 def per_gflop(side: Side, point: tuple[str, str, int] | None) -> float | None:
@@ -183,158 +180,23 @@ def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None
     )
 
 
-def fmt_money(x: float | None, cur: str = "USD") -> str:
-    """`$0.00333`, `$1.28`, `12.50 EUR`: cents from 1 up, three significant digits below (never an
-    exponent: `$0.0000667` reads as money, `6.67e-05` does not), whole units from 1000."""
-    if x is None or not math.isfinite(x):
-        return NONE
-    if x >= 1000:
-        text = f"{x:,.0f}"
-    elif x >= 1 or x <= 0:
-        text = f"{x:.2f}"
-    else:
-        text = f"{x:.{2 - math.floor(math.log10(x))}f}"
-    return f"${text}" if cur in ("USD", "") else f"{text} {cur}"
+# --------------------------------------------------------------------------------------------- ranking
 
 
-def fmt_amount(x: float | None) -> str:
-    """A count of work per money (epochs or GFLOP per dollar): three significant digits, thousands apart."""
-    if x is None or not math.isfinite(x):
-        return NONE
-    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
-
-
-# --------------------------------------------------------------------------------------------- tables
-
-Describe = Callable[[Side], str]  # a side's config as the report spells it (content.describe)
-
-SIDE_HEADERS = [
-    "workload",
-    "config",
-    "side",
-    "price per hour (source)",
-    "time per unit",
-    "cost per unit",
-    "cost per 1k samples",
-    "work per money",
-    "vs the best",
-]
-UNITS = {"epoch": "epochs", GFLOP: "GFLOP", "run": "runs"}
-
-
-def _work(side: Side) -> float:
+def work_per_money(side: Side) -> float:
     """Sort key: most work per money first, sides without a price last."""
     return -(side_cost(side).work_per_money or 0.0)
 
 
 def ranked(sides: Iterable[Side]) -> list[list[Side]]:
-    """The sides of each piece of work, most work per money first (in the report's order of configs)."""
+    """The sides of each piece of work, most work per money first (in the report's order of configs):
+    the work-per-money table and `compare --budget` both read this, so they cannot disagree."""
     groups: dict[tuple[str, str], list[Side]] = defaultdict(list)
     for s in sides:
         groups[(s.workload, work_key(s))].append(s)
     order = sorted(groups, key=lambda k: (k[0], param_order(groups[k][0].params), k[1]))
-    return [sorted(groups[k], key=_work) for k in order]
+    return [sorted(groups[k], key=work_per_money) for k in order]
 
 
 def any_price(sides: Iterable[Side]) -> bool:
     return any(priced_runs(s) for s in sides)
-
-
-def work_text(side: Side) -> str:
-    """`81.3 epochs per USD`, `1,234,567 GFLOP per USD at n=8192 float32`, or the dash."""
-    c = side_cost(side)
-    if c.work_per_money is None:
-        return NONE
-    text = f"{fmt_amount(c.work_per_money)} {UNITS[c.unit]} per {currency(side) or 'USD'}"
-    if c.point is not None:
-        text += f" at n={c.point[2]} {c.point[1]}"
-    return text + (" (illustrative price)" if illustrative(side) else "")
-
-
-def price_text(side: Side) -> str:
-    price = side_price(side)
-    if price is None:
-        return f"{NONE} ({no_price_reason(side)})"
-    cur = currency(side)
-    spread = f"–{fmt_money(price.hi, cur)}" if price.hi > price.lo else ""
-    text = f"{fmt_money(price.lo if spread else price.median, cur)}{spread}"
-    return f"{text} ({source(side)})"
-
-
-def _time_text(side: Side, c: SideCost) -> str:
-    if c.unit == GFLOP:
-        v = side.matmul.get(c.point) if c.point else None
-        return f"{fmt_s(v['time'].median)} at n={c.point[2]}" if v and "time" in v and c.point else NONE
-    if c.unit == "epoch":
-        return fmt_stat_s(epoch_time(side))
-    return fmt_stat_s(side.metrics.get(TOTAL_S))
-
-
-def side_rows(every: Iterable[Side], describe: Describe) -> list[list[str]]:
-    """One row per side, grouped by config, most work per money first, with its share of the best."""
-    rows = []
-    for sides in ranked(every):
-        best = side_cost(sides[0]).work_per_money
-        for s in sides:
-            c = side_cost(s)
-            cur = currency(s)
-            share = c.work_per_money / best if best and c.work_per_money else None
-            rows.append(
-                [
-                    s.workload,
-                    describe(s),
-                    s.label,
-                    price_text(s),
-                    _time_text(s, c),
-                    f"{fmt_money(c.per_unit, cur)} per {c.unit}" if c.per_unit else NONE,
-                    fmt_money(c.per_1k, cur) if c.per_1k else NONE,
-                    work_text(s),
-                    fmt_x(share) if share is not None else NONE,
-                ]
-            )
-    return rows
-
-
-def pair_cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, str]:
-    """The pairs table's price ratio, cost ratio and the two sides' costs of the same work (matmul: the
-    GFLOP each buys per money), each "–" where a side has no price or the currencies differ."""
-    if c is None:
-        return NONE, NONE, NONE
-    cur = currency(base)
-    made_up = ", illustrative" if illustrative(base) or illustrative(other) else ""
-    price = NONE
-    if c.price_ratio is not None:
-        hourly = [side_price(s) for s in (base, other)]
-        price = f"{fmt_x(c.price_ratio)} ({' / '.join(fmt_money(x.median if x else None, cur) for x in hourly)}{made_up})"
-    if c.cost_ratio is None:
-        return price, NONE, NONE
-    b, o = c.base, c.other
-    if c.unit == GFLOP and c.base.point is not None:
-        amounts = f"{fmt_amount(b.work_per_money)} / {fmt_amount(o.work_per_money)}"
-        spent = f"{amounts} GFLOP per {cur or 'USD'} at n={b.point[2]} {b.point[1]}"
-    else:
-        spent = f"{fmt_money(b.per_unit, cur)} / {fmt_money(o.per_unit, cur)} per {c.unit}"
-        if c.cost_ratio_1k is not None:
-            spent += f"; {fmt_money(b.per_1k, cur)} / {fmt_money(o.per_1k, cur)} per 1k samples"
-    return price, f"{fmt_x(c.cost_ratio)} per {c.unit}{made_up}", spent
-
-
-def budget_lines(every: Iterable[Side], describe: Describe) -> list[str]:
-    """`compare --budget`: per config, the side that buys the most work per money, and how much."""
-    lines = []
-    for sides in ranked(every):
-        s = sides[0]
-        where = f"{s.workload} {describe(s)}"
-        priced = [x for x in sides if side_cost(x).work_per_money]
-        if not priced:
-            lines.append(f"budget: {where}: no side has a price ({no_price_reason(s)})")
-            continue
-        c = side_cost(s)
-        others = f"; {len(priced) - 1} other priced side(s)" if len(priced) > 1 else ""
-        unpriced = len(sides) - len(priced)
-        others += f"; {unpriced} without a price" if unpriced else ""
-        lines.append(
-            f"budget: {where}: cheapest {s.label}: {work_text(s)} "
-            f"({fmt_money(c.per_unit, currency(s))} per {c.unit} at {price_text(s)}{others})"
-        )
-    return lines

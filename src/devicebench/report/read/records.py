@@ -1,5 +1,6 @@
 """One run as the report sees it: plain dicts, no MLflow entities, so every rule of the report can be
-tested on data made in the test. The query (query.py) makes them; everything after it reads them."""
+tested on data made in the test. The query (query.py) makes them, whole (a matmul run's per-size history
+included); everything after it reads them and changes none."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field
 from devicebench.schema import TAG_PREFIX as TAG
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunRecord:
     """One run as the report sees it: plain dicts, no MLflow entities (so the logic is testable on data)."""
 

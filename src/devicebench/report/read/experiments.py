@@ -13,21 +13,15 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from mlflow.entities import ViewType
+from mlflow.exceptions import MlflowException
+
 from devicebench.errors import UsageError
-
-ALL = "all"  # --experiment all: every active experiment (MLproject's default)
-
-
-def means_every(names: Sequence[str]) -> bool:
-    """No names, or `all` among them, means every active experiment."""
-    return not names or any(n.lower() == ALL for n in names)
 
 
 def active_experiments(client: Any, page_size: int = 1000) -> dict[str, str]:
     """Every active experiment as {id: name}, page by page until MLflow returns no page token
     (`search_experiments` stops at its `max_results` as silently as `search_runs` does)."""
-    from mlflow.entities import ViewType
-
     out: dict[str, str] = {}
     token: str | None = None
     while True:
@@ -46,8 +40,6 @@ def resolve_experiments(client: Any, names: Sequence[str]) -> dict[str, str]:
     for name in names:
         exp = client.get_experiment_by_name(name)
         if exp is None and name.isdigit():
-            from mlflow.exceptions import MlflowException
-
             try:
                 exp = client.get_experiment(name)
             except MlflowException:

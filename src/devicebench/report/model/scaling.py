@@ -6,29 +6,27 @@ hardware model and differ only in world size (several OCI shapes of that model a
 run on a VM and an 8-GPU run on a bare-metal shape are the same GPU, and that is the comparison people
 ask for). Per world size: the median job throughput with its spread, the speedup over the smallest
 world size present (1 wherever a run of 1 exists), the efficiency = speedup / (N / N_base), and the
-all-reduce share where the runs logged it. verdicts.py says where the efficiency falls short, and why.
+all-reduce share where the runs logged it. judge/scaling_rules.py says where the efficiency falls short,
+and why. A series and its points are built whole (`build_series`) and never changed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from devicebench.report.fmt import NONE
-from devicebench.report.sides import Side, Stat, param_order, side_of, summarise
-from devicebench.schema import TRAIN_RATE
-
-COMM_SHARE = "dist/comm_share"  # steps × one all-reduce / training time: an upper bound (DDP overlaps it)
+from devicebench.report.model.sides import Side, param_order, side_of, summarise
+from devicebench.schema import COMM_SHARE, TRAIN_RATE
+from devicebench.util.stats import Stat
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Point:
     """The runs of a series at one world size, and how they compare with the series' base."""
 
     side: Side
     speedup: float | None = None  # throughput / the base's throughput (medians)
     efficiency: float | None = None  # speedup / (N / N_base): 1.0 is perfect scaling
-    verdicts: list[str] = field(default_factory=list)
 
     @property
     def world_size(self) -> int:
@@ -43,7 +41,7 @@ class Point:
         return self.side.metrics.get(COMM_SHARE)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Series:
     """One config on one device kind and model, at two world sizes or more (smallest first)."""
 
@@ -80,19 +78,6 @@ class Series:
     def base(self) -> Point | None:
         return next((p for p in self.points if p.world_size == self.base_n), None)
 
-    @property
-    def base_text(self) -> str:
-        """What the speedups are over, saying so when the series has no run of 1 process."""
-        if self.base_n is None:
-            return NONE
-        if self.base_n == 1:
-            return "1"
-        return f"{self.base_n} (smallest here; no run of 1)"
-
-    @property
-    def verdicts(self) -> list[str]:
-        return [v for p in self.points for v in p.verdicts]
-
     def ideal(self, n: int) -> float | None:
         """The throughput perfect scaling would give at `n`: base throughput × n / N_base."""
         base = self.base
@@ -121,22 +106,31 @@ def _merge(sides: list[Side]) -> Side:
     )
 
 
-def _speedups(series: Series) -> None:
-    """Speedup and efficiency per point, over the smallest world size whose throughput is known."""
-    base = next((p for p in series.points if p.throughput is not None and p.throughput.median > 0), None)
-    if base is None or base.throughput is None:
-        return
-    series.base_n = base.world_size
-    for p in series.points:
-        if p.throughput is None or p.world_size < base.world_size:
+def _points(sides: list[Side]) -> tuple[list[Point], int | None]:
+    """One point per world size, smallest first, with its speedup and efficiency over the smallest
+    world size whose throughput is known (that size is returned too; None when no point has one)."""
+    by_n: dict[int, list[Side]] = defaultdict(list)
+    for s in sides:
+        by_n[s.world_size].append(s)
+    merged = [_merge(ss) for _, ss in sorted(by_n.items())]
+    rates = [s.metrics.get(TRAIN_RATE) for s in merged]
+    base = next(((s, r) for s, r in zip(merged, rates, strict=True) if r is not None and r.median > 0), None)
+    if base is None:
+        return [Point(s) for s in merged], None
+    base_side, base_rate = base
+    points = []
+    for s, rate in zip(merged, rates, strict=True):
+        if rate is None or s.world_size < base_side.world_size:
+            points.append(Point(s))
             continue
-        p.speedup = p.throughput.median / base.throughput.median
-        p.efficiency = p.speedup / (p.world_size / base.world_size)
+        speedup = rate.median / base_rate.median
+        points.append(Point(s, speedup, speedup / (s.world_size / base_side.world_size)))
+    return points, base_side.world_size
 
 
 def build_series(sides_by_key: dict[str, list[Side]]) -> list[Series]:
     """Every config and device model that ran at two world sizes or more, with each point's speedup and
-    efficiency (verdicts are added by compare, as for pairs)."""
+    efficiency (the judge says why a point falls short, as for pairs)."""
     groups: dict[tuple[str, str, str, str], list[Side]] = defaultdict(list)
     for sides in sides_by_key.values():
         for s in sides:
@@ -144,13 +138,8 @@ def build_series(sides_by_key: dict[str, list[Side]]) -> list[Series]:
                 groups[_series_key(s)].append(s)
     out: list[Series] = []
     for (workload, key, kind, name), sides in groups.items():
-        by_n: dict[int, list[Side]] = defaultdict(list)
-        for s in sides:
-            by_n[s.world_size].append(s)
-        if len(by_n) < 2:
+        if len({s.world_size for s in sides}) < 2:
             continue
-        points = [Point(_merge(ss)) for _, ss in sorted(by_n.items())]
-        series = Series(workload, key, kind, name, points, sides)
-        _speedups(series)
-        out.append(series)
+        points, base_n = _points(sides)
+        out.append(Series(workload, key, kind, name, points, sides, base_n))
     return sorted(out, key=lambda s: (s.workload, param_order(s.params), s.config_key, not s.is_cpu, s.label))

@@ -1,16 +1,15 @@
 """The rules that explain a scaling series: why a data-parallel job gained less than N times.
 
 One rule per function of a series and one of its world sizes, `SCALING_RULES` their order, as the pair
-rules in verdicts.py; thresholds are module constants a test (or a reader) can see.
+rules in pair_rules.py; thresholds are module constants a test (or a reader) can see.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from devicebench.report.scaling import Point, Series
+from devicebench.report.model.scaling import Point, Series
+from devicebench.util.fmt import fmt_efficiency, fmt_share
 
 SCALING_EFFICIENCY = 0.7  # a job of N processes training under 0.7 × N times as fast as one process
 COMM_MINOR_SHARE = 0.1  # all-reduce at most 10 % of training (an upper bound) cannot explain poor scaling
@@ -33,11 +32,14 @@ def poor_scaling(series: Series, point: Point) -> str | None:
     comm = point.comm_share
     if comm is not None and comm.median < COMM_MINOR_SHARE:
         return (
-            f"scales poorly {at} (efficiency {eff:.2f}{over}) though all-reduce took at most "
-            f"{comm.median:.0%} of training: not communication; look at data wait and the slowest rank"
+            f"scales poorly {at} (efficiency {fmt_efficiency(eff)}{over}) though all-reduce took at most "
+            f"{fmt_share(comm)} of training: not communication; look at data wait and the slowest rank"
         )
-    share = f"; all-reduce up to {comm.median:.0%} of training" if comm is not None else ""
-    return f"communication-bound {at} (efficiency {eff:.2f}{over}{share}): larger batch or fewer processes"
+    share = f"; all-reduce up to {fmt_share(comm)} of training" if comm is not None else ""
+    return (
+        f"communication-bound {at} (efficiency {fmt_efficiency(eff)}{over}{share}): larger batch or fewer "
+        "processes"
+    )
 
 
 SCALING_RULES: tuple[Callable[[Series, Point], str | None], ...] = (poor_scaling,)

@@ -1,25 +1,26 @@
-"""Every rule that explains a speedup (or calls a slowdown a regression), in one place.
+"""The rules that explain a pair's speedup: why a GPU gained what it gained.
 
 A number alone says *that* a GPU gained little; these rules say *why*, from what the workloads measured
 apart on purpose (data wait vs compute, synchronised vs unsynchronised time, quality per device).
-Each rule is a small function of one pair that returns a one-line reason or None; `RULES` is their order
-in the report. A scaling series (scaling.py) has its own rules, of one series and one of its world sizes,
-in `SCALING_RULES`. The thresholds are module constants so a test (or a reader) can see what "clearly"
-means.
+Each rule is a small pure function of one pair that returns a one-line reason or None; `RULES` is their
+order in the report. A scaling series has its own rules (scaling_rules.py), and a regression is the
+model's finding (model/regressions.py), not a rule here. The thresholds are module constants so a test
+(or a reader) can see what "clearly" means.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION, fmt_percent, fmt_speedup
-
-if TYPE_CHECKING:
-    from devicebench.report.pairs import Pair
-    from devicebench.report.records import RunRecord
-    from devicebench.report.sides import Side, Stat
+from devicebench.report.model.best_cpu import cpu_setting
+from devicebench.report.model.cost import illustrative
+from devicebench.report.model.pairs import Pair
+from devicebench.report.model.sides import Side
+from devicebench.report.read.records import RunRecord
+from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION
+from devicebench.util.fmt import fmt_percent, fmt_quality, fmt_share, fmt_x
+from devicebench.util.stats import Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
 SMALL_IMAGE = 128  # unet images at most this side: shrinking them further is no longer the advice
@@ -43,13 +44,11 @@ def against_best_cpu(pair: Pair) -> str | None:
     the best CPU), else from the speedup alone. A GPU side that waited for its loader was not measured
     at its best, while the CPU was: the line says so, because on the H100 of 2026-11-24 the tutorial's
     GPU side at batch 256 waited 83 % of its time and read as 0.23x the tuned CPU."""
-    from devicebench.report.best_cpu import cpu_setting
-
-    best, speedup = pair.best_cpu, pair.speedups.get("best_cpu")
+    best, speedup = pair.best_cpu, pair.best_cpu_speedup
     if best is None or speedup is None or best is pair.base:
         return None
     said = (
-        f"against this CPU at its best ({cpu_setting(best)}) {pair.other.label} is {fmt_speedup(speedup)} "
+        f"against this CPU at its best ({cpu_setting(best)}) {pair.other.label} is {fmt_x(speedup)} "
         f"{'faster' if speedup >= 1 else 'as fast'}"
     )
     ratio = pair.cost_ratio
@@ -66,7 +65,7 @@ def against_best_cpu(pair: Pair) -> str | None:
         wait is not None and HELD_BACK_SHARE < wait.median <= LOADER_BOUND_SHARE
     ):  # above: loader_bound says it
         answer += (
-            f", but the GPU side waited for data {wait.median:.0%} of its training time: it is not at its "
+            f", but the GPU side waited for data {fmt_share(wait)} of its training time: it is not at its "
             f"best in this pair{loader_hint(pair.other)}"
         )
     return f"{said}: {answer}"
@@ -129,13 +128,11 @@ def loader_bound(pair: Pair) -> str | None:
     if share <= LOADER_BOUND_SHARE:
         return None
     hint = loader_hint(pair.other)
-    return f"{pair.other.device} run waited for data {share:.0%} of the time: loader-bound{hint}"
+    return f"{pair.other.device} run waited for data {fmt_share(share)} of the time: loader-bound{hint}"
 
 
 def price_performance(pair: Pair) -> str | None:
     """Is the faster side worth its price (below); a verdict bought with a made-up price says so."""
-    from devicebench.report.money import illustrative
-
     text = _price_performance(pair)
     if text and (illustrative(pair.base) or illustrative(pair.other)):
         return f"{text} (illustrative prices, not real ones)"
@@ -156,22 +153,21 @@ def _price_performance(pair: Pair) -> str | None:
     if ratio < 1.0:
         how = "although" if price > 1.0 else "at"
         return (
-            f"cheaper per {cost.unit} on {on}{best} ({fmt_speedup(1.0 / ratio)}) {how} {fmt_speedup(price)} "
+            f"cheaper per {cost.unit} on {on}{best} ({fmt_x(1.0 / ratio)}) {how} {fmt_x(price)} "
             "the hourly price"
         )
     if ratio == 1.0:
         same = " as on this CPU at its best" if best else ""
-        return f"same cost per {cost.unit} on {on}{same} at {fmt_speedup(price)} the hourly price"
+        return f"same cost per {cost.unit} on {on}{same} at {fmt_x(price)} the hourly price"
     where = "" if pair.is_cpu_gpu else f" on {on}"
     over = " than this CPU at its best" if best else ""
     if speedup > 1.0:
         return (
-            f"faster but dearer{where}: {fmt_speedup(speedup)} faster{over} at {fmt_speedup(price)} the "
-            f"price costs {fmt_speedup(ratio)} more per {cost.unit}"
+            f"faster but dearer{where}: {fmt_x(speedup)} faster{over} at {fmt_x(price)} the "
+            f"price costs {fmt_x(ratio)} more per {cost.unit}"
         )
     return (
-        f"dearer on {on}{best} and not faster ({fmt_speedup(speedup)}): costs {fmt_speedup(ratio)} more per "
-        f"{cost.unit}"
+        f"dearer on {on}{best} and not faster ({fmt_x(speedup)}): costs {fmt_x(ratio)} more per {cost.unit}"
     )
 
 
@@ -218,7 +214,7 @@ def gpu_slower(pair: Pair) -> str | None:
     if loader_bound(pair) or launch_bound(pair):
         return None
     return (
-        f"{pair.other.device} slower than CPU ({fmt_speedup(speedup)}): too little work per step to pay for "
+        f"{pair.other.device} slower than CPU ({fmt_x(speedup)}): too little work per step to pay for "
         "transfers and launches"
     )
 
@@ -233,9 +229,10 @@ def compute_bound(pair: Pair) -> str | None:
         return None
     if loader_bound(pair) or peak_share(pair):
         return None
-    if pair.best_cpu is not pair.base and pair.speedups.get("best_cpu", speedup) < COMPUTE_BOUND_SPEEDUP:
+    best = pair.best_cpu_speedup if pair.best_cpu_speedup is not None else speedup
+    if pair.best_cpu is not pair.base and best < COMPUTE_BOUND_SPEEDUP:
         return None
-    return f"compute-bound: {pair.other.device} {fmt_speedup(speedup)} faster"
+    return f"compute-bound: {pair.other.device} {fmt_x(speedup)} faster"
 
 
 def unsynced_underreport(pair: Pair) -> str | None:
@@ -254,7 +251,7 @@ def unsynced_underreport(pair: Pair) -> str | None:
         return None
     factor, dtype, size = worst
     return (
-        f"unsynchronised timing under-reports {pair.other.device} matmul {fmt_speedup(factor)} at n={size} "
+        f"unsynchronised timing under-reports {pair.other.device} matmul {fmt_x(factor)} at n={size} "
         f"({dtype}): it measures the kernel launch, not the product"
     )
 
@@ -282,7 +279,7 @@ def quality_mismatch(pair: Pair) -> str | None:
     if (a.median < b.median and a.hi >= b.lo) or (a.median > b.median and b.hi >= a.lo):
         return None  # the repeats' ranges overlap: noise, not a mismatch
     return (
-        f"quality differs: {key} {a.median:.3f} on {pair.base.device} vs {b.median:.3f} on "
+        f"quality differs: {key} {fmt_quality(a.median)} on {pair.base.device} vs {fmt_quality(b.median)} on "
         f"{pair.other.device} for the same config"
     )
 
@@ -299,7 +296,7 @@ def noisy(pair: Pair) -> str | None:
     if worst is None:
         return None
     side, s = worst
-    return f"noisy: {side.device} repeats spread {s.rel_spread:.0%} of their median; add repeats"
+    return f"noisy: {side.device} repeats spread {fmt_share(s.rel_spread)} of their median; add repeats"
 
 
 def single_repeat(pair: Pair) -> str | None:
@@ -311,7 +308,7 @@ def single_repeat(pair: Pair) -> str | None:
 
 def oversubscribed(pair: Pair) -> str | None:
     """A CPU baseline that ran more busy threads than it had cores measured contention, not the CPU:
-    every speedup over it is overstated (the cli logs `cpu.*` tags from host_cpu.cpu_budget)."""
+    every speedup over it is overstated (run/workload.py logs the `cpu.*` tags host/cpu.cpu_budget counts)."""
     for side in (pair.base, pair.other):
         runs = [r for r in side.runs if r.tag("cpu.oversubscribed") == "true"]
         if not side.is_cpu or not runs:

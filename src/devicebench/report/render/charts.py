@@ -11,13 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devicebench.report import money
-from devicebench.report.compare import Comparison, Grid
-from devicebench.report.content import describe, varying_params
-from devicebench.report.pairs import Pair
-from devicebench.report.scaling import Series
-from devicebench.report.sides import Side
-from devicebench.schema import fmt_percent, fmt_speedup, gflops
+from devicebench.report.model.comparison import Comparison
+from devicebench.report.model.cost import currency, epoch_time, side_cost
+from devicebench.report.model.grids import Grid
+from devicebench.report.model.pairs import Pair
+from devicebench.report.model.scaling import Series
+from devicebench.report.model.sides import Side
+from devicebench.report.render.labels import describe, varying_params
+from devicebench.schema import gflops
+from devicebench.util.fmt import fmt_percent, fmt_x
 from devicebench.util.stats import quantile
 
 SPEEDUP_PNG = "speedup_by_workload.png"
@@ -27,10 +29,11 @@ SCALING_PNG = "scaling.png"
 
 
 def _plt() -> Any:
-    import matplotlib
+    """pyplot on the Agg backend (no display), chosen before pyplot is imported, which fixes it."""
+    import matplotlib  # lazy: ~0.5 s, and the backend must be set before pyplot is first imported
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after the backend, as above
 
     return plt
 
@@ -107,7 +110,7 @@ def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: f
                 ax.text(
                     j,
                     i,
-                    fmt_percent(x) if sign == 0 else fmt_speedup(x),
+                    fmt_percent(x) if sign == 0 else fmt_x(x),
                     ha="center",
                     va="center",
                     fontsize=8,
@@ -121,9 +124,7 @@ def _heat(ax: Any, grid: Grid, values: dict[tuple[float, float], float], sign: f
 
 
 def _percent_ticks() -> Any:
-    from matplotlib.ticker import FuncFormatter
-
-    return FuncFormatter(lambda x, _pos: fmt_percent(x))
+    return _plt().FuncFormatter(lambda x, _pos: fmt_percent(x))
 
 
 def crossover_chart(grid: Grid, path: Path) -> int:
@@ -178,10 +179,10 @@ def cost_time_chart(sides: Sequence[Side], path: Path) -> bool:
     points: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     currencies: set[str] = set()
     for s in sides:
-        c, t = money.side_cost(s), money.epoch_time(s)
+        c, t = side_cost(s), epoch_time(s)
         if c.unit == "epoch" and c.per_unit and t is not None and t.median > 0:
             points[f"{s.workload} {describe(s, varying)}"].append((t.median, c.per_unit, s.label))
-            currencies.add(money.currency(s))
+            currencies.add(currency(s))
     if not points:
         return False
     plt = _plt()

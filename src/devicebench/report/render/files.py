@@ -1,8 +1,8 @@
-"""A Comparison → `report.md`, self-contained `report.html`, `runs.csv` and PNG charts, in one folder.
+"""A judged comparison → `report.md`, self-contained `report.html`, `runs.csv` and PNG charts, in one
+folder.
 
 What the report says is built once (content.py) and each format only writes it (document.py:
-to_markdown and to_html; runs_csv.py, charts.py), so the Markdown and the HTML cannot disagree. The terminal table
-(terminal.py) and the pair rows are re-exported here for the CLI and the tests that read them.
+to_markdown and to_html; runs_csv.py, charts.py), so the Markdown and the HTML cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from devicebench.report.charts import write_charts
-from devicebench.report.compare import Comparison
-from devicebench.report.content import PAIR_HEADERS, build_doc, pair_rows
-from devicebench.report.document import to_html, to_markdown
-from devicebench.report.runs_csv import write_csv
-from devicebench.report.terminal import terminal_table
-
-__all__ = ["PAIR_HEADERS", "pair_rows", "terminal_table", "write_report"]
+from devicebench.report.judge.judgement import Judgement
+from devicebench.report.render.charts import write_charts
+from devicebench.report.render.content import build_doc
+from devicebench.report.render.document import to_html, to_markdown
+from devicebench.report.render.runs_csv import write_csv
 
 
-def write_report(comp: Comparison, out: Path, meta: dict[str, str]) -> list[Path]:
+def write_report(judged: Judgement, out: Path, meta: dict[str, str]) -> list[Path]:
     """All files into `out`; returns their paths (what the report run logs as artifacts).
 
     The report is written into a temporary folder beside `out` and renamed into place, so a failure (a
@@ -31,7 +28,7 @@ def write_report(comp: Comparison, out: Path, meta: dict[str, str]) -> list[Path
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        names = _write_all(comp, tmp, meta)
+        names = _write_all(judged, tmp, meta)
         _into_place(tmp, out, names)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -39,9 +36,10 @@ def write_report(comp: Comparison, out: Path, meta: dict[str, str]) -> list[Path
     return [out / n for n in names]
 
 
-def _write_all(comp: Comparison, folder: Path, meta: dict[str, str]) -> list[str]:
+def _write_all(judged: Judgement, folder: Path, meta: dict[str, str]) -> list[str]:
+    comp = judged.comp
     charts = write_charts(comp, folder)
-    doc = build_doc(comp, meta, charts)
+    doc = build_doc(judged, meta, charts)
     (folder / "report.md").write_text(to_markdown(doc), encoding="utf-8")
     (folder / "report.html").write_text(to_html(doc, folder), encoding="utf-8")
     write_csv(comp.runs, folder / "runs.csv")

@@ -9,15 +9,16 @@ is a median of repeats with its spread, because a single timing of a GPU is a co
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from devicebench.report.records import RunRecord
+from devicebench.config.workloads import not_work
+from devicebench.report.read.records import RunRecord
 from devicebench.schema import (
     ACCURACY,
+    ALLREDUCE_S,
+    COMM_SHARE,
     COST_PER_1K,
     COST_PER_EPOCH,
     COST_PER_HOUR,
@@ -35,7 +36,13 @@ from devicebench.schema import (
     TRAIN_S,
     TRAIN_TFLOPS,
 )
-from devicebench.util.stats import quantile
+from devicebench.util.stats import Stat
+
+# params the job derives from the work and its world size (batch_size × processes): logged beside the
+# config, not part of it, so they tell no two configs apart
+JOB_PARAMS = frozenset({"global_batch_size"})
+# params that say where or how a run worked, not what work it measured: the config key's own rule
+NOT_WORK = not_work() | JOB_PARAMS
 
 TIME_METRICS = (TRAIN_S, EVAL_S, TOTAL_S, DATA_WAIT_S)
 THROUGHPUT_METRICS = (TRAIN_RATE, EVAL_RATE)
@@ -50,8 +57,8 @@ COST_METRICS = (
     COST_PER_1K,
     GFLOP_PER_USD,
 )
-# data-parallel jobs (issue 18): the upper bound on the share of training spent in all-reduce, and its time
-DIST_METRICS = ("dist/comm_share", "dist/allreduce_s")
+# data-parallel jobs: the upper bound on the share of training spent in all-reduce, and its time
+DIST_METRICS = (COMM_SHARE, ALLREDUCE_S)
 SUMMARY_METRICS = (
     TIME_METRICS
     + THROUGHPUT_METRICS
@@ -63,43 +70,13 @@ SUMMARY_METRICS = (
 )
 
 
-# --------------------------------------------------------------------------------------------- stats
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Median of repeats with its spread: p10–p90 from 5 repeats on, min–max below (p10 of 3 is noise)."""
-
-    median: float
-    lo: float
-    hi: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Iterable[float]) -> Stat | None:
-        xs = sorted(v for v in values if v is not None and math.isfinite(v))
-        if not xs:
-            return None
-        if len(xs) >= 5:
-            return cls(statistics.median(xs), quantile(xs, 0.10), quantile(xs, 0.90), len(xs))
-        return cls(statistics.median(xs), xs[0], xs[-1], len(xs))
-
-    @property
-    def spread_kind(self) -> str:
-        return "p10–p90" if self.n >= 5 else "min–max"
-
-    @property
-    def rel_spread(self) -> float:
-        """(hi − lo) / median: 0.1 means the repeats spread over ±5 % of the median."""
-        return (self.hi - self.lo) / self.median if self.median else 0.0
-
-
 # --------------------------------------------------------------------------------------------- sides
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Side:
-    """The repeats of one config on one device model (possibly from several hosts with that model)."""
+    """The repeats of one config on one device model (possibly from several hosts with that model).
+    Built whole by `summarise`; identity is what tells two sides apart (eq=False), never their figures."""
 
     workload: str
     config_key: str
@@ -165,12 +142,7 @@ def summarise(
 ) -> Side:
     """Medians and spreads of everything the report shows, over one side's repeats."""
     ordered = sorted(runs, key=lambda r: r.start_time)
-    side = Side(workload, key, device, name, ordered, shape=shape, world_size=world_size, tuned=tuned)
-    for m in SUMMARY_METRICS:
-        s = Stat.of(r.metrics[m] for r in runs if m in r.metrics)
-        if s is not None:
-            side.metrics[m] = s
-    side.wait_share = Stat.of(w for r in runs if (w := wait_share(r)) is not None)
+    metrics = {m: s for m in SUMMARY_METRICS if (s := Stat.of(r.metrics.get(m) for r in runs)) is not None}
     points: dict[tuple[str, str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
         for k, hist in r.history.items():
@@ -178,9 +150,23 @@ def summarise(
             kind = "unsynced" if parts[-1] == "unsynced_time_s" else "time"
             for size, value in hist.items():
                 points[(parts[1], parts[2], size)][kind].append(value)
-    for pt in sorted(points):
-        side.matmul[pt] = {kind: s for kind, vs in points[pt].items() if (s := Stat.of(vs)) is not None}
-    return side
+    matmul = {
+        pt: {kind: s for kind, vs in points[pt].items() if (s := Stat.of(vs)) is not None}
+        for pt in sorted(points)
+    }
+    return Side(
+        workload,
+        key,
+        device,
+        name,
+        ordered,
+        metrics,
+        Stat.of(wait_share(r) for r in runs),
+        matmul,
+        shape=shape,
+        world_size=world_size,
+        tuned=tuned,
+    )
 
 
 def side_of(run: RunRecord) -> tuple[str, str]:

@@ -1,0 +1,214 @@
+"""The `compare` command's work, once its flags are checked (cli.py): read the runs (read/), build the
+comparison (model/), judge it (judge/), write the report and print it (render/), and log the report as
+an MLflow run whose name, metrics and description carry the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from devicebench.config.settings import Settings, load_settings, preflight_store
+from devicebench.errors import UsageError
+from devicebench.report.judge.judgement import Judgement, judge
+from devicebench.report.links import settings_link_lines, write_report_run
+from devicebench.report.model.comparison import compare
+from devicebench.report.read.experiments import run_counts
+from devicebench.report.read.options import Query
+from devicebench.report.read.query import Selection, read_runs
+from devicebench.report.read.records import RunRecord
+from devicebench.report.render.files import write_report
+from devicebench.report.render.headline import headline_metrics, regression_line, report_name, summary_note
+from devicebench.report.render.labels import describe, varying_params
+from devicebench.report.render.money import budget_lines
+from devicebench.report.render.terminal import terminal_table
+from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
+from devicebench.schema import NOTE_TAG, UNSET_WORDS, tag
+from devicebench.tracking.runs import run_context
+from devicebench.tracking.store import check_store, configure_mlflow_client
+from devicebench.util.fmt import fmt_s, fmt_share
+from devicebench.util.redact import redact
+
+TAG_RUNS = tag("report.runs")
+UNSET = UNSET_WORDS["compare"]
+
+
+def compare_and_report(
+    query: Query, baseline: str, threshold: float, out: Path, no_log: bool, budget: bool
+) -> int:
+    """Read, compare, judge, write, print, log; 1 when regression mode found a regression, else 0."""
+    settings = load_settings()
+    preflight_store(settings, read_only=no_log)
+    configure_mlflow_client(settings)
+    check_store(settings, read_only=no_log)
+    t0 = time.perf_counter()
+    selection, earlier = _read(settings, query, baseline)
+    print(f"compare: {selection.read_line()}")
+    judged = judge(compare(selection.runs, baseline=baseline, threshold=threshold, earlier_runs=earlier))
+    try:
+        files = write_report(judged, out, _meta(settings, selection, query, baseline))
+    except OSError as e:  # the folder became unwritable while the runs were read
+        raise UsageError(f"cannot write the report into {out} ({e.strerror or e})", param="out") from None
+    print(terminal_table(judged))
+    if budget:
+        print(budget_text(judged))
+    print(
+        f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {fmt_s(time.perf_counter() - t0)})"
+    )
+    if not no_log:
+        home = report_home(settings, selection)
+        params = _report_params(query, baseline, threshold)
+        report_id = log_report(home, files, judged, selection.read_line(), params, report_scope(selection))
+        print(f"report run: {report_id} -> {redact(settings.tracking_uri)} (experiment {home.experiment})")
+        if report_id:
+            _print_links(home, out, report_id)
+    return _regression_exit(judged, threshold)
+
+
+def compared_ids_tag(run_ids: list[str]) -> tuple[str, bool]:
+    """As many whole run ids as fit MLflow's tag limit, comma-separated; True when some were left out."""
+    text = ",".join(run_ids)
+    if len(text) <= MAX_TAG:
+        return text, False
+    kept: list[str] = []
+    size = 0
+    for rid in run_ids:
+        if size + len(rid) + 1 > MAX_TAG - 40:
+            break
+        kept.append(rid)
+        size += len(rid) + 1
+    return ",".join(kept) + f",... (+{len(run_ids) - len(kept)}, see compared_runs.json)", True
+
+
+def log_report(
+    settings: Settings,
+    files: list[Path],
+    judged: Judgement,
+    read: str,
+    params: dict[str, str],
+    scope: str = "",
+) -> str | None:
+    """The report as a run of its own: its files as artifacts, the compared run ids as a tag, and the
+    answer where the MLflow UI shows it at once: a name that says what it holds, headline metrics and
+    a Markdown description with the verdicts and those metrics."""
+    run_ids = [r.run_id for r in judged.comp.runs]
+    ids, truncated = compared_ids_tag(run_ids)
+    metrics = headline_metrics(judged.comp)
+    tags = {
+        TAG_RUNS: ids,
+        tag("report.run_count"): str(len(run_ids)),
+        NOTE_TAG: summary_note(judged, read, metrics=metrics),
+    }
+    with run_context(
+        settings, "report", params, tags=tags, run_name=report_name(judged.comp, scope)
+    ) as tracker:
+        tracker.log_metrics(metrics)
+        for f in files:
+            tracker.log_artifact(f)
+        if truncated:
+            tracker.log_dict(run_ids, "compared_runs.json")
+        return tracker.run_id
+
+
+def report_home(settings: Settings, selection: Selection) -> Settings:
+    """The experiment the report run goes to: the one experiment the runs it read belong to; else the
+    first one named with --experiment; else the configured one where it exists; else the one that held
+    the most of the runs. So `compare` after `make demo` puts its report beside the demo's runs, and
+    no compare creates an experiment behind the user's back."""
+    held = {r.experiment_id for r in selection.runs}
+    if len(held) == 1:
+        return replace(settings, experiment=selection.experiments[held.pop()])
+    if not selection.every_experiment:
+        return replace(settings, experiment=next(iter(selection.experiments.values())))
+    if settings.experiment in selection.experiments.values():
+        return settings
+    counts = run_counts(selection.experiments, [r.experiment_id for r in selection.runs], True)
+    return replace(settings, experiment=counts[0][0]) if counts else settings
+
+
+def report_scope(selection: Selection) -> str:
+    """What the report covers, for its run name: the plan when every run came from one plan (`demo`),
+    else the one experiment, else how many experiments."""
+    plans = {(r.tag("suite") or "").split(":", 1)[0] for r in selection.runs}
+    if len(plans) == 1 and "" not in plans:
+        return plans.pop()
+    held = {r.experiment_id for r in selection.runs}
+    if len(held) == 1:
+        return selection.experiments[next(iter(held))]
+    return f"{len(held)} experiments"
+
+
+def _read(settings: Settings, query: Query, baseline: str) -> tuple[Selection, list[RunRecord]]:
+    """The selected runs, and the earlier runs a narrowed selection is judged against."""
+    selection = read_runs(MlflowClient(settings.tracking_uri), query)
+    earlier: list[RunRecord] = []
+    if baseline == "previous" and query.filter:
+        # --filter narrows what is judged (e.g. one suite launch); the baseline is every earlier run of
+        # the same configs in the same experiments, which the filter would otherwise hide.
+        earlier = read_runs(MlflowClient(settings.tracking_uri), replace(query, filter=None)).runs
+    return selection, earlier
+
+
+def _meta(settings: Settings, selection: Selection, query: Query, baseline: str) -> dict[str, str]:
+    """The report's "selection" table: how the compared runs were chosen."""
+    return {
+        "tracking store": redact(settings.tracking_uri),
+        "experiments": ("every active one; " if selection.every_experiment else "")
+        + selection.read_line().removeprefix("read "),
+        "workload": ",".join(query.workloads),
+        "since": query.since or "",
+        "filter (sent to MLflow)": selection.filter_string,
+        "host": query.host or "",
+        "baseline": baseline if baseline != "none" else "",
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def _report_params(query: Query, baseline: str, threshold: float) -> dict[str, str]:
+    return {
+        "experiment": ",".join(query.experiments) or "all",
+        # the words MLproject's compare entry point passes for "not set", so both launch paths log the same
+        "workload": ",".join(query.workloads) or UNSET["workload"],
+        "since": query.since or UNSET["since"],
+        "filter": query.filter or UNSET["filter"],
+        "host": query.host or UNSET["host"],
+        "baseline": baseline,
+        "threshold": str(threshold),
+    }
+
+
+def budget_text(judged: Judgement) -> str:
+    """`--budget`'s lines: per config, the side that buys the most work per money (render/money.py)."""
+    sides = judged.comp.all_sides
+    varying = varying_params(sides)
+    return "\n".join(budget_lines(sides, lambda s: describe(s, varying)))
+
+
+def _regression_exit(judged: Judgement, threshold: float) -> int:
+    """1 with one line per regression; 0 (saying so in regression mode) when there is none."""
+    comp = judged.comp
+    if comp.regressions:
+        for g in comp.regressions:
+            print(regression_line(g))
+        return 1
+    if comp.regressions is not None:
+        print(
+            f"no regression beyond {fmt_share(threshold)} in {comp.regression_groups} group(s) with earlier runs"
+        )
+    return 0
+
+
+def _print_links(home: Settings, out: Path, report_id: str) -> None:
+    """Links straight to the report run and its runs list (links.py), and the run's id beside the
+    report for a suite to print the same."""
+    try:  # the run's own experiment: under `mlflow run`, MLflow chose it before this process started
+        experiment_id = MlflowClient(home.tracking_uri).get_run(report_id).info.experiment_id
+    except MlflowException:  # spooled: the store went away after the run was made; no link to print
+        return
+    write_report_run(out, report_id, experiment_id)
+    for line in settings_link_lines(home, experiment_id, report_id):
+        print(line)

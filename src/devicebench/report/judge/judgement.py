@@ -1,0 +1,43 @@
+"""The comparison judged: every pair's and every scaling point's verdict lines, held beside the model's
+records (which stay as they were built), for the writers to read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from devicebench.report.judge.pair_rules import explain
+from devicebench.report.judge.scaling_rules import explain_scaling
+from devicebench.report.model.comparison import Comparison
+from devicebench.report.model.pairs import Pair
+from devicebench.report.model.scaling import Point, Series
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A comparison and what the rules say of it; the first line of a pair is its headline verdict."""
+
+    comp: Comparison
+    pair_lines: Mapping[Pair, tuple[str, ...]]
+    point_lines: Mapping[Point, tuple[str, ...]]
+
+    def of(self, pair: Pair) -> list[str]:
+        """The pair's verdict lines, in pair_rules.RULES order (none for a pair this comparison lacks:
+        a per-host table's pairs are judged in the main table)."""
+        return list(self.pair_lines.get(pair, ()))
+
+    def at(self, point: Point) -> list[str]:
+        return list(self.point_lines.get(point, ()))
+
+    def series(self, series: Series) -> list[str]:
+        """Every verdict of a scaling series, smallest world size first."""
+        return [line for p in series.points for line in self.at(p)]
+
+
+def judge(comp: Comparison) -> Judgement:
+    """Every rule over every pair and every point of every scaling series, once."""
+    return Judgement(
+        comp,
+        {p: tuple(explain(p)) for p in comp.pairs},
+        {pt: tuple(explain_scaling(s, pt)) for s in comp.scaling for pt in s.points},
+    )

@@ -1,0 +1,131 @@
+"""How money is said: a side's hourly price and where it came from, its cost per unit of work, what
+a unit of money buys, a pair's price and cost cells, and `compare --budget`'s lines. The figures are
+model/cost.py's; the spellings are util.fmt's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from devicebench.report.model.cost import (
+    GFLOP,
+    PairCost,
+    SideCost,
+    currency,
+    epoch_time,
+    illustrative,
+    no_price_reason,
+    ranked,
+    side_cost,
+    side_price,
+    source,
+)
+from devicebench.report.model.pairs import Pair
+from devicebench.report.model.sides import Side
+from devicebench.schema import TOTAL_S
+from devicebench.util.fmt import NONE, fmt_amount, fmt_money, fmt_s, fmt_stat_s, fmt_x
+
+Describe = Callable[[Side], str]  # a side's config as the report spells it (labels.describe)
+
+UNITS = {"epoch": "epochs", GFLOP: "GFLOP", "run": "runs"}
+
+
+def work_text(side: Side) -> str:
+    """`81.3 epochs per USD`, `1,234,567 GFLOP per USD at n=8192 float32`, or the dash."""
+    c = side_cost(side)
+    if c.work_per_money is None:
+        return NONE
+    text = f"{fmt_amount(c.work_per_money)} {UNITS[c.unit]} per {currency(side) or 'USD'}"
+    if c.point is not None:
+        text += f" at n={c.point[2]} {c.point[1]}"
+    return text + (" (illustrative price)" if illustrative(side) else "")
+
+
+def price_text(side: Side) -> str:
+    price = side_price(side)
+    if price is None:
+        return f"{NONE} ({no_price_reason(side)})"
+    cur = currency(side)
+    spread = f"–{fmt_money(price.hi, cur)}" if price.hi > price.lo else ""
+    text = f"{fmt_money(price.lo if spread else price.median, cur)}{spread}"
+    return f"{text} ({source(side)})"
+
+
+def time_text(side: Side, c: SideCost) -> str:
+    """The time one unit of work took: a matmul product at its point, an epoch, or the whole run."""
+    if c.unit == GFLOP:
+        v = side.matmul.get(c.point) if c.point else None
+        return f"{fmt_s(v['time'].median)} at n={c.point[2]}" if v and "time" in v and c.point else NONE
+    if c.unit == "epoch":
+        return fmt_stat_s(epoch_time(side))
+    return fmt_stat_s(side.metrics.get(TOTAL_S))
+
+
+def _cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, str]:
+    """The pairs table's price ratio, cost ratio and the two sides' costs of the same work (matmul: the
+    GFLOP each buys per money), each "–" where a side has no price or the currencies differ."""
+    if c is None:
+        return NONE, NONE, NONE
+    cur = currency(base)
+    made_up = ", illustrative" if illustrative(base) or illustrative(other) else ""
+    price = NONE
+    if c.price_ratio is not None:
+        hourly = [side_price(s) for s in (base, other)]
+        price = f"{fmt_x(c.price_ratio)} ({' / '.join(fmt_money(x.median if x else None, cur) for x in hourly)}{made_up})"
+    if c.cost_ratio is None:
+        return price, NONE, NONE
+    b, o = c.base, c.other
+    if c.unit == GFLOP and c.base.point is not None:
+        amounts = f"{fmt_amount(b.work_per_money)} / {fmt_amount(o.work_per_money)}"
+        spent = f"{amounts} GFLOP per {cur or 'USD'} at n={b.point[2]} {b.point[1]}"
+    else:
+        spent = f"{fmt_money(b.per_unit, cur)} / {fmt_money(o.per_unit, cur)} per {c.unit}"
+        if c.cost_ratio_1k is not None:
+            spent += f"; {fmt_money(b.per_1k, cur)} / {fmt_money(o.per_1k, cur)} per 1k samples"
+    return price, f"{fmt_x(c.cost_ratio)} per {c.unit}{made_up}", spent
+
+
+def budget_lines(every: Iterable[Side], describe: Describe) -> list[str]:
+    """`compare --budget`: per config, the side that buys the most work per money, and how much."""
+    lines = []
+    for sides in ranked(every):
+        s = sides[0]
+        where = f"{s.workload} {describe(s)}"
+        priced = [x for x in sides if side_cost(x).work_per_money]
+        if not priced:
+            lines.append(f"budget: {where}: no side has a price ({no_price_reason(s)})")
+            continue
+        c = side_cost(s)
+        others = f"; {len(priced) - 1} other priced side(s)" if len(priced) > 1 else ""
+        unpriced = len(sides) - len(priced)
+        others += f"; {unpriced} without a price" if unpriced else ""
+        lines.append(
+            f"budget: {where}: cheapest {s.label}: {work_text(s)} "
+            f"({fmt_money(c.per_unit, currency(s))} per {c.unit} at {price_text(s)}{others})"
+        )
+    return lines
+
+
+def cost_cells(p: Pair) -> tuple[str, str, str]:
+    """The pair's price ratio, cost ratio and costs, against the best CPU where the cost was taken
+    against it (and saying so)."""
+    price, ratio, spent = _cost_cells(p.cost_base, p.other, p.cost)
+    if p.cost_base is not p.base and p.cost is not None and p.cost.cost_ratio is not None:
+        return price, f"{ratio} (against the best CPU)", f"best CPU {spent}"
+    return price, ratio, spent
+
+
+def share_of_best(side: Side, best: float | None) -> str:
+    """A side's work per money as a share of the best side's for the same work."""
+    c = side_cost(side)
+    share = c.work_per_money / best if best and c.work_per_money else None
+    return fmt_x(share) if share is not None else NONE
+
+
+def cost_per_unit_text(side: Side) -> str:
+    c = side_cost(side)
+    return f"{fmt_money(c.per_unit, currency(side))} per {c.unit}" if c.per_unit else NONE
+
+
+def cost_per_1k_text(side: Side) -> str:
+    c = side_cost(side)
+    return fmt_money(c.per_1k, currency(side)) if c.per_1k else NONE
