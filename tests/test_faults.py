@@ -605,7 +605,7 @@ def test_a_dataloader_worker_whose_peer_left_mid_handshake_prints_no_traceback(t
     script = tmp_path / "peer_gone.py"
     script.write_text(
         "import os, socket, time\n"
-        "from devicebench.tracking.runs import install_signal_handlers\n"
+        "from devicebench.tracking.signals import install_signal_handlers\n"
         "install_signal_handlers()  # what every run does first; forked workers inherit it\n"
         "from multiprocessing import resource_sharer\n"
         "resource_sharer.DupFd(os.open(os.devnull, os.O_RDONLY))  # starts the sharer thread\n"
@@ -738,7 +738,7 @@ def test_a_sigterm_after_the_command_returned_is_not_raised_into_shutdown() -> N
     exiting (its line written, atexit running) printed a traceback under it. Once the command returned,
     SIGTERM is not raised; a new run in the same process is interruptible again."""
     from devicebench.errors import Interrupted
-    from devicebench.tracking.runs import exiting, install_signal_handlers
+    from devicebench.tracking.signals import exiting, install_signal_handlers
 
     previous = signal.getsignal(signal.SIGTERM)
     try:

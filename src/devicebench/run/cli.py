@@ -3,6 +3,10 @@
 User errors are one line on stderr and exit 2, never a traceback: the parameter and what is allowed.
 Exit codes: 0 ok, 1 a run failed (or a regression was found), 2 bad input / device / data / store,
 3 finished but spooled locally (store unreachable at the end), 128+N killed by signal N.
+
+This module imports neither torch nor MLflow: a workload's flags, values, device spelling, price table
+and store are all checked (`_checked`) before the run's own module (`run.workload`) loads them, so a
+typo is refused in well under a second.
 """
 
 from __future__ import annotations
@@ -18,8 +22,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from devicebench.config.fields import add_config_arguments, config_from_args
+from devicebench.config.settings import Settings, load_settings, preflight_store
+from devicebench.config.workloads import CONFIGS, WorkloadConfig
 from devicebench.errors import Interrupted, SpooledError, UsageError
-from devicebench.schema import UNSET_WORDS, WORKLOADS
+from devicebench.host.job import worker_rank
+from devicebench.pricing.prices import Pricing, pricing_for
+from devicebench.schema import TRAINING_WORKLOADS, UNSET_WORDS, WORKLOADS, check_device_spelling
+from devicebench.tracking.protocol import one_line
+from devicebench.tracking.signals import exiting
+from devicebench.util.redact import redact
 
 PROG = "devicebench"
 
@@ -84,13 +96,10 @@ def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
 def _fail(message: str, code: int, error: BaseException | None = None) -> int:
     """One line on stderr, passwords redacted; a rank of a job reports to its launcher instead, which
     names the rank."""
-    from devicebench.host.job import worker_rank
-    from devicebench.run.launch import record_failure
-    from devicebench.tracking.runs import exiting
-    from devicebench.util.redact import redact
-
     exiting()  # no SIGTERM may cut this line short or follow it with a traceback
     if worker_rank() is not None:
+        from devicebench.run.launch import record_failure  # lazy: torch's launcher; only a job's ranks
+
         record_failure(error, redact(message), code)
         return code
     print(f"{PROG}: error: {redact(message)}", file=sys.stderr)
@@ -100,60 +109,71 @@ def _fail(message: str, code: int, error: BaseException | None = None) -> int:
 # --------------------------------------------------------------------------------------------- workloads
 
 
-def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None:
-    """The workload's arguments from its torch-free config: a typo is refused in well under a second,
-    before torch (seconds of import) is loaded; the docstring is read from the source for the same reason."""
-    from devicebench.config.fields import add_config_arguments
-    from devicebench.config.workloads import CONFIGS
-
-    spec = importlib.util.find_spec(f"devicebench.workloads.{name}")
+def _docstring(module: str) -> str:
+    """A module's docstring read from its source, not by importing it (a workload's imports torch)."""
+    spec = importlib.util.find_spec(module)
     source = Path(spec.origin).read_text() if spec and spec.origin else ""
-    doc = (ast.get_docstring(ast.parse(source)) or "") if source else ""
+    return (ast.get_docstring(ast.parse(source)) or "") if source else ""
+
+
+def _add_workload(sub: argparse._SubParsersAction, name: str, help: str) -> None:
+    """The workload's arguments from its torch-free config, its help from its module's source."""
+    doc = _docstring(f"devicebench.workloads.{name}")
     p = sub.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(p, CONFIGS[name])
     p.set_defaults(handler=lambda args: _run_workload(name, args))
 
 
-def _run_workload(name: str, args: argparse.Namespace) -> int:
-    from devicebench.run.workload import run_workload
+def _checked(name: str, args: argparse.Namespace) -> tuple[WorkloadConfig, Settings, Pricing]:
+    """(config, settings, pricing), every input checked before torch is imported or a run exists: the
+    flags, the device's spelling, the price table and (on the process that owns the run) the store."""
+    cfg = config_from_args(CONFIGS[name], args)
+    check_device_spelling(cfg.device)
+    settings = load_settings()
+    pricing = pricing_for(
+        cfg.price_per_hour, settings.price_per_hour, settings.prices_path, cfg.illustrative_price
+    )
+    rank = worker_rank()
+    if rank is None or rank == 0:  # a rank other than 0 never talks to the store
+        preflight_store(settings)
+    return cfg, settings, pricing
 
-    return run_workload(name, args)
+
+def _run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
+    cfg, settings, pricing = _checked(name, args)
+    from devicebench.run.workload import run_workload  # lazy: torch and MLflow (~3 s), once all is checked
+
+    return run_workload(name, cfg, settings, pricing, tune_budget_s)
 
 
 def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
     """`devicebench tune <workload> [its flags] [--tune_budget_s S]`: the workload's own flags, so a tuned
     CPU side is asked for exactly as the run it stands in for."""
-    from devicebench.config.fields import add_config_arguments
-    from devicebench.config.workloads import CONFIGS
-    from devicebench.run.tuning import TUNABLE
-
     p = sub.add_parser(
         "tune",
         help=COMMANDS["tune"],
-        description=(importlib.import_module("devicebench.run.tuning").__doc__ or "").strip(),
+        description=_docstring("devicebench.run.tuning"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     after = list(argv[list(argv).index("tune") + 1 :]) if "tune" in argv else []
     workload = next((a for a in after if not a.startswith("-")), "")
-    p.add_argument("workload", choices=TUNABLE, help="the workload whose CPU side is tuned")
+    p.add_argument("workload", choices=TRAINING_WORKLOADS, help="the workload whose CPU side is tuned")
     p.add_argument(
         "--tune_budget_s",
         type=float,
         default=60.0,
         help="seconds for all trials together, before the measured run (default 60)",
     )
-    if workload in TUNABLE:
+    if workload in TRAINING_WORKLOADS:
         add_config_arguments(p, CONFIGS[workload])
     p.set_defaults(handler=lambda args: _run_tuned(args))
 
 
 def _run_tuned(args: argparse.Namespace) -> int:
-    from devicebench.run.workload import run_workload
-
     budget = args.tune_budget_s
     if not 1 <= budget <= 3600:
         raise UsageError(f"{budget!r} is out of range; expected 1 to 3600 seconds", param="tune_budget_s")
-    return run_workload(args.workload, args, tune_budget_s=budget)
+    return _run_workload(args.workload, args, tune_budget_s=budget)
 
 
 # --------------------------------------------------------------------------------------------- others
@@ -165,8 +185,7 @@ def _add_sync(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
-    from devicebench.config.settings import load_settings
-    from devicebench.tracking.replay import sync_spool
+    from devicebench.tracking.replay import sync_spool  # lazy: MLflow (~1 s), for this command alone
 
     settings = load_settings()
     out = sync_spool(settings)
@@ -239,8 +258,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     finally:
-        from devicebench.tracking.runs import exiting
-
         exiting()
 
 
@@ -268,9 +285,6 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as e:
         if debug:
             raise
-        from devicebench.host.job import worker_rank
-        from devicebench.tracking.protocol import one_line
-
         if worker_rank() is not None:
             return _fail(one_line(e), 1, e)
         return _fail(f"{one_line(e)} (DEVICEBENCH_DEBUG=1 shows the traceback)", 1, e)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -27,11 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlflow.tracking import MlflowClient
+from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
 from devicebench.errors import Interrupted, UsageError
+from devicebench.host.device import check_processes
 from devicebench.host.job import JOB_DIR, worker_rank
 from devicebench.schema import MAX_TAG_VALUE, tag
 from devicebench.tracking.journal import write_atomic
+from devicebench.tracking.protocol import one_line
+from devicebench.tracking.replay import sync_journal
 from devicebench.util.children import SAFE_PATH
+from devicebench.util.redact import redact
 
 RUN_FILE = "run.json"
 # What a collective raises on the ranks that outlive a dead peer: a consequence, never the root cause.
@@ -100,21 +110,17 @@ def worker_env(nproc: int, cores: int) -> dict[str, str]:
 
 def launch(workload: str, argv: Sequence[str], cfg: Any, settings: Any, cores: int) -> int:
     """Run the job; the exit code of the CLI (0 done, 3 spooled, 1 or 2 a rank failed, 128+N signal)."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
     job = Path(tempfile.mkdtemp(prefix="devicebench-job-"))  # 0700: it may name the run
     # torchrun builds the ranks' command line (`python -u -m devicebench`): -P goes in as its variable
     env = {JOB_DIR: str(job), **worker_env(cfg.nproc, cores), **SAFE_PATH}
     args = torchrun_args(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint)
-    parsed = parse_args([*args, "-m", "devicebench"])
+    parsed = torchrun.parse_args([*args, "-m", "devicebench"])
     parsed.training_script_args = [workload, *argv]  # given to argparse, `--nproc` would read as its own
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # torchrun's workers inherit this process's environment
     try:
         with _quiet_torchrun():
-            run(parsed)  # what the `torchrun` command does with these flags, in this process
+            torchrun.run(parsed)  # what the `torchrun` command does with these flags, in this process
         return 0
     except ChildFailedError as e:
         failure = blame(_reports(job), {r: (f.exitcode, f.signal_name()) for r, f in e.failures.items()})
@@ -130,8 +136,6 @@ def launch(workload: str, argv: Sequence[str], cfg: Any, settings: Any, cores: i
 @contextlib.contextmanager
 def _quiet_torchrun() -> Any:
     """torchrun's agent logs each failure as a page of text at ERROR; our line says it once."""
-    import logging
-
     loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.distributed.run")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -180,8 +184,6 @@ def _fail_job(settings: Any, job: Path, failure: Failure, world_size: int) -> in
     run = job / RUN_FILE
     run_id = json.loads(run.read_text())["run_id"] if run.is_file() else None
     ended = f"; run {run_id} ended FAILED" if run_id and _end_failed(settings, run_id, who, failure) else ""
-    from devicebench.util.redact import redact
-
     print(f"devicebench: error: {redact(f'{who} failed: {failure.reason}{ended}')}", file=sys.stderr)
     return failure.code if failure.code in (1, 2) else 1
 
@@ -189,10 +191,6 @@ def _fail_job(settings: Any, job: Path, failure: Failure, world_size: int) -> in
 def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
     """The run FAILED with the rank and reason; a journal rank 0 left behind (killed before it could
     send everything) is replayed first, so nothing it measured is lost and nothing stays RUNNING."""
-    from mlflow.tracking import MlflowClient
-
-    from devicebench.tracking.replay import sync_journal
-
     journal = settings.spool_dir / run_id
     if journal.is_dir():
         sync_journal(journal, settings.tracking_uri)
@@ -202,8 +200,6 @@ def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
         client.set_tag(run_id, tag("failed_rank"), str(failure.rank))
         client.set_terminated(run_id, "FAILED")
     except Exception as e:  # the store went away: rank 0's journal (if any) still ends the run on sync
-        from devicebench.tracking.protocol import one_line
-
         print(f"devicebench: run {run_id} could not be marked FAILED: {one_line(e)}", file=sys.stderr)
         return False
     return True
@@ -211,8 +207,6 @@ def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
 
 def check_job(cfg: Any, device: Any) -> None:
     """What a job of several processes cannot do, refused before any process starts (exit 2)."""
-    from devicebench.host.device import check_processes
-
     if device.type == "cuda" and ":" in cfg.device:
         raise UsageError(
             f"{cfg.device} names one GPU; with nproc={cfg.nproc} use device=cuda "

@@ -31,14 +31,20 @@ import contextlib
 import dataclasses
 import io
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from devicebench.errors import UsageError
-from devicebench.schema import TRAINING_WORKLOADS
+from devicebench.host.context import Context
+from devicebench.schema import TRAINING_WORKLOADS, tag
+from devicebench.tracking.protocol import null_tracker
+from devicebench.workloads import load
 
 TUNABLE = TRAINING_WORKLOADS
 WARMUP_STEPS = 2  # untimed: what a process pays once (imports, first kernels, the allocator)
@@ -119,12 +125,6 @@ def _eval_limit(cfg: Any) -> str:
 
 def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path) -> Trial:
     """One trial in this process (torch's threads set for it and put back): train samples/s as logged."""
-    import torch
-
-    from devicebench.host.context import Context
-    from devicebench.tracking.protocol import null_tracker
-    from devicebench.workloads import load
-
     before = torch.get_num_threads()
     torch.set_num_threads(setting.threads)
     started = time.perf_counter()
@@ -292,16 +292,12 @@ def _rates(trials: list[Trial]) -> dict[Setting, list[float]]:
 
 def _scores(trials: list[Trial]) -> dict[Setting, float]:
     """Each measured setting's median samples/s over its counted runs, in the order they first ran."""
-    import statistics
-
     return {setting: statistics.median(r) for setting, r in _rates(trials).items()}
 
 
 def _typical(trials: list[Trial]) -> float:
     """What the next trial will likely take: the median of those that ran (one slow setting, such as
     every thread spinning against a busy neighbour, must not crowd the rest out)."""
-    import statistics
-
     ran = [t.seconds for t in trials if _counted(t)]
     return statistics.median(ran) if ran else 0.0
 
@@ -341,8 +337,6 @@ def tags(trials: list[Trial], chosen: Trial, budget_s: float) -> dict[str, str]:
     second runs too, not the short runs that sized a feed; `chosen_median_samples_per_s` is the chosen
     setting's median over its runs, the figure the measured run is held to (runs logged before it was
     named so carry it as `best_trial_samples_per_s`; nothing reads either)."""
-    from devicebench.schema import tag
-
     ran = [t for t in trials if _counted(t)]
     return {
         tag("cpu.tuned"): "true",

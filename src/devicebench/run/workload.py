@@ -1,53 +1,58 @@
-"""One `devicebench <workload>` run, from parsed flags to an ended MLflow run (the CLI's biggest job).
+"""One `devicebench <workload>` run, from checked flags to an ended MLflow run (the CLI's biggest job).
 
-Parse → check the store → start the run → resolve the device → work → log → end the run. With `nproc > 1`
-or `nnodes > 1` this process launches a job instead (launch.py) and each of its ranks comes back here:
-rank 0 runs the single-process path, with its run, the other ranks train without one.
+Start the run → resolve the device → work → log → end the run; the CLI has checked the flags, the price
+table and the store before this module (torch and MLflow) is imported. With `nproc > 1` or `nnodes > 1`
+this process launches a job instead (launch.py) and each of its ranks comes back here: rank 0 runs the
+single-process path, with its run, the other ranks train without one.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
+import torch
+
+from devicebench.config.fields import config_key, to_params, work_key
+from devicebench.config.naming import run_name
+from devicebench.config.settings import Settings
+from devicebench.config.workloads import WorkloadConfig
 from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
-from devicebench.schema import TOTAL_S, tag
+from devicebench.host.context import Context
+from devicebench.host.cpu import cpu_budget, set_cpu_threads, usable_cores
+from devicebench.host.device import activate, device_name, host_fingerprint, resolve_device
+from devicebench.host.distributed import World
+from devicebench.host.job import worker_rank
+from devicebench.plan.handoff import Handoff
+from devicebench.pricing.costs import log_costs, log_price
+from devicebench.pricing.prices import Price, Pricing, resolve_price
+from devicebench.run import tuning
+from devicebench.run.launch import check_job, launch, record_run
+from devicebench.run.run_line import glance_metrics, summary_line
+from devicebench.schema import NOTE_TAG, TOTAL_S, tag
+from devicebench.tracking.protocol import Tracker, null_tracker, one_line
+from devicebench.tracking.runs import run_context
+from devicebench.tracking.tracker import MlflowTracker
+from devicebench.util.children import death_signal, python_argv
 from devicebench.util.redact import redact
-
-if TYPE_CHECKING:  # the run boundary's types; importing them for real would import torch and MLflow here
-    import torch
-
-    from devicebench.config.settings import Settings
-    from devicebench.config.workloads import WorkloadConfig
-    from devicebench.host.context import Context
-    from devicebench.host.distributed import World
-    from devicebench.pricing.prices import Price, Pricing
-    from devicebench.tracking.protocol import Tracker
-    from devicebench.tracking.tracker import MlflowTracker
-    from devicebench.workloads import Workload
+from devicebench.workloads import Workload, load, progress_enabled
 
 Tuned = tuple[dict[str, str], dict[str, list]]  # the tuned run's tags and its trials table
 
 PROG = "devicebench"
 
 
-def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
-    """The run of `name` with the flags in `args`; the CLI's exit code. With `tune_budget_s`, the CPU's
-    threads and feeding are tuned first (tuning.py) and the run measures the CPU the fastest way found."""
-    from devicebench.host.job import worker_rank
-    from devicebench.pricing.costs import log_costs
-    from devicebench.run.launch import record_run
-
-    cfg, settings, pricing = _checked(name, args)
+def run_workload(
+    name: str, cfg: WorkloadConfig, settings: Settings, pricing: Pricing, tune_budget_s: float | None = None
+) -> int:
+    """The run of `name` as `cfg` asks (checked by the CLI); the CLI's exit code. With `tune_budget_s`, the
+    CPU's threads and feeding are tuned first (tuning.py) and the run measures the CPU the fastest way found."""
     rank = worker_rank()
-
-    from devicebench.host.context import Context
-    from devicebench.workloads import load, progress_enabled
-
     module = load(name)
     world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
     if tune_budget_s is not None:
@@ -90,34 +95,10 @@ def run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | Non
     return 0
 
 
-def _checked(name: str, args: argparse.Namespace) -> tuple[WorkloadConfig, Settings, Pricing]:
-    """(config, settings, pricing), every input checked before torch is imported or a run exists: the
-    flags, the device's spelling, the price table and (on the process that owns the run) the store."""
-    from devicebench.config.fields import config_from_args
-    from devicebench.config.settings import load_settings, preflight_store
-    from devicebench.config.workloads import CONFIGS
-    from devicebench.host.job import worker_rank
-    from devicebench.pricing.prices import pricing_for
-    from devicebench.schema import check_device_spelling
-
-    cfg = config_from_args(CONFIGS[name], args)
-    check_device_spelling(cfg.device)
-    settings = load_settings()
-    pricing = pricing_for(
-        cfg.price_per_hour, settings.price_per_hour, settings.prices_path, cfg.illustrative_price
-    )
-    rank = worker_rank()
-    if rank is None or rank == 0:  # a rank other than 0 never talks to the store
-        preflight_store(settings)
-    return cfg, settings, pricing
-
-
 def _tune(
     name: str, cfg: WorkloadConfig, settings: Settings, budget_s: float, world_size: int
 ) -> tuple[WorkloadConfig, Tuned]:
     """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run."""
-    from devicebench.host.cpu import usable_cores
-    from devicebench.run import tuning
 
     if cfg.device != "cpu" or world_size > 1:
         raise UsageError("tune measures one CPU process; use device=cpu and nproc=1", param="device")
@@ -141,12 +122,6 @@ def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
     trial's rate, where the same flags in a fresh `devicebench cifar` ran at 0.97-0.99 of it. The child
     logs the trials (TUNED_ENV) into its own run; its exit code is the command's.
     """
-    import json
-    import subprocess
-    import tempfile
-
-    from devicebench.config.fields import to_params
-    from devicebench.util.children import death_signal, python_argv
 
     argv = [a for k, v in to_params(cfg).items() for a in (f"--{k}", v)]
     with tempfile.TemporaryDirectory(prefix="devicebench-tune-") as tmp:
@@ -160,7 +135,6 @@ def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
 
 def _tuned_from_env() -> Tuned | None:
     """The tags and trials table `devicebench tune` handed this run (TUNED_ENV), or None."""
-    import json
 
     path = os.environ.get(TUNED_ENV)
     if not path:
@@ -181,8 +155,6 @@ def _lead_with_figures(
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
     the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py)."""
-    from devicebench.run.run_line import glance_metrics, summary_line
-    from devicebench.schema import NOTE_TAG
 
     glance = glance_metrics(name, result, costs)
     tracker.log_metrics(glance)
@@ -203,10 +175,6 @@ def _open_run(
 
     A training config also logs `global_batch_size`: `batch_size` is per process, and the batch one
     optimizer step sees is what a scaling series keeps in mind."""
-    from devicebench.config.fields import config_key, to_params, work_key
-    from devicebench.config.naming import run_name
-    from devicebench.plan.handoff import Handoff
-    from devicebench.tracking.runs import run_context
 
     params = to_params(cfg)
     tags = {
@@ -235,9 +203,6 @@ def _open_run(
 def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World, torch.device]:
     """(this process's World, its device), resolved, made current, and the process group joined; torch's
     CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
-    from devicebench.host.cpu import set_cpu_threads
-    from devicebench.host.device import activate, resolve_device
-    from devicebench.host.distributed import World
 
     set_cpu_threads(cpu_threads)
     world = World.from_env() if rank is not None else World()
@@ -250,9 +215,6 @@ def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World
 def _work_as_rank(module: Workload, cfg: WorkloadConfig, settings: Settings) -> int:
     """A rank other than 0: the same work, its stdout silenced (rank 0 prints the run's lines) and
     nothing logged; its figures reach rank 0 through the process group."""
-    from devicebench.host.context import Context
-    from devicebench.host.job import worker_rank
-    from devicebench.tracking.protocol import null_tracker
 
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
     world, device = _join(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
@@ -267,10 +229,6 @@ def _work_as_rank(module: Workload, cfg: WorkloadConfig, settings: Settings) -> 
 def _launch_job(name: str, cfg: WorkloadConfig, settings: Settings, module: Workload) -> int:
     """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
     it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
-    from devicebench.config.fields import to_params
-    from devicebench.host.cpu import usable_cores
-    from devicebench.host.device import resolve_device
-    from devicebench.run.launch import check_job, launch
 
     try:
         check_job(cfg, resolve_device(cfg.device))
@@ -286,7 +244,6 @@ def _launch_job(name: str, cfg: WorkloadConfig, settings: Settings, module: Work
 def _planned_device(requested: str) -> str:
     """The device the run will resolve to, for its name (`auto` -> `cuda:0`); when it cannot resolve, the
     request as typed: the error itself is raised inside the run, which then ends FAILED."""
-    from devicebench.host.device import resolve_device
 
     try:
         return str(resolve_device(requested))
@@ -301,10 +258,6 @@ def _log_host(
     run could use against its threads and loader processes (an oversubscribed CPU baseline is named).
     Returns this host's price (or why it has none), priced from the same fingerprint: the OCI metadata
     service is asked once."""
-    from devicebench.host.cpu import cpu_budget
-    from devicebench.host.device import device_name, host_fingerprint
-    from devicebench.pricing.costs import log_price
-    from devicebench.pricing.prices import resolve_price
 
     host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
     if settings.host_label:
@@ -329,7 +282,6 @@ def _log_host(
 def _work(module: Workload, cfg: WorkloadConfig, ctx: Context, tracker: Tracker) -> object:
     """The workload itself, returning its result; a permission problem or an out-of-memory becomes one
     line naming the fix."""
-    from devicebench.tracking.protocol import one_line
 
     try:
         return module.run(cfg, ctx, tracker)

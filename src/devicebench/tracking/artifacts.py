@@ -2,20 +2,37 @@
 artifact repositories that uploads go through; tables named for the UI, metrics linked to models.
 
 Every model goes through `upload_model` (live, or replayed from the spool) or `save_model` (spooled),
-both with `model_options`, so a model logged late is packaged exactly like one logged on time.
+both with `model_options`, so a model logged late is packaged exactly like one logged on time. torch
+(and MLflow's pytorch flavour, which imports it) is imported only where a model is handled: the report
+logs its own run through this package, on hosts where torch need not be installed.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
+import logging
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import mlflow
+import numpy as np
+from mlflow.entities import LoggedModelStatus, Metric
+from mlflow.models import ModelSignature
+from mlflow.store.artifact import artifact_repository_registry
+from mlflow.types import TensorSpec
+from mlflow.types.schema import Schema
+from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+import devicebench
 
 _REPO_CACHE_SIZE = 8  # runs whose repository is kept; a process sends to one or two runs at a time
 _REPOS: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -33,9 +50,7 @@ def _artifact_repo(client: Any, run_id: str) -> Any:
         if key in _REPOS:
             _REPOS.move_to_end(key)
             return _REPOS[key]
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
-    repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri)
+    repo = artifact_repository_registry.get_artifact_repository(client.get_run(run_id).info.artifact_uri)
     with _REPOS_LOCK:
         _REPOS[key] = repo
         while len(_REPOS) > _REPO_CACHE_SIZE:
@@ -58,8 +73,6 @@ def upload_files(client: Any, run_id: str, files: list[dict[str, Any]], journal_
 def mark_tables(client: Any, run_id: str, paths: list[str]) -> None:
     """Name artifacts as tables in the `mlflow.loggedArtifacts` run tag, which the MLflow UI reads to
     render them, as `MlflowClient.log_table` does; an entry already there is not added again."""
-    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
-
     if not paths:
         return
     current = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
@@ -74,8 +87,6 @@ def link_metrics(client: Any, run_id: str, model_id: str, points: list[list[Any]
     Logged again with the model's id and the same value, step and timestamp, each point stays one row of
     the run's history (the store drops an identical point) and gains its link: repeating this is harmless.
     """
-    from mlflow.entities import Metric
-
     if points:
         metrics = [Metric(k, float(v), int(ts), int(step), model_id=model_id) for k, v, step, ts in points]
         client.log_batch(run_id, metrics=metrics)
@@ -89,10 +100,6 @@ def model_options() -> dict[str, Any]:
     requirements spare MLflow's inference of them, which starts a subprocess
     and took ~10 s a run on a 2-core VM.
     """
-    import importlib.metadata
-
-    import devicebench
-
     reqs = []
     for dist in ("torch", "torchvision", "numpy", "cloudpickle"):
         try:
@@ -109,9 +116,6 @@ def model_options() -> dict[str, Any]:
 @contextmanager
 def _quiet_mlflow() -> Iterator[None]:
     """MLflow warns on stderr while saving a pickled model; our stderr carries one line per outcome."""
-    import logging
-    import warnings
-
     logger = logging.getLogger("mlflow")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -129,11 +133,7 @@ def portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
     MLflow's graph export specialises the batch dimension to the example's; pickled eager modules with a
     `-1` batch dimension in the signature accept any batch size.
     """
-    import numpy as np
-    import torch
-    from mlflow.models import ModelSignature
-    from mlflow.types import TensorSpec
-    from mlflow.types.schema import Schema
+    import torch  # lazy: only a model needs it; the report logs through this module without torch
 
     module = getattr(model, "_orig_mod", model)  # unwrap torch.compile
     module = copy.deepcopy(module).to("cpu").float().eval()
@@ -150,13 +150,17 @@ def portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
     return module, example.numpy(), signature
 
 
+def _pytorch_flavor() -> ModuleType:
+    """`mlflow.pytorch`, which imports torch."""
+    import mlflow.pytorch  # lazy: it imports torch, which the report's own run never loads
+
+    return mlflow.pytorch
+
+
 def upload_model(run_id: str, module: Any, name: str, signature: Any, input_example: Any = None) -> str:
     """Log a portable module (see `portable_model`) to the run as a logged model called `name`; its id."""
-    import mlflow
-    import mlflow.pytorch
-
     with mlflow.start_run(run_id=run_id), _quiet_mlflow():
-        info = mlflow.pytorch.log_model(
+        info = _pytorch_flavor().log_model(
             module, name=name, signature=signature, input_example=input_example, **model_options()
         )
     return str(info.model_id)
@@ -164,10 +168,8 @@ def upload_model(run_id: str, module: Any, name: str, signature: Any, input_exam
 
 def save_model(module: Any, path: Path, signature: Any) -> None:
     """Save a portable module to a folder of the spool, packaged as `upload_model` would log it."""
-    import mlflow.pytorch
-
     with _quiet_mlflow():
-        mlflow.pytorch.save_model(module, str(path), signature=signature, **model_options())
+        _pytorch_flavor().save_model(module, str(path), signature=signature, **model_options())
 
 
 def _logged_model_id(client: Any, run_id: str, name: str) -> str | None:
@@ -177,8 +179,6 @@ def _logged_model_id(client: Any, run_id: str, name: str) -> str | None:
     operation would otherwise log the model a second time. A PENDING or FAILED model of that name is
     what an interrupted upload leaves: it is removed so the run ends with exactly one.
     """
-    from mlflow.entities import LoggedModelStatus
-
     experiment_id = client.get_run(run_id).info.experiment_id
     quoted = name.replace("'", "\\'")
     found = client.search_logged_models(
@@ -195,12 +195,9 @@ def _logged_model_id(client: Any, run_id: str, name: str) -> str | None:
 def log_saved_model(client: Any, run_id: str, path: Path, name: str) -> str:
     """Log a model that was saved to the spool while the store was away, unless a replay already did;
     the logged model's id either way."""
-    import mlflow
-    import mlflow.pytorch
-
     model_id = _logged_model_id(client, run_id, name)
     if model_id is not None:
         return model_id
-    model = mlflow.pytorch.load_model(str(path))
+    model = _pytorch_flavor().load_model(str(path))
     info = mlflow.models.Model.load(str(path))
     return upload_model(run_id, model, name, info.signature)

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mlflow
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
 from devicebench.config.settings import Settings
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_BATCH_METRICS, tag
@@ -31,8 +35,6 @@ _BATCH_TAGS_OR_PARAMS = 100  # MLflow's log_batch limit for tags and params
 
 def send_ops(client: Any, run_id: str, ops: list[dict[str, Any]], journal_dir: Path) -> None:
     """Send journal operations, in order, to the store. Raises on the first failure (the caller retries)."""
-    from mlflow.entities import Metric, Param, RunTag
-
     metrics: list[Metric] = []
     files: list[dict[str, Any]] = []
 
@@ -89,8 +91,6 @@ class SyncOutcome:
 def _end_dead_run(client: Any, run_id: str, run_dir: Path) -> bool:
     """End a run whose process died without an end record: FAILED, at the time its journal was last
     written. A run the store already shows as ended (e.g. by `mlflow run`) keeps its status."""
-    from mlflow.entities import RunTag
-
     if client.get_run(run_id).info.status != "RUNNING":
         return False
     ops = run_dir / "ops.jsonl"
@@ -181,8 +181,6 @@ def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
     """Send a dead process's journal (we hold its lock), one acknowledged operation at a time.
 
     A journal that cannot be read is named and left where it is; the others are still replayed."""
-    from mlflow.tracking import MlflowClient
-
     try:
         run_id, journalled, ops, ended = _read_journal(run_dir)
     except ValueError as e:
@@ -200,8 +198,6 @@ def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
         return
     client = MlflowClient(uri)
     try:
-        import mlflow
-
         mlflow.set_tracking_uri(uri)
         for op in ops:  # one at a time so `sent` advances with each acknowledged operation
             send_ops(client, run_id, [op], run_dir)

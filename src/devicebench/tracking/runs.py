@@ -1,4 +1,4 @@
-"""Run lifecycle: start (or attach to) a run, end it FINISHED, FAILED or KILLED, and the signals between.
+"""Run lifecycle: start (or attach to) a run, end it FINISHED, FAILED or KILLED (how a signal ends it: signals.py).
 
 * the store is checked *before* any work, and an unreachable one fails fast with its URI named;
 * the run's journal exists (locked by this process) before the run does;
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+from mlflow.tracking import MlflowClient
+from mlflow.tracking.context.registry import resolve_tags
 
 from devicebench.config.naming import is_generated
 from devicebench.config.settings import Settings
@@ -23,6 +24,7 @@ from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
 from devicebench.schema import tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
+from devicebench.tracking.signals import ending, install_signal_handlers
 from devicebench.tracking.store import (
     check_store,
     configure_mlflow_client,
@@ -31,54 +33,6 @@ from devicebench.tracking.store import (
 )
 from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.redact import redact
-
-_FINISHING = threading.Event()
-_DEFAULT_EXCEPTHOOK: list[Any] = []
-
-
-def install_signal_handlers() -> None:
-    """SIGTERM (a scheduler stopping us) raises in the main thread so the run can end KILLED.
-
-    A SIGTERM that arrives while the run is already ending is not raised again: the scheduler's grace
-    period is best spent flushing the journal, and raising in the middle of `close()` would leave the
-    run RUNNING with its last operations unsent. Ctrl-C stays Python's KeyboardInterrupt, which
-    `run_context` ends KILLED too.
-    """
-
-    def handler(signum: int, _frame: Any) -> None:
-        if not _FINISHING.is_set():
-            raise Interrupted(signum)
-
-    _FINISHING.clear()  # a new run in this process: a SIGTERM interrupts it again
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
-    if sys.excepthook is not _quiet_peer_gone:
-        _DEFAULT_EXCEPTHOOK[:] = [sys.excepthook]
-        sys.excepthook = _quiet_peer_gone
-
-
-def exiting() -> None:
-    """The command is done and the process on its way out: a SIGTERM from now on (torchrun stopping a
-    job's ranks after one failed, a scheduler's late stop) is not raised. Raised during interpreter
-    shutdown, it printed a traceback after the command's one line."""
-    _FINISHING.set()
-
-
-def _quiet_peer_gone(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
-    """Drop the traceback of a multiprocessing fd-sharing thread whose peer went away; report the rest.
-
-    DataLoader workers hand batches to the main process through `multiprocessing.resource_sharer`.
-    A SIGTERM that lands while the main process is fetching one ends that handshake half-way, and the
-    worker's sharing thread printed a 19-line ConnectionResetError (through `sys.excepthook`) after our
-    one line. The workers are forked from here and inherit this hook; the main process handles its own
-    side of the error.
-    """
-    origin = tb.tb_frame.f_code.co_filename if tb is not None else ""
-    if origin.endswith("multiprocessing/resource_sharer.py") and issubclass(
-        exc_type, (ConnectionError, EOFError)
-    ):
-        return
-    (_DEFAULT_EXCEPTHOOK or [sys.__excepthook__])[0](exc_type, exc, tb)
 
 
 @contextmanager
@@ -100,8 +54,6 @@ def run_context(
     install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
     check_store(settings)
     configure_mlflow_client(settings)
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(settings.tracking_uri)
     start_tags = {tag("workload"): workload, **(tags or {})}
     if parent_run_id:
@@ -147,8 +99,6 @@ def _open_run(
     workload), else a new run's. When that fails the journal goes: no run, nothing to replay."""
     run_id = run_id or os.environ.get("MLFLOW_RUN_ID")
     try:
-        from mlflow.tracking.context.registry import resolve_tags
-
         if run_id:
             client.set_tag(run_id, tag("workload"), workload)
             _name_attached_run(client, run_id, run_name)
@@ -191,11 +141,8 @@ def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:
 
 
 def _finish(tracker: MlflowTracker, status: str, error: str | None) -> bool:
-    _FINISHING.set()
-    try:
+    with ending():
         delivered = tracker.close(status, error)
-    finally:
-        _FINISHING.clear()
     if not delivered and status != "FINISHED":
         print(
             f"devicebench: store unreachable, run {tracker.run_id} spooled to {tracker.journal.dir}",

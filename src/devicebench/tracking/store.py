@@ -1,8 +1,8 @@
 """The tracking store, probed and prepared before any work: reachable, current schema, experiment there.
 
 An unreachable store fails within `store_timeout_s` with its URI named, so it costs seconds, not a
-training run. An HTTP store is probed with urllib before MLflow is imported: on a busy host that import
-alone takes seconds. mlflow is imported inside the functions that need it, never at module level.
+training run. An HTTP store is probed with one plain request bounded by that timeout, a database store
+with one query in a thread that is given up on after it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import mlflow
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings
 from devicebench.errors import StoreUnavailable, UsageError
@@ -68,8 +72,6 @@ def _check_http_store(uri: str, timeout_s: float) -> None:
 
 def _check_other_store(uri: str, timeout_s: float) -> None:
     """Database stores: a real query in a worker thread, so an unreachable host cannot hang us."""
-    from mlflow.tracking import MlflowClient
-
     outcome: list[BaseException | None] = []
 
     def probe() -> None:
@@ -207,13 +209,12 @@ def store_error_hint(uri: str, error: str) -> str | None:
 def configure_mlflow_client(settings: Settings) -> None:
     """Point MLflow at our store and make its HTTP client fail fast: our sender does the retrying."""
     _client_env_defaults(settings)
-    import mlflow
-
     mlflow.set_tracking_uri(settings.tracking_uri)
 
 
 def _client_env_defaults(settings: Settings) -> None:
-    """MLflow reads these from the environment on each request; set before anything imports it."""
+    """MLflow reads these from the environment when it uses them: on each request, and GitPython (which
+    it imports on its first git lookup) when it is imported."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(max(settings.store_timeout_s, 1))))
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
@@ -230,14 +231,10 @@ def ensure_experiment(settings: Settings, name: str | None = None) -> str:
     Parallel launchers call this once before fanning out: a fresh SQLite store migrated by eight
     processes at once loses most of them.
     """
-    from mlflow.tracking import MlflowClient
-
     name = name or settings.experiment
     client = MlflowClient(settings.tracking_uri)
     exp = client.get_experiment_by_name(name)
     if exp is None:
-        from mlflow.exceptions import MlflowException
-
         try:
             return client.create_experiment(name)
         except MlflowException:  # created by a concurrent process between the two calls

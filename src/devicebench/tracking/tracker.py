@@ -15,6 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import yaml
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+from mlflow.tracking import MlflowClient
+
 from devicebench.config.settings import Settings
 from devicebench.schema import MAX_TAG_VALUE, tag
 from devicebench.tracking.artifacts import portable_model, save_model, upload_model
@@ -27,8 +32,6 @@ class MlflowTracker:
     """A run in an MLflow store, written through a journal by one background sender thread."""
 
     def __init__(self, settings: Settings, run_id: str, journal: Journal | None = None) -> None:
-        from mlflow.tracking import MlflowClient
-
         self.settings = settings
         self.run_id = run_id
         self.client = MlflowClient(settings.tracking_uri)
@@ -76,8 +79,6 @@ class MlflowTracker:
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
         if artifact_file.endswith((".yaml", ".yml")):
-            import yaml
-
             text = yaml.safe_dump(obj, sort_keys=False)
         else:
             text = json.dumps(obj, indent=2, default=str)
@@ -110,8 +111,6 @@ class MlflowTracker:
         """
         if not artifact_file.endswith(".json"):
             raise ValueError(f"a table is a .json artifact, not {artifact_file!r}")
-        import pandas as pd
-
         frame = pd.DataFrame({k: list(v) for k, v in data.items()})
 
         def write(path: Path) -> None:
@@ -145,8 +144,6 @@ class MlflowTracker:
 
     def start_system_metrics(self, interval_s: float = 5.0) -> None:
         """MLflow's own CPU/memory/GPU (nvidia-ml-py) sampler, for runs that ask for it."""
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
         self._system_monitor = SystemMetricsMonitor(
             self.run_id, sampling_interval=interval_s, tracking_uri=self.settings.tracking_uri
         )

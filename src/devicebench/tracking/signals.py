@@ -1,0 +1,73 @@
+"""How a run's process meets signals: a SIGTERM ends the run KILLED, except once the run or the process is
+already on its way out. Torch- and MLflow-free: the CLI marks its own exit with `exiting` before it has
+imported either.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from devicebench.errors import Interrupted
+
+_FINISHING = threading.Event()
+_DEFAULT_EXCEPTHOOK: list[Any] = []
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM (a scheduler stopping us) raises in the main thread so the run can end KILLED.
+
+    A SIGTERM that arrives while the run is already ending is not raised again: the scheduler's grace
+    period is best spent flushing the journal, and raising in the middle of `close()` would leave the
+    run RUNNING with its last operations unsent. Ctrl-C stays Python's KeyboardInterrupt, which
+    `run_context` ends KILLED too.
+    """
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not _FINISHING.is_set():
+            raise Interrupted(signum)
+
+    _FINISHING.clear()  # a new run in this process: a SIGTERM interrupts it again
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+    if sys.excepthook is not _quiet_peer_gone:
+        _DEFAULT_EXCEPTHOOK[:] = [sys.excepthook]
+        sys.excepthook = _quiet_peer_gone
+
+
+def exiting() -> None:
+    """The command is done and the process on its way out: a SIGTERM from now on (torchrun stopping a
+    job's ranks after one failed, a scheduler's late stop) is not raised. Raised during interpreter
+    shutdown, it printed a traceback after the command's one line."""
+    _FINISHING.set()
+
+
+def _quiet_peer_gone(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """Drop the traceback of a multiprocessing fd-sharing thread whose peer went away; report the rest.
+
+    DataLoader workers hand batches to the main process through `multiprocessing.resource_sharer`.
+    A SIGTERM that lands while the main process is fetching one ends that handshake half-way, and the
+    worker's sharing thread printed a 19-line ConnectionResetError (through `sys.excepthook`) after our
+    one line. The workers are forked from here and inherit this hook; the main process handles its own
+    side of the error.
+    """
+    origin = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    if origin.endswith("multiprocessing/resource_sharer.py") and issubclass(
+        exc_type, (ConnectionError, EOFError)
+    ):
+        return
+    (_DEFAULT_EXCEPTHOOK or [sys.__excepthook__])[0](exc_type, exc, tb)
+
+
+@contextmanager
+def ending() -> Iterator[None]:
+    """While a run is being ended (its journal flushed, its status sent): a SIGTERM is not raised."""
+    _FINISHING.set()
+    try:
+        yield
+    finally:
+        _FINISHING.clear()
