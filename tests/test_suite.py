@@ -9,7 +9,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from devicebench.errors import UsageError
-from devicebench.plan.suite import _run_items, load_plan, unavailable_reason
+from devicebench.plan.spec import load_plan
+from devicebench.plan.suite import _run_items, unavailable_reason
 from servers import ABSENT_GPU, MlflowServer, devicebench_env, run_cli, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]

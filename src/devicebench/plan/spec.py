@@ -22,6 +22,7 @@ import yaml
 from devicebench.config.fields import build_config
 from devicebench.config.workloads import CONFIGS
 from devicebench.errors import UsageError
+from devicebench.report.cli import parse_threshold
 from devicebench.schema import MAX_EXPERIMENT, WORKLOADS, check_device_spelling
 from devicebench.schema import TRAINING_WORKLOADS as TUNABLE
 from devicebench.util.children import python_argv
@@ -287,8 +288,6 @@ def _check_params(entry: str, values: dict[str, str], matrix: dict[str, Any], wh
 
 def _report_section(report: Any, path: Path) -> dict[str, Any]:
     """`report:` checked the way `compare` will check it, before any run (not after all of them)."""
-    from devicebench.report.cli import parse_threshold
-
     if report is False:
         return {"report": False}
     if not isinstance(report, dict):

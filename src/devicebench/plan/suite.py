@@ -1,15 +1,16 @@
-"""Run an experiment plan: every expanded run in a fresh process under one parent run, then the report.
+"""A plan run: every expanded run in a fresh process under one parent run, then the report.
 
 Each run gets its own process, so GPU memory, allocator caches and cuDNN autotuning cannot leak from one
 measurement into the next, and a failed run does not stop the plan. What a child learns of its parent
-crosses in one documented contract (`handoff.py`). Reading and checking the plan is `spec.py`.
+crosses in one documented contract (`handoff.py`). Reading and checking the plan is `spec.py`; the
+`suite` command's flags and its dry run are `cli.py`, which imports this module (and MLflow) only to run.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,20 +19,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devicebench.errors import UsageError
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from devicebench.config.settings import load_settings, preflight_store
+from devicebench.errors import DeviceUnavailable, Interrupted, UsageError
 from devicebench.plan.handoff import Handoff, child_env
-from devicebench.plan.spec import Plan, PlannedRun, load_plan
+from devicebench.plan.spec import Plan, PlannedRun
+from devicebench.report.links import read_report_run, settings_link_lines, ui_start_command, venv_command
 from devicebench.schema import tag
+from devicebench.tracking.protocol import one_line
+from devicebench.tracking.runs import run_context
+from devicebench.tracking.store import check_store, configure_mlflow_client, ensure_experiment
 from devicebench.util.children import death_signal, python_argv
 from devicebench.util.redact import redact
-
-__all__ = ["Plan", "PlannedRun", "load_plan", "run", "run_plan"]
 
 
 def _capacity(device: str) -> tuple[str, int] | None:
     """What `device` resolves to here and how many data-parallel processes it takes on this node
     (device.max_processes), or None when this host has no such device."""
-    from devicebench.errors import DeviceUnavailable
+    # lazy: torch (~1.5 s), which the suite's own process needs only to skip what this host lacks
     from devicebench.host.device import max_processes, resolve_device
 
     try:
@@ -62,8 +69,6 @@ def unavailable_reason(device: str, nproc: int, capacity: tuple[str, int] | None
 
 def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
     """Items of an earlier launch of this plan that already FINISHED (they are not run again)."""
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(settings.tracking_uri)
     parent = client.get_run(parent_run_id)
     done: set[str] = set()
@@ -90,10 +95,6 @@ def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: Pla
 def _run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """Run one plan item; when the suite itself is stopped, stop the child the same way and wait for it,
     so its run ends KILLED with its metrics flushed instead of being left RUNNING by a SIGKILL."""
-    import signal
-
-    from devicebench.errors import Interrupted
-
     # SIGTERM when the suite dies (even by SIGKILL): the child ends its run KILLED instead of training on
     with subprocess.Popen(
         argv,
@@ -145,12 +146,6 @@ class Outcome:
 
 def run_plan(plan: Plan, resume: str | None = None) -> int:
     """Run every planned item in its own process under one parent run; report; exit 0, or 1 on any failure."""
-    from mlflow.tracking import MlflowClient
-
-    from devicebench.config.settings import load_settings, preflight_store
-    from devicebench.tracking.runs import run_context
-    from devicebench.tracking.store import configure_mlflow_client, ensure_experiment
-
     settings = load_settings()
     if plan.experiment:
         settings = dataclasses.replace(settings, experiment=plan.experiment)
@@ -198,12 +193,6 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
 
     Resuming attaches to the run and retags it: given an ordinary matmul run, the run was rewritten as
     a suite and the whole plan ran under it, in that run's experiment."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    from devicebench.tracking.protocol import one_line
-    from devicebench.tracking.store import check_store
-
     check_store(settings)
     try:
         run = MlflowClient(settings.tracking_uri).get_run(run_id)
@@ -235,9 +224,6 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
 def _print_links(settings: Any, experiment_id: str, report_out: Path | None) -> None:
     """The plan's last lines: links to its report run (the answer) and to its runs, in the UI's
     machine-learning view; the report run's id is what its compare left beside the report."""
-    from devicebench.report.cli import read_report_run
-    from devicebench.report.links import settings_link_lines
-
     found = read_report_run(report_out) if report_out else None
     report_id, exp_id = found if found else (None, experiment_id)
     # start_hint=False: the summary's "open the MLflow UI" line says how
@@ -299,8 +285,6 @@ def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: s
 
 def next_commands(tracking_uri: str) -> list[str]:
     """What to type next, in a form that works in a fresh shell (no venv activated)."""
-    from devicebench.report.links import ui_start_command, venv_command
-
     uri = redact(tracking_uri)
     compare = f"compare all runs again: {venv_command('devicebench')} compare"
     if not tracking_uri.startswith("sqlite:"):
@@ -330,44 +314,3 @@ def _report(plan: Plan, settings: Any, suite_tag: str) -> tuple[int, Path]:
     if proc.returncode not in (0, 1):
         print(f"suite {plan.name}: the report failed (exit {proc.returncode})", file=sys.stderr)
     return proc.returncode, out
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("plan_file", nargs="?", metavar="PLAN", help="the plan, e.g. experiments/demo.yaml")
-    parser.add_argument("--plan", dest="plan_opt", metavar="PLAN", help="the plan (as MLproject passes it)")
-    parser.add_argument(
-        "--resume",
-        default="",
-        metavar="RUN_ID",
-        help="re-run only what has not FINISHED under this parent run",
-    )
-    parser.add_argument(
-        "--dry-run",
-        "--dry_run",
-        dest="dry_run",
-        nargs="?",
-        const="true",
-        default="false",
-        help="print the expanded runs only",
-    )
-    parser.add_argument(
-        "--data",
-        choices=("synthetic", "real"),
-        default=None,
-        help="real: run cifar/unet on CIFAR-10 and VOC (downloading them)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    path = args.plan_file or args.plan_opt
-    if not path:
-        raise UsageError("suite: name a plan, e.g. devicebench suite experiments/demo.yaml")
-    if str(args.dry_run).lower() not in ("true", "false", "1", "0", "yes", "no"):
-        raise UsageError(f"--dry_run: {args.dry_run!r} is not true or false")
-    plan = load_plan(path, data=args.data)
-    if str(args.dry_run).lower() in ("true", "1", "yes"):
-        print(f"plan {plan.name} ({plan.path}): {len(plan.runs)} runs")
-        for item in plan.runs:
-            print(f"  {item.index:3d}. {item.label}")
-        return 0
-    return run_plan(plan, resume=args.resume or None)

@@ -200,7 +200,7 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:
-    """Commands whose arguments live with their code (`report.cli`, `suite`): add_arguments + run."""
+    """Commands whose arguments live with their code (`report.cli`, `plan.cli`): add_arguments + run."""
     module = importlib.import_module(module_name)
     p = sub.add_parser(name, help=help, description=(module.__doc__ or "").strip())
     module.add_arguments(p)
@@ -245,7 +245,7 @@ def build_parser(selected: str | None = None, argv: Sequence[str] = ()) -> argpa
         elif name == "compare":
             _add_module_command(sub, name, "devicebench.report.cli", help)
         elif name == "suite":
-            _add_module_command(sub, name, "devicebench.plan.suite", help)
+            _add_module_command(sub, name, "devicebench.plan.cli", help)
         elif name == "tune":
             _add_tune(sub, argv)
         else:
