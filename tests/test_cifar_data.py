@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from devicebench.data.cifar import CLASSES, CIFAR10Files, TensorLoader, data_loader, tutorial_transform
+from devicebench.data.cifar import CLASSES, CIFAR10Files, TensorLoader, tutorial_transform
+from devicebench.data.loader import data_loader
 from devicebench.data.synthetic import SyntheticCIFAR10, make_split
 from devicebench.errors import DataUnavailable
 from devicebench.models.cifar_net import Net

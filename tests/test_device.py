@@ -15,7 +15,6 @@ from devicebench.errors import DeviceUnavailable, UsageError
 from devicebench.host.cpu import cpu_budget, numpy_blas, thread_facts
 from devicebench.host.device import (
     activate,
-    check_device_spelling,
     host_fingerprint,
     indexed,
     no_cuda_reason,
@@ -23,6 +22,7 @@ from devicebench.host.device import (
     require_native_bf16,
     resolve_device,
 )
+from devicebench.schema import check_device_spelling
 from servers import fake_oci_metadata
 
 # What OCI's instance metadata service v2 returns on a GPU VM (abridged, values made up).

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
+from devicebench.data import IGNORE_INDEX
 from devicebench.train.metrics import (
-    IGNORE_INDEX,
     accuracy,
     confusion_matrix,
     dice_per_class,

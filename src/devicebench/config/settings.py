@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dotenv import dotenv_values
+
 from devicebench.errors import StoreUnavailable, UsageError
 from devicebench.schema import MAX_EXPERIMENT
 from devicebench.util.redact import redact
@@ -85,8 +87,6 @@ def load_dotenv_file(env: Mapping[str, str] | None = None) -> Path | None:
     so the file is merged into the process environment rather than kept aside. Empty values are
     skipped: a copied .env.example must behave like no setting at all.
     """
-    from dotenv import dotenv_values
-
     env = os.environ if env is None else env
     choice = env.get("DEVICEBENCH_DOTENV", "").strip()
     if choice.lower() == "none":
@@ -271,10 +271,10 @@ def _preflight_postgres_database(uri: str, timeout_s: float) -> None:
     of warnings, and then said only that the store "did not answer". The server is up (checked above);
     the driver is asked once. Any other refusal is left to the store probe, which names it."""
     try:
-        import psycopg as driver  # what SQLAlchemy 2.1 uses for postgresql://
+        import psycopg as driver  # lazy: optional (the `server` extra); SQLAlchemy 2.1's for postgresql://
     except ImportError:
         try:
-            import psycopg2 as driver  # type: ignore[no-redef]
+            import psycopg2 as driver  # type: ignore[no-redef]  # lazy: optional, the older driver
         except ImportError:
             return
     dsn = "postgresql:" + uri.split(":", 1)[1]  # postgresql+psycopg2://… is a SQLAlchemy spelling

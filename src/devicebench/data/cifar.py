@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torchvision import transforms
 from torchvision.datasets import CIFAR10
 from torchvision.datasets.utils import calculate_md5
 
-from devicebench.data.loader import data_loader as data_loader  # the tutorial's DataLoader, shared
 from devicebench.errors import DataUnavailable
 
 CLASSES = (
@@ -51,8 +51,6 @@ IMAGE_SHAPE = (32, 32, 3)  # HWC, as torchvision's CIFAR10 keeps `data`
 
 def tutorial_transform() -> Callable[[Any], torch.Tensor]:
     """The tutorial's transform: `ToTensor()` then `Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))`."""
-    from torchvision import transforms
-
     return transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
 
 

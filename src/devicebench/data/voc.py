@@ -92,6 +92,7 @@ def fix_hint(data_dir: Path) -> str:
 
 def download(data_dir: Path) -> None:
     """torchvision's VOC 2012 download (~2 GB, md5-checked) into `data_dir`; any failure is one line."""
+    # lazy: torchvision (~1 s on top of torch) is needed by a unet run only to download VOC
     from torchvision.datasets.voc import DATASET_YEAR_DICT, VOCSegmentation
 
     url = DATASET_YEAR_DICT["2012"]["url"]

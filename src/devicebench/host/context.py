@@ -26,6 +26,6 @@ class Context:
         """A bare `cuda` from a caller of the Python API gets its index here, as the CLI's does in
         `resolve_device`: a workload never passes an unindexed CUDA device on (device.indexed says why)."""
         if self.device.type == "cuda" and self.device.index is None:
-            from devicebench.host.device import indexed
+            from devicebench.host.device import indexed  # lazy: this module is torch-free at import
 
             object.__setattr__(self, "device", indexed(self.device))

@@ -9,11 +9,14 @@ contention; so each run logs them (device.host_fingerprint, `cpu.*` tags) and `c
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import platform
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import threadpoolctl
 import torch
 
 
@@ -63,8 +66,6 @@ def thread_facts() -> dict[str, str]:
     NumPy 2 wheels ship (`libscipy_openblas64_`): the H100 host's system threadpoolctl logged
     `blas = none` on every run. NumPy's own build record and the loaded library answer then.
     """
-    from threadpoolctl import threadpool_info
-
     facts = {
         "cpu_affinity": str(usable_cores()),
         "torch_threads": str(torch.get_num_threads()),
@@ -72,7 +73,7 @@ def thread_facts() -> dict[str, str]:
         "blas": "none",
         "blas_threads": "0",
     }
-    for pool in threadpool_info():
+    for pool in threadpoolctl.threadpool_info():
         if pool.get("user_api") == "blas" and "torch" not in str(pool.get("filepath", "")):
             layer = pool.get("threading_layer")
             facts["blas"] = " ".join(
@@ -102,8 +103,6 @@ def numpy_blas(
     the BLAS library this process has loaded (/proc/self/maps), asked for its thread count; {} when
     NumPy names no BLAS. `config`, `maps` and `threads` are injectable for tests."""
     if config is None:
-        import numpy as np
-
         config = getattr(np.__config__, "CONFIG", {})
     blas = ((config or {}).get("Build Dependencies") or {}).get("blas") or {}
     name = str(blas.get("name") or "")
@@ -127,8 +126,6 @@ def numpy_blas(
 
 def _blas_threads(library: str) -> int | None:
     """The thread count of an already-loaded OpenBLAS, asked through its own C function."""
-    import ctypes
-
     rtld_noload = 4  # glibc's RTLD_NOLOAD: use the copy already loaded, never load a second one
     with contextlib.suppress(OSError):
         lib = ctypes.CDLL(library, mode=rtld_noload)

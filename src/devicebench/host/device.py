@@ -17,6 +17,7 @@ import socket
 import urllib.request
 from pathlib import Path
 
+import pynvml
 import torch
 
 from devicebench.errors import DeviceUnavailable, UsageError
@@ -28,8 +29,6 @@ from devicebench.schema import check_device_spelling
 def driver_cuda_version() -> tuple[int, int] | None:
     """The newest CUDA version the installed NVIDIA driver supports (from NVML), or None without one."""
     with contextlib.suppress(Exception):
-        import pynvml
-
         pynvml.nvmlInit()
         try:
             v = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for 12.4
@@ -192,8 +191,6 @@ def _version(dist: str) -> str:
 
 def _nvidia_driver() -> str:
     with contextlib.suppress(Exception):
-        import pynvml
-
         pynvml.nvmlInit()
         try:
             v = pynvml.nvmlSystemGetDriverVersion()

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from devicebench.host.job import worker_rank
@@ -105,8 +106,6 @@ class World:
         """DDP around the placed module: gradients averaged over ranks during backward."""
         if not self.distributed:
             return module
-        from torch.nn.parallel import DistributedDataParallel
-
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(module, device_ids=ids)
 

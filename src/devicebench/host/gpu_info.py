@@ -13,6 +13,7 @@ import contextlib
 from types import ModuleType
 from typing import Any
 
+import pynvml
 import torch
 
 
@@ -45,12 +46,7 @@ def gpu_identity(
     """
     if device.type != "cuda":
         return {}
-    if nvml is None:
-        try:
-            import pynvml as nvml_module
-        except ImportError:
-            return {}
-        nvml = nvml_module
+    nvml = pynvml if nvml is None else nvml
     raw = torch_uuid(device) if uuid is None else uuid
     if not raw:
         return {}

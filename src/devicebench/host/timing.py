@@ -106,16 +106,14 @@ def device_type(device: Any) -> str:
 def device_sync(device: Any) -> Callable[[], None]:
     """The function that waits for all queued work on `device` (a no-op on the CPU)."""
     kind = device_type(device)
-    if kind == "cuda":
-        import torch
+    if kind not in ("cuda", "mps"):
+        return lambda: None
+    import torch  # lazy: the NumPy matmul process times its CPU series here and never loads torch
 
-        dev = torch.device(device)
-        return lambda: torch.cuda.synchronize(dev)
     if kind == "mps":
-        import torch
-
         return torch.mps.synchronize
-    return lambda: None
+    dev = torch.device(device)
+    return lambda: torch.cuda.synchronize(dev)
 
 
 @dataclass
@@ -162,7 +160,7 @@ class Timer:
     def _block(self, fn: Callable[[], object], calls: int) -> float:
         """Seconds per call of `calls` back-to-back calls, measured from idle to drained."""
         if self._events:
-            import torch
+            import torch  # lazy: as in device_sync, this module stays torch-free at import
 
             self._sync()
             # Events go on the measured device's stream: the *current* device may be another GPU.

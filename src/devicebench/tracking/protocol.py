@@ -13,7 +13,6 @@ from typing import Any, Protocol
 
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_TAG_VALUE
-from devicebench.schema import TAG_PREFIX as TAG_PREFIX  # workloads and the suite import it from here
 from devicebench.util.redact import redact
 
 

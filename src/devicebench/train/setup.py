@@ -19,6 +19,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from devicebench.host import precision
 from devicebench.host.context import Context
@@ -89,8 +90,6 @@ def peak_memory(device: torch.device) -> dict[str, float]:
 def progress(iterable: Iterable, enabled: bool, desc: str, total: int | None = None) -> Iterable:
     if not enabled:
         return iterable
-    from tqdm import tqdm
-
     return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
 
 

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
+from devicebench.host.cpu import usable_cores
 from devicebench.host.device import gpu_sms
 from devicebench.host.peaks import gpu_peak, peak_source
 from devicebench.host.timing import Timer
@@ -121,8 +123,6 @@ def train_flops_per_sample(
 ) -> float | None:
     """Forward + loss + backward FLOPs of one sample of `x`'s shape, or None where counting fails (an op
     without a meta kernel: the run goes on without the figure)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     n = min(2, x.shape[0])
     try:
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
@@ -188,8 +188,6 @@ def cpu_peak_tflops(dtype: str = "fp32", n: int = CPU_PEAK_N) -> tuple[float, st
     A measured rate, not the silicon's theoretical peak: what this CPU gives torch for dense math. On
     all its cores, not the run's own threads: a tuned run that chose 2 of 16 threads would otherwise be
     held against an eighth of the CPU and read 8× busier than it was."""
-    from devicebench.host.cpu import usable_cores
-
     threads, before = usable_cores(), torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -21,7 +21,9 @@ import torch
 
 from devicebench.config.workloads import CifarConfig as Config
 from devicebench.data import resolve_root
-from devicebench.data.loader import SamplerFor, no_sampler
+from devicebench.data.cifar import CIFAR10Files, TensorLoader, tutorial_transform
+from devicebench.data.loader import SamplerFor, data_loader, no_sampler
+from devicebench.data.synthetic import SyntheticCIFAR10
 from devicebench.host import precision
 from devicebench.host.context import Context
 from devicebench.models.cifar_net import build_model
@@ -68,9 +70,6 @@ class _PrintedLoss:
 
 def load_datasets(cfg: Config, root: Path, transform: Any) -> tuple[Any, Any]:
     """(train, test) datasets with torchvision CIFAR10's interface; never falls back to synthetic data."""
-    from devicebench.data.cifar import CIFAR10Files
-    from devicebench.data.synthetic import SyntheticCIFAR10
-
     if cfg.data == "synthetic":
         return (
             SyntheticCIFAR10(True, transform, cfg.train_limit),
@@ -87,9 +86,6 @@ def make_loaders(
 ) -> tuple[Iterable, Iterable]:
     """The train loader (shuffled, seeded) and the test loader (in file order) for `cfg.loader`.
     loader=tensor holds the whole split on the device and takes no sampler."""
-    from devicebench.data.cifar import TensorLoader
-    from devicebench.data.loader import data_loader
-
     if cfg.loader == "tensor":
         return (
             TensorLoader(train.data, train.targets, cfg.batch_size, device, shuffle=True, seed=cfg.seed),
@@ -106,8 +102,6 @@ def make_loaders(
 
 def _input_example(test: Any, test_loader: Iterable) -> torch.Tensor:
     """Two normalised test images on the CPU: the tutorial's input (float N×3×32×32)."""
-    from devicebench.data.cifar import TensorLoader
-
     if isinstance(test_loader, TensorLoader):
         return test_loader.images[:2].detach().cpu()
     return torch.stack([test[i][0] for i in range(min(2, len(test)))])
@@ -169,10 +163,6 @@ def _task(cfg: Config, classes: list[str], fused: dict[str, bool], target: _Targ
 
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
     """Train, evaluate, log; the model, confusion matrix and per-class results as artifacts."""
-    # torchvision is imported here, not at module level: it pulls in torch._dynamo (seconds), and the CLI
-    # imports this module to build `devicebench cifar`'s flags and help, which need none of it.
-    from devicebench.data.cifar import tutorial_transform
-
     opts, tracker = setup.setup(cfg, ctx, tracker, compile=cfg.compile)
     root = resolve_root(cfg.data_dir, ctx.data_root)
 
@@ -219,14 +209,11 @@ def _log_artifacts(cfg: Config, tracker: Tracker, done: loop.Fitted, data: setup
     """Per-class results and the confusion matrix as tables and a figure, and the model, named for its
     architecture, with the final evaluation's metrics linked to it. Its weights are in the logged model
     (`mlflow.pytorch.load_model(...).state_dict()` loads into the tutorial's `Net`): no separate .pth."""
-    import matplotlib.pyplot as plt
-
     cm = done.evals[-1].confusion
     tracker.log_table(per_class_table(cm, data.classes), "per_class.json")
     tracker.log_table(confusion_table(cm, data.classes), "confusion_matrix.json")
     fig = figures.confusion_figure(cm, data.classes, f"CIFAR-10 {cfg.model} ({cfg.data}): test confusion")
     tracker.log_figure(fig, "confusion_matrix.png")
-    plt.close(fig)  # type: ignore[arg-type]
     example = _input_example(data.eval_set, data.eval_loader)
     tracker.log_model(done.model, model_name(cfg), example, metrics=list(done.eval_metrics))
     sys.stdout.flush()

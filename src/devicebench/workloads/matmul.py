@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from devicebench.config.workloads import ISOLATION
 from devicebench.config.workloads import MatmulConfig as Config
@@ -23,8 +24,8 @@ from devicebench.host.context import Context
 from devicebench.host.device import device_name, gpu_sms, require_native_bf16
 from devicebench.host.peaks import gpu_peak, matmul_dtype, peak_source
 from devicebench.host.timing import TimingStats
-from devicebench.schema import MATMUL_POINT_FIGURES, gflops, matmul_key, matmul_point_key
-from devicebench.tracking.protocol import TAG_PREFIX, Tracker
+from devicebench.schema import MATMUL_POINT_FIGURES, gflops, matmul_key, matmul_point_key, tag
+from devicebench.tracking.protocol import Tracker
 from devicebench.util import isolated
 from devicebench.workloads.matmul_series import matrices, measure_series, series
 
@@ -114,13 +115,9 @@ def points_peak_source(gpu_name: str | None, sms: int | None = None) -> str:
     return peak_source(gpu_name, sms)
 
 
-def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], float]) -> object:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], float]) -> Figure:
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     for backend, dtype in dict.fromkeys((p.backend, p.dtype) for p in points):
         series = [p for p in points if (p.backend, p.dtype) == (backend, dtype)]
         where = "cpu" if backend == "numpy" else str(device)
@@ -176,12 +173,12 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     if "bfloat16" in cfg.dtypes and "torch" in cfg.backends:
         require_native_bf16(ctx.device, "dtypes")
     # fp32 products are IEEE fp32 on every device (matmul_series sets cuBLAS so): said, not assumed
-    tracker.set_tags({f"{TAG_PREFIX}isolation": ISOLATION[cfg.isolation], f"{TAG_PREFIX}fp32_math": "ieee"})
+    tracker.set_tags({tag("isolation"): ISOLATION[cfg.isolation], tag("fp32_math"): "ieee"})
     points = measure(cfg, ctx.device)
     gpu = device_name(ctx.device) if ctx.device.type == "cuda" else None
     sms = gpu_sms(ctx.device) if gpu else None
     peaks = point_peaks(points, gpu, sms) if gpu else {}
-    tracker.set_tags({f"{TAG_PREFIX}util.peak_source": points_peak_source(gpu, sms)})
+    tracker.set_tags({tag("util.peak_source"): points_peak_source(gpu, sms)})
     rows = []
     for p in points:
         values = point_metrics(p, peaks)
@@ -211,7 +208,4 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
     tracker.log_text("\n".join(lines) + "\n", "matmul.csv")
     fig = _chart(points, ctx.device, peaks)
     tracker.log_figure(fig, "gflops.png")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return points

@@ -9,14 +9,12 @@ the parent, which computes the errors afterwards) sees the same numbers without 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
+import threadpoolctl
 
-from devicebench.config.workloads import (
-    NUMPY_DTYPES as NUMPY_DTYPES,  # defined with the config that offers them
-)
 from devicebench.config.workloads import MatmulConfig
 from devicebench.host.timing import Timer, TimingStats
 
@@ -75,9 +73,7 @@ class Sample:
 
 def loaded_pools() -> tuple[str, ...]:
     """The native thread pools loaded in this process (OpenBLAS, libgomp, MKL...), as threadpoolctl sees them."""
-    from threadpoolctl import threadpool_info
-
-    return tuple(sorted({f"{p['internal_api']}:{p['prefix']}" for p in threadpool_info()}))
+    return tuple(sorted({f"{p['internal_api']}:{p['prefix']}" for p in threadpoolctl.threadpool_info()}))
 
 
 def matrices(sizes: tuple[int, ...], seed: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
@@ -88,65 +84,66 @@ def matrices(sizes: tuple[int, ...], seed: int) -> Iterator[tuple[int, np.ndarra
         yield n, a64, b64, rng.choice(n, size=min(n, ERROR_ROWS), replace=False)
 
 
-def _numpy_point(a64: np.ndarray, b64: np.ndarray, rows: np.ndarray, dtype: str, spec: SeriesSpec) -> Sample:
-    a, b = a64.astype(dtype), b64.astype(dtype)
-    out = np.empty_like(a)
-    stats = Timer("cpu").measure(
-        lambda: np.matmul(a, b, out=out),
-        warmup=spec.warmup,
-        repeats=spec.repeats,
-        min_time_s=spec.min_time_s,
-    )
-    return Sample("numpy", dtype, a.shape[0], stats, None, out[rows].astype(np.float64))
+Point = Callable[[np.ndarray, np.ndarray, np.ndarray, str], Sample]  # (A, B, rows, dtype) -> its sample
 
 
-def _torch_point(a64: np.ndarray, b64: np.ndarray, rows: np.ndarray, dtype: str, spec: SeriesSpec) -> Sample:
-    import torch
+def _numpy_series(spec: SeriesSpec) -> Point:
+    """NumPy's BLAS on `spec.threads` threads (0: its default), and the function that measures a point."""
+    if spec.threads > 0:
+        threadpoolctl.threadpool_limits(limits=spec.threads, user_api="blas")
 
-    device = torch.device(spec.device)
-    tdtype = getattr(torch, dtype)
-    a = torch.from_numpy(a64).to(device=device, dtype=tdtype)
-    b = torch.from_numpy(b64).to(device=device, dtype=tdtype)
-    out = torch.empty_like(a)
-    timer = Timer(device)
-    stats = timer.measure(
-        lambda: torch.mm(a, b, out=out),
-        warmup=spec.warmup,
-        repeats=spec.repeats,
-        min_time_s=spec.min_time_s,
-    )
-    unsynced = timer.unsynchronised(lambda: torch.mm(a, b, out=out)) if device.type != "cpu" else None
-    idx = torch.from_numpy(rows).to(device)
-    sample = out.index_select(0, idx).to(torch.float64).cpu().numpy()
-    return Sample("torch", dtype, a.shape[0], stats, unsynced, sample)
+    def point(a64: np.ndarray, b64: np.ndarray, rows: np.ndarray, dtype: str) -> Sample:
+        a, b = a64.astype(dtype), b64.astype(dtype)
+        out = np.empty_like(a)
+        stats = Timer("cpu").measure(
+            lambda: np.matmul(a, b, out=out),
+            warmup=spec.warmup,
+            repeats=spec.repeats,
+            min_time_s=spec.min_time_s,
+        )
+        return Sample("numpy", dtype, a.shape[0], stats, None, out[rows].astype(np.float64))
+
+    return point
 
 
-def set_threads(spec: SeriesSpec) -> None:
-    """The series' backend on `spec.threads` CPU threads (NumPy's BLAS pool through threadpoolctl, without
-    importing torch; torch's own pool), before anything is timed. 0 keeps each library's default."""
-    if spec.threads <= 0:
-        return
-    if spec.backend == "numpy":
-        from threadpoolctl import threadpool_limits
+def _torch_series(spec: SeriesSpec) -> Point:
+    """torch on `spec.threads` threads (0: its default) and the measured device, and the function that
+    measures a point there."""
+    import torch  # lazy: the NumPy series' process never loads torch (nor its OpenMP pool beside BLAS)
 
-        threadpool_limits(limits=spec.threads, user_api="blas")
-    else:
-        import torch
-
+    if spec.threads > 0:
         torch.set_num_threads(spec.threads)
+    device = torch.device(spec.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # events and handles on the measured GPU
+        torch.backends.cuda.matmul.allow_tf32 = False  # "float32" means IEEE fp32, whatever the default
+
+    def point(a64: np.ndarray, b64: np.ndarray, rows: np.ndarray, dtype: str) -> Sample:
+        tdtype = getattr(torch, dtype)
+        a = torch.from_numpy(a64).to(device=device, dtype=tdtype)
+        b = torch.from_numpy(b64).to(device=device, dtype=tdtype)
+        out = torch.empty_like(a)
+        timer = Timer(device)
+        stats = timer.measure(
+            lambda: torch.mm(a, b, out=out),
+            warmup=spec.warmup,
+            repeats=spec.repeats,
+            min_time_s=spec.min_time_s,
+        )
+        unsynced = timer.unsynchronised(lambda: torch.mm(a, b, out=out)) if device.type != "cpu" else None
+        idx = torch.from_numpy(rows).to(device)
+        sample = out.index_select(0, idx).to(torch.float64).cpu().numpy()
+        return Sample("torch", dtype, a.shape[0], stats, unsynced, sample)
+
+    return point
 
 
 def measure_series(spec: SeriesSpec) -> list[Sample]:
-    """Every (dtype, size) point of one backend; the entry point of an isolated process."""
-    set_threads(spec)
-    if spec.backend == "torch" and spec.device.startswith("cuda"):
-        import torch
-
-        torch.cuda.set_device(torch.device(spec.device))  # events and handles on the measured GPU
-        torch.backends.cuda.matmul.allow_tf32 = False  # "float32" means IEEE fp32, whatever the default
-    point = _numpy_point if spec.backend == "numpy" else _torch_point
+    """Every (dtype, size) point of one backend, on its threads, before anything is timed; the entry
+    point of an isolated process."""
+    point = _numpy_series(spec) if spec.backend == "numpy" else _torch_series(spec)
     samples = [
-        point(a64, b64, rows, dtype, spec)
+        point(a64, b64, rows, dtype)
         for _, a64, b64, rows in matrices(spec.sizes, spec.seed)
         for dtype in spec.dtypes
     ]

@@ -23,18 +23,21 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from matplotlib.figure import Figure
 
 from devicebench.config.workloads import UNetConfig as Config
-from devicebench.data import resolve_root
+from devicebench.data import IGNORE_INDEX, resolve_root
 from devicebench.data.loader import SamplerFor, data_loader, no_sampler
+from devicebench.data.scenes import SyntheticScenes
+from devicebench.data.voc import VOCSegmentationSample, denormalize, resolve_lists, voc_palette
 from devicebench.errors import DataUnavailable
 from devicebench.host import precision
 from devicebench.host.context import Context
+from devicebench.models.unet import UNet
 from devicebench.schema import DICE, EVAL_LOSS, MIOU, PIXEL_ACCURACY, class_iou_key
 from devicebench.tracking.protocol import Tracker
 from devicebench.train import figures, loop, records, setup
 from devicebench.train.metrics import (
-    IGNORE_INDEX,
     accuracy,
     confusion_table,
     dice_per_class,
@@ -84,13 +87,10 @@ def segmentation_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tenso
 def load_datasets(cfg: Config, root: Path) -> tuple[Any, Any]:
     """(train, validation) datasets; `data=voc2012` never falls back to synthetic data."""
     if cfg.data == "synthetic":
-        from devicebench.data.scenes import SyntheticScenes
-
         return (
             SyntheticScenes("train", cfg.image_size, cfg.train_limit),
             SyntheticScenes("val", cfg.image_size, cfg.val_limit),
         )
-    from devicebench.data.voc import VOCSegmentationSample, resolve_lists
 
     voc, train_ids, val_ids = resolve_lists(root, cfg.train_list, cfg.val_list, cfg.download)
     return (
@@ -136,8 +136,6 @@ def _one_line_data_errors() -> Iterator[None]:
 
 def build_model(cfg: Config) -> torch.nn.Module:
     """The UNet, seeded first: the same seed gives the same initial weights on every device."""
-    from devicebench.models.unet import UNet
-
     setup.seed_everything(cfg.seed)
     return UNet(3, NUM_CLASSES, cfg.base_channels, cfg.bilinear)
 
@@ -270,18 +268,12 @@ def predict_masks(
     return pred
 
 
-def predictions_figure(images: torch.Tensor, truth: torch.Tensor, pred: torch.Tensor) -> Any:
+def predictions_figure(images: torch.Tensor, truth: torch.Tensor, pred: torch.Tensor) -> Figure:
     """Rows of image / truth / prediction, masks in the VOC palette (void 255 in its cream colour)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from devicebench.data.voc import denormalize, voc_palette
-
     palette = np.asarray(voc_palette(), dtype=np.uint8).reshape(256, 3)
     n = images.shape[0]
-    fig, axes = plt.subplots(n, 3, figsize=(7.5, 2.5 * n), squeeze=False)
+    fig = Figure(figsize=(7.5, 2.5 * n))
+    axes = fig.subplots(n, 3, squeeze=False)
     for i in range(n):
         panels = (
             denormalize(images[i]),
@@ -300,14 +292,11 @@ def predictions_figure(images: torch.Tensor, truth: torch.Tensor, pred: torch.Te
 def _log_artifacts(
     cfg: Config, tracker: Tracker, done: loop.Fitted, data: setup.Data, opts: setup.Options
 ) -> None:
-    import matplotlib.pyplot as plt
-
     ev = done.evals[-1]
     tracker.log_table(per_class_table(ev.confusion, data.classes), "per_class.json")
     tracker.log_table(confusion_table(ev.confusion, data.classes), "confusion_matrix.json")
     fig = figures.confusion_figure(ev.confusion, data.classes, f"UNet ({cfg.data}): validation pixels")
     tracker.log_figure(fig, "confusion_matrix.png")
-    plt.close(fig)  # type: ignore[arg-type]
 
     # The first validation images, always the same ones: their pictures compare across runs and devices.
     first = [data.eval_set[i] for i in range(min(PREDICTION_IMAGES, len(data.eval_set)))]
@@ -316,6 +305,5 @@ def _log_artifacts(
     pred = predict_masks(done.model, images, opts.device, opts.amp_dtype, opts.channels_last)
     fig = predictions_figure(images, truth, pred)
     tracker.log_figure(fig, "predictions.png")
-    plt.close(fig)  # type: ignore[arg-type]
 
     tracker.log_model(done.model, MODEL_NAME, images[:2], metrics=list(done.eval_metrics))
