@@ -95,7 +95,9 @@ def test_illustrative_price_is_tagged_as_such_and_needs_a_price() -> None:
     price = resolve_price(pricing_for(1.0, 0.0, "", illustrative=True), {})
     assert price == ILLUSTRATIVE and price.tags()["devicebench.price.source"] == "illustrative"
     assert resolve_price(pricing_for(1.0, 0.0, ""), {}).source == "override"
-    with pytest.raises(UsageError, match=r"^--illustrative_price: .*give price_per_hour"):
+    with pytest.raises(
+        UsageError, match=r"^--illustrative_price: .*price_per_hour, or list prices as if on price_shape"
+    ):
         pricing_for(0.0, 2.0, "", illustrative=True)  # the host's price is not made up
 
 

@@ -28,8 +28,11 @@ from devicebench.pricing.prices import (
     MAX_PRICES_BYTES,
     Price,
     Pricing,
+    Usage,
     default_path,
     load_prices,
+    mig_share,
+    price_side,
     pricing_for,
     resolve_price,
 )
@@ -72,11 +75,24 @@ def test_prices_and_costs_import_neither_torch_nor_numpy_nor_mlflow() -> None:
 
 def test_the_shipped_table_validates_and_prices_the_shapes_the_issue_names() -> None:
     table = load_prices(default_path())
-    for shape in ("VM.GPU.A10.1", "VM.GPU.A10.2", "BM.GPU.A10.4", "BM.GPU.H100.8", "BM.GPU.A100-v2.8"):
-        assert table.entries[shape].usd_per_hour > 0, shape
+    gpus = {
+        "VM.GPU.A10.1": 1,
+        "VM.GPU.A10.2": 2,
+        "BM.GPU.A10.4": 4,
+        "BM.GPU.H100.8": 8,
+        "BM.GPU.A100-v2.8": 8,
+    }
+    for shape, n in gpus.items():
+        entry = table.entries[shape]
+        assert entry.gpus == n and entry.per_gpu > 0 and entry.hourly(None, None) == entry.per_gpu * n, shape
     for shape in ("VM.Standard.E4.Flex", "VM.Standard.E5.Flex", "VM.Standard.A1.Flex", "VM.Standard3.Flex"):
         entry = table.entries[shape]
         assert entry.usd_per_hour is None and entry.usd_per_ocpu_hour > 0 and entry.usd_per_gb_hour > 0
+        assert not entry.is_gpu and entry.min_gb_per_ocpu == 1
+    assert (
+        table.entries["VM.Standard.A1.Flex"].arch == "arm"
+        and table.entries["VM.Standard.E5.Flex"].arch == "x86"
+    )
     assert all(e.currency and e.date and e.source for e in table.entries.values())
 
 
@@ -127,8 +143,8 @@ def test_the_shipped_table_validates_and_prices_the_shapes_the_issue_names() -> 
         ),
         (
             f"version: 1\nshapes:\n  VM.F: {{usd_per_hour: 2, usd_per_ocpu_hour: 1, usd_per_gb_hour: 1, {ENTRY}}}\n",
-            "shapes[VM.F].usd_per_hour",
-            "not both",
+            "shapes[VM.F].usd_per_ocpu_hour",
+            "one price",
         ),
         (
             f"version: 1\nshapes:\n  VM.F: {{usd_per_ocpu_hour: 1, {ENTRY}}}\n",
@@ -146,6 +162,36 @@ def test_the_shipped_table_validates_and_prices_the_shapes_the_issue_names() -> 
             "YYYY-MM-DD",
         ),
         ("version: 1\nshapes: [a, b]\n", "shapes", "mapping"),
+        (
+            f"version: 1\nshapes:\n  VM.GPU.X.1: {{usd_per_hour: 2, {ENTRY}}}\n",
+            "shapes[VM.GPU.X.1].gpus",
+            "missing",
+        ),
+        (
+            f"version: 1\nshapes:\n  VM.X.1: {{usd_per_gpu_hour: 2, {ENTRY}}}\n",
+            "shapes[VM.X.1].gpus",
+            "how many GPUs",
+        ),
+        (
+            f"version: 1\nshapes:\n  BM.GPU.X.8: {{usd_per_gpu_hour: 2, gpus: -1, {ENTRY}}}\n",
+            "shapes[BM.GPU.X.8].gpus",
+            "out of range",
+        ),
+        (
+            f"version: 1\nshapes:\n  BM.GPU.X.8: {{usd_per_gpu_hour: 2, gpus: 1000, {ENTRY}}}\n",
+            "shapes[BM.GPU.X.8].gpus",
+            "out of range",
+        ),
+        (
+            f"version: 1\nshapes:\n  BM.GPU.X.8: {{usd_per_gpu_hour: 2, gpus: 1.5, {ENTRY}}}\n",
+            "shapes[BM.GPU.X.8].gpus",
+            "whole number",
+        ),
+        (
+            f"version: 1\nshapes:\n  VM.F: {{usd_per_ocpu_hour: 1, usd_per_gb_hour: 1, arch: sparc, {ENTRY}}}\n",
+            "shapes[VM.F].arch",
+            "allowed: x86, arm",
+        ),
         (
             "version: 1\nshapes:\n  VM.X.1: &e {usd_per_hour: 2, currency: USD, date: 2026-11-23, source: t}\n  VM.X.2: *e\n",
             "YAML",
@@ -223,6 +269,89 @@ def test_a_host_without_a_price_gets_the_reason(tmp_path: Path) -> None:
     assert "no price table" in str(
         resolve_price(Pricing(missing="no price table (x)"), {"oci.shape": "VM.Foo.1"})
     )
+
+
+# ------------------------------------------------------------------------------------- a side as what it used
+
+SHIPPED = str(default_path())
+H100_HOST = {"oci.shape": "BM.GPU.H100.8", "oci.ocpus": "112", "oci.memory_gb": "2048"}
+
+
+def test_a_cpu_run_on_a_gpu_host_is_priced_as_the_cpu_shape_that_gives_it_its_cores() -> None:
+    """The acceptance case: cpu_threads=2 on an H100 host is 1 OCPU of the reference flex shape (x86: 2
+    vCPUs an OCPU) and the memory it needed, as if; not the H100 host's $80/h."""
+    e5 = load_prices(default_path()).entries["VM.Standard.E5.Flex"]
+    price = price_side(pricing_for(0.0, 0.0, SHIPPED), H100_HOST, Usage("cpu", vcpus=2, memory_gb=1.4))
+    assert isinstance(price, Price)
+    assert price.usd_per_hour == pytest.approx(e5.usd_per_ocpu_hour + 2 * e5.usd_per_gb_hour)
+    assert price.usd_per_hour < 1.0, "well under the H100 host's $80/h"
+    assert (price.shape, price.units, price.as_if) == ("VM.Standard.E5.Flex", "1 OCPU + 2 GB", True)
+    assert price.tags()["devicebench.price.as_if"] == "true"
+    tuned = price_side(pricing_for(0.0, 0.0, SHIPPED), H100_HOST, Usage("cpu", vcpus=5, memory_gb=3.2))
+    assert isinstance(tuned, Price) and tuned.units == "3 OCPUs + 4 GB", "rounded up: OCI rents whole OCPUs"
+    arm = price_side(
+        pricing_for(0.0, 0.0, SHIPPED, cpu_shape="VM.Standard.A1.Flex"), {}, Usage("cpu", vcpus=2)
+    )
+    assert isinstance(arm, Price) and arm.units == "2 OCPUs + 2 GB", "an Arm OCPU is one vCPU"
+
+
+def test_a_gpu_run_is_charged_the_gpus_it_used_not_the_whole_shape() -> None:
+    pricing = pricing_for(0.0, 0.0, SHIPPED)
+    one = price_side(pricing, H100_HOST, Usage("cuda", gpus=1))
+    assert isinstance(one, Price) and (one.usd_per_hour, one.units, one.as_if) == (
+        10.0,
+        "1 of its 8 GPUs",
+        False,
+    )
+    job = price_side(pricing, H100_HOST, Usage("cuda", gpus=4))
+    assert isinstance(job, Price) and job.usd_per_hour == 40.0
+    mig = price_side(pricing, H100_HOST, Usage("cuda", gpus=mig_share("1g.10gb")))
+    assert isinstance(mig, Price) and mig.usd_per_hour == pytest.approx(10.0 / 7)
+    assert (mig_share("3g.40gb"), mig_share(""), mig_share("junk")) == (3 / 7, 1.0, 1.0)
+    whole = price_side(pricing_for(0.0, 0.0, SHIPPED, whole_shape=True), H100_HOST, Usage("cpu", vcpus=2))
+    assert isinstance(whole, Price) and whole.usd_per_hour == 80.0, "the instance runs nothing else"
+
+
+def test_off_oci_a_gpu_run_is_priced_as_if_on_price_shape_or_says_why_not() -> None:
+    assert price_side(pricing_for(0.0, 0.0, SHIPPED), {}, Usage("cuda", gpus=1)) == (
+        "no OCI shape (not on OCI), and no price_shape or price_per_hour"
+    )
+    as_if = price_side(pricing_for(0.0, 0.0, SHIPPED, gpu_shape="VM.GPU.A10.1"), {}, Usage("cuda", gpus=1))
+    assert isinstance(as_if, Price) and (as_if.usd_per_hour, as_if.shape, as_if.as_if) == (
+        2.0,
+        "VM.GPU.A10.1",
+        True,
+    )
+    demo = pricing_for(0.0, 0.0, SHIPPED, True, gpu_shape="VM.GPU.A10.1")
+    made_up = price_side(demo, {}, Usage("cpu", vcpus=2))
+    assert (
+        isinstance(made_up, Price)
+        and made_up.source == "illustrative"
+        and made_up.shape == "VM.Standard.E5.Flex"
+    )
+    flex_host = {"oci.shape": "VM.Standard.E4.Flex", "oci.ocpus": "2", "oci.memory_gb": "16"}
+    host = price_side(pricing_for(0.0, 0.0, SHIPPED), flex_host, Usage("cpu", vcpus=2))
+    assert isinstance(host, Price) and (host.shape, host.as_if) == ("VM.Standard.E4.Flex", False), (
+        "a CPU shape: as that host"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param", "needle"),
+    [
+        ({"cpu_shape": "VM.Standard.E9.Flex"}, "cpu_shape", "not a flex CPU shape"),
+        ({"cpu_shape": "VM.GPU.A10.1"}, "cpu_shape", "not a flex CPU shape"),
+        ({"gpu_shape": "VM.Standard.E5.Flex"}, "price_shape", "not a GPU shape"),
+        ({"gpu_shape": "VM.GPU.Z9.1"}, "price_shape", "not a GPU shape"),
+    ],
+)
+def test_an_unknown_reference_or_as_if_shape_is_refused_before_any_work(
+    kwargs: dict, param: str, needle: str
+) -> None:
+    with pytest.raises(UsageError) as err:
+        pricing_for(0.0, 0.0, SHIPPED, **kwargs)
+    assert err.value.param == param and needle in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_code == 2
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf"])

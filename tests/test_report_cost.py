@@ -105,8 +105,14 @@ def test_the_two_cases_give_exact_cost_ratios_and_the_right_verdicts() -> None:
     cheap, dear = by_key(comp, "cheap"), by_key(comp, "dear")
     assert (cheap.headline, cheap.price_ratio, cheap.cost_ratio) == pytest.approx((12.0, 8.0, 8.0 / 12.0))
     assert (dear.headline, dear.price_ratio, dear.cost_ratio) == pytest.approx((3.0, 8.0, 8.0 / 3.0))
-    assert explain(cheap)[0] == "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price"
-    assert explain(dear)[0] == "faster but dearer: 3.00× faster at 8.00× the price costs 2.67× more per epoch"
+    assert explain(cheap)[0] == (
+        "A10 ($8.00/h set by hand) trains this 12.0× faster than this CPU ($1.00/h set by hand) and costs "
+        "1.50× less per epoch: worth its price (break-even at 8.00× faster)"
+    )
+    assert explain(dear)[0] == (
+        "A10 ($8.00/h set by hand) trains this 3.00× faster than this CPU ($1.00/h set by hand) and costs "
+        "2.67× more per epoch: worth it only when time matters more than money (break-even at 8.00× faster)"
+    )
     # the pairs table: time speedup, price ratio and cost ratio side by side
     row = pair_cells(cheap)
     assert (row["speedup"].split(" ")[0], row["price_ratio"], row["cost_ratio"]) == (
@@ -173,8 +179,9 @@ def test_the_same_gpu_in_two_shapes_is_two_sides_with_a_cost_ratio() -> None:
     assert "cuda:0 (A10, VM.GPU.A10.1)" in labels and "cuda:0 (A10, VM.GPU.A10.2)" in labels
     a10s = next(p for p in comp.pairs if "A10.1" in p.base.label and "A10.2" in p.other.label)
     assert (a10s.headline, a10s.price_ratio, a10s.cost_ratio) == pytest.approx((1.0, 2.0, 2.0))
-    assert explain(a10s)[0] == (
-        "dearer on cuda:0 (A10, VM.GPU.A10.2) and not faster (1.00×): costs 2.00× more per epoch"
+    assert explain(a10s)[0] == (  # runs logged before per-use pricing: priced as the whole host, and said so
+        "A10 (VM.GPU.A10.2, the whole host, $4.00/h) runs this 1.00× faster than A10 (VM.GPU.A10.1, the whole "
+        "host, $2.00/h) and costs 2.00× more per epoch: not worth its price (break-even at 2.00× faster)"
     )
 
 
@@ -188,11 +195,14 @@ def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
         "cuda:0 (H100, BM.GPU.H100.8)",  # $40/h × 0.25 s: 360
     ]
     assert rows[0][7] == "3,600 epochs per USD" and rows[1][8] == "0.50×" and rows[3][8] == "0.10×"
-    assert rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1)"
+    assert (
+        rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1; the whole host, priced before per-use pricing)"
+    )
     line = budget_text(judge(comp))
     assert line == (
         "budget: cifar bs 128: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
-        "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex); 3 other priced side(s))"
+        "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex; the whole host, priced before "
+        "per-use pricing); 3 other priced side(s))"
     )
 
 
@@ -207,7 +217,10 @@ def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
     comp = compare([matmul("cpu", 0.02, 0.36), matmul("cuda:0", 0.001, 3.6), run("cpu", 1.0, None, key="k")])
     (p,) = comp.pairs
     assert p.cost_ratio == pytest.approx(0.5)  # 20× faster at 10× the price
-    assert explain(p)[0] == "cheaper per GFLOP on the GPU (2.00×) although 10.0× the hourly price"
+    assert explain(p)[0] == (
+        "A10 ($3.60/h set by hand) computes this product 20.0× faster than this CPU ($0.360/h set by hand) and "
+        "costs 2.00× less per GFLOP: worth its price (break-even at 10.0× faster)"
+    )
     assert pair_cells(p)["cost"] == "1,073,742 / 2,147,484 GFLOP per USD at n=1024 float32"
     lines = budget_text(judge(comp)).splitlines()
     assert lines == [
@@ -226,8 +239,8 @@ def test_report_files_show_costs_and_the_cost_chart(tmp_path: Path) -> None:
     assert "cost_vs_time.png" in names and (tmp_path / "cost_vs_time.png").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
     assert "## Price-performance" in md
-    assert "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price" in md
-    assert "faster but dearer: 3.00× faster at 8.00× the price costs 2.67× more per epoch" in md
+    assert "costs 1.50× less per epoch: worth its price (break-even at 8.00× faster)" in md
+    assert "costs 2.67× more per epoch: worth it only when time matters more than money" in md
     assert "| 0.67× per epoch |" in md and "| 2.67× per epoch |" in md
 
 

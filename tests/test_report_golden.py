@@ -85,13 +85,22 @@ class Planted:
         )
 
 
-def priced(shape: str, usd: float, source: str = "table:prices.yaml") -> dict[str, str]:
-    return {
+def priced(shape: str, usd: float, source: str = "table:prices.yaml", units: str = "") -> dict[str, str]:
+    """A run's price tags as a run logs them: per use (`units`, "as if" for a CPU side off a CPU shape),
+    or, without units, as a run logged before per-use pricing (its whole host)."""
+    tags = {
         "price.usd_per_hour": f"{usd}",
         "price.currency": "USD",
         "price.source": source,
         "price.shape": shape,
     }
+    if units:
+        tags |= {"price.units": units, "price.as_if": "true" if "OCPU" in units else ""}
+    return {k: v for k, v in tags.items() if v}
+
+
+CPU_AS_IF = ("VM.Standard.E5.Flex", 0.126, "table:prices.yaml", "4 OCPUs + 3 GB")  # 8 threads, 2.5 GB
+A10 = ("VM.GPU.A10.1", 2.0, "table:prices.yaml", "1 of its 1 GPUs")
 
 
 def train(t: float, rate: float, *, wait: float = 0.0, acc: float = 0.5, usd: float | None = None) -> dict:
@@ -121,18 +130,18 @@ def cifar_grid(p: Planted) -> None:
             reps = 3 if batch == "4" else 1
             for r in range(reps):
                 jitter = 1 + 0.02 * r
-                p.add("cpu", key, train(cpu_t * jitter, 50000 / cpu_t, usd=0.5), params=params,
-                      tags=priced("VM.Standard.E5.Flex", 0.5))  # fmt: skip
+                p.add("cpu", key, train(cpu_t * jitter, 50000 / cpu_t, usd=0.126), params=params,
+                      tags=priced(*CPU_AS_IF))  # fmt: skip
                 gpu = train(gpu_t * jitter, 50000 / gpu_t, wait=gpu_t * 0.6 if batch == "256" else 0.1,
                             usd=2.0)  # fmt: skip
                 gpu["util/peak_fraction"] = 0.002 if batch == "4" else 0.2
                 gpu["memory/peak_bytes"] = 1.5e9
                 p.add("cuda:0", key, gpu, params=params,
-                      tags={**priced("VM.GPU.A10.1", 2.0), "util.dtype": "tf32"})  # fmt: skip
+                      tags={**priced(*A10), "util.dtype": "tf32"})  # fmt: skip
     # the CPU at its best for width 1, batch 64: threads and data in memory, a tuned run
-    p.add("cpu", "cifar-w1-b64~tensor", train(12.0, 50000 / 12.0, usd=0.5),
+    p.add("cpu", "cifar-w1-b64~tensor", train(12.0, 50000 / 12.0, usd=0.064),
           params={"width": "1", "batch_size": "64", "loader": "tensor", "num_workers": "0"},
-          tags={**priced("VM.Standard.E5.Flex", 0.5), "cpu.tuned": "true",
+          tags={**priced("VM.Standard.E5.Flex", 0.064, "table:prices.yaml", "2 OCPUs + 2 GB"), "cpu.tuned": "true",
                 "cpu.tuned.setting": "4 threads, data in memory"})  # fmt: skip
 
 
@@ -166,7 +175,9 @@ def matmul(p: Planted) -> None:
                     u = f"matmul/{backend}/float32/unsynced_time_s"
                     hist.setdefault(u, {})[size] = t * scale / 40
                     m[matmul_point_key(backend, "float32", size, "unsynced_time_s")] = t * scale / 40
-        shape = ("VM.Standard.E5.Flex", 0.5) if device == "cpu" else ("VM.GPU.A10.1", 2.0)
+        shape = (
+            ("VM.Standard.E5.Flex", 0.248, "table:prices.yaml", "8 OCPUs + 4 GB") if device == "cpu" else A10
+        )
         p.add(device, "mm-1", m, workload="matmul", params={"sizes": "1024,4096", "repeats": "5"},
               tags=priced(*shape), history=hist)  # fmt: skip
 
@@ -174,22 +185,29 @@ def matmul(p: Planted) -> None:
 def scaling(p: Planted) -> None:
     """One config at 1, 2 and 4 GPUs, and at 2 CPU processes beside a CPU run of 1."""
     for n, rate, comm in ((1, 1000.0, None), (2, 1500.0, 0.05), (4, 1800.0, 0.3)):
-        m = train(50000 / rate, rate)
+        m = train(50000 / rate, rate, usd=8.0)
         if comm is not None:
             m["dist/comm_share"] = comm
         p.add("cuda:0", "cifar-ddp", m, params={"batch_size": "128", "width": "8"},
-              tags={"world_size": str(n), "host.gpu_count": "4"}, host="B")  # fmt: skip
-    p.add("cpu", "cifar-ddp", train(500.0, 100.0), params={"batch_size": "128", "width": "8"}, host="B")
+              tags={"world_size": str(n), "host.gpu_count": "4", **priced("BM.GPU.A10.4", 8.0)},
+              host="B")  # fmt: skip
+    # priced before per-use pricing: the whole BM.GPU.A10.4 host for the CPU side too
+    p.add("cpu", "cifar-ddp", train(500.0, 100.0, usd=8.0), params={"batch_size": "128", "width": "8"},
+          tags=priced("BM.GPU.A10.4", 8.0), host="B")  # fmt: skip
 
 
 def nights(p: Planted) -> None:
     """Three earlier nights of a suite and a slower newest one: a regression; and unfinished runs."""
     for night, t in enumerate((10.0, 10.2, 9.9, 13.0)):
         for device, scale in (("cpu", 4.0), ("cuda:0", 1.0)):
-            p.add(device, "cifar-nightly", train(t * scale, 5000 / (t * scale), usd=1.0),
+            shape = (
+                (*CPU_AS_IF[:2], "illustrative", CPU_AS_IF[3])
+                if device == "cpu"
+                else (*A10[:2], "illustrative", A10[3])
+            )
+            p.add(device, "cifar-nightly", train(t * scale, 5000 / (t * scale), usd=shape[1]),
                   params={"batch_size": "512", "width": "1"},
-                  tags={**priced("VM.Standard.E5.Flex" if device == "cpu" else "VM.GPU.A10.1", 1.0,
-                                 "illustrative"), "suite": f"nightly:{night}"},
+                  tags={**priced(*shape), "suite": f"nightly:{night}"},
                   host="B")  # fmt: skip
     p.add("cuda:0", "cifar-w1-b4", {}, params={"width": "1", "batch_size": "4"}, status="FAILED",
           tags={"error": "RuntimeError: CUDA out of memory"})  # fmt: skip

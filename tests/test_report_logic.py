@@ -847,9 +847,10 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
     p = next(p for p in comp.pairs if p.is_cpu_gpu)
     assert p.headline == 10.0 and p.cost_speedup == pytest.approx(1.25) and p.cost_ratio == pytest.approx(2.4)
     assert (
-        "faster but dearer: 1.25× faster than this CPU at its best at 3.00× the price costs 2.40× more per epoch"
-        in explain(p)
-    )
+        "A10 (the whole host, $3.00/h) trains this 1.25× faster than this CPU at its best (the whole host, "
+        "$1.00/h) and costs 2.40× more per epoch: worth it only when time matters more than money (break-even "
+        "at 3.00× faster)"
+    ) in explain(p)
     row = pair_cells(p)
     assert row["cost_ratio"] == "2.40× per epoch (against the best CPU)"
     assert row["cost"] == "best CPU $0.00139 / $0.00333 per epoch", (
@@ -863,7 +864,10 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
         [r for r in runs if r.tag("cpu.tuned") != "true" and r.params["batch_size"] == "4"]
     ).pairs
     assert own.cost_base is own.base and own.cost_speedup == 10.0
-    assert "cheaper per epoch on the GPU (3.33×) although 3.00× the hourly price" in explain(own)
+    assert (
+        "A10 (the whole host, $3.00/h) trains this 10.0× faster than this CPU (the whole host, $1.00/h) and "
+        "costs 3.33× less per epoch: worth its price (break-even at 3.00× faster)"
+    ) in explain(own)
 
 
 def test_a_gpu_side_far_below_its_peak_is_called_launch_bound_by_its_share() -> None:

@@ -1,10 +1,17 @@
-"""The price table and the one rule that prices a host: what an hour of this machine costs.
+"""The price table and the one rule that prices a run: what an hour of what it *used* costs.
 
 A speedup alone does not say whether a GPU shape is worth its price; a run that knows its hourly price
-can say what its work cost. The price comes from, in this order: the run's `price_per_hour`, the host's
-DEVICEBENCH_PRICE_PER_HOUR, or the table (experiments/prices.yaml, or the user's own contract prices in
-DEVICEBENCH_PRICES) looked up by the OCI shape the host fingerprint read. A host with none of them gets
-no price and the reason, never a made-up number. Torch- and mlflow-free: a report may read the table too.
+can say what its work cost. A side is priced as what it uses, never as "the host" (DESIGN.md, pricing
+rules): a GPU run at its shape's rate per GPU-hour times the GPUs it used (OCI bills GPU shapes per
+GPU-hour, CPU and memory included); a CPU run as the CPU-only shape that would give it its cores and
+memory (a reference flex shape, "as if"), or as the host itself on a CPU shape. So the CPU side of a
+pair run on a GPU host is no longer charged the GPU host's price, and the price ratio is not always 1.
+
+Where a price comes from, in this order: the run's `price_per_hour` or the host's
+DEVICEBENCH_PRICE_PER_HOUR (a number the user gives, used as it is); DEVICEBENCH_PRICE_WHOLE_SHAPE (the
+host's whole shape, for an instance that runs nothing else); the table (experiments/prices.yaml, or the
+user's contract prices in DEVICEBENCH_PRICES) by the rule above. Without a shape or a table entry a run
+gets no price and the reason, never a made-up number. Torch- and mlflow-free: a report reads it too.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +28,7 @@ import yaml
 
 from devicebench.errors import UsageError
 from devicebench.schema import tag
+from devicebench.util.fmt import fmt_price
 from devicebench.util.yamlfile import load_capped
 
 # A price table is a page of YAML; past this it is not one (a plan's cap is 1 MiB, a table needs far less).
@@ -28,9 +36,17 @@ MAX_PRICES_BYTES = 256 * 1024
 VERSION = 1
 TOP_KEYS = ("version", "description", "shapes")
 FIXED = "usd_per_hour"
+PER_GPU = "usd_per_gpu_hour"
 FLEX = ("usd_per_ocpu_hour", "usd_per_gb_hour")
 META = ("currency", "date", "source")
-ENTRY_KEYS = (FIXED, *FLEX, *META, "note")
+GPU_KEYS = ("gpus",)
+CPU_KEYS = ("arch", "min_gb_per_ocpu")
+ENTRY_KEYS = (FIXED, PER_GPU, *FLEX, *META, *GPU_KEYS, *CPU_KEYS, "note")
+GPU_SHAPE_RE = re.compile(r"(^|\.)GPU")  # OCI names its GPU shapes so: VM.GPU.A10.1, BM.GPU4.8
+MAX_GPUS = 16  # no OCI shape has more than 8 GPUs; a count past this is a typo
+VCPUS_PER_OCPU = {"x86": 2, "arm": 1}  # an x86 OCPU is a core with two hardware threads
+DEFAULT_CPU_SHAPE = "VM.Standard.E5.Flex"  # the reference CPU shape: the current AMD flex shape
+MIG_SLICES = 7  # an A100's or H100's compute slices: a MIG profile `Ng.<mem>gb` holds N of them
 SHAPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 CURRENCY_RE = re.compile(r"[A-Z]{3}")
 OVERRIDE = "override"
@@ -49,18 +65,45 @@ def default_path() -> Path:
 
 @dataclass(frozen=True)
 class Entry:
-    """One shape's list price: per hour for a fixed shape, per OCPU-hour plus per GB-hour for a flex one."""
+    """One shape's list price: per GPU-hour for a GPU shape (with its GPU count), per OCPU-hour plus per
+    GB-hour for a flex CPU shape (with its architecture and minimum memory), or per hour."""
 
     shape: str
     currency: str
     date: str
     source: str
     usd_per_hour: float | None = None
+    usd_per_gpu_hour: float | None = None
+    gpus: int | None = None
     usd_per_ocpu_hour: float | None = None
     usd_per_gb_hour: float | None = None
+    arch: str = "x86"
+    min_gb_per_ocpu: float = 1.0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus is not None
+
+    @property
+    def is_flex(self) -> bool:
+        return self.usd_per_ocpu_hour is not None
+
+    @property
+    def per_gpu(self) -> float | None:
+        """The rate of one of its GPUs for an hour (what OCI bills a GPU shape by)."""
+        if not self.gpus:
+            return None
+        return (
+            self.usd_per_gpu_hour
+            if self.usd_per_gpu_hour is not None
+            else (self.usd_per_hour or 0.0) / self.gpus
+        )
 
     def hourly(self, ocpus: float | None, memory_gb: float | None) -> float | None:
-        """The hourly price; a flex shape needs the instance's OCPUs and memory (None without them)."""
+        """The whole shape's hourly price; a flex shape needs the instance's OCPUs and memory (None
+        without them)."""
+        if self.per_gpu is not None and self.gpus:
+            return self.per_gpu * self.gpus
         if self.usd_per_hour is not None:
             return self.usd_per_hour
         if ocpus is None or memory_gb is None:
@@ -77,7 +120,11 @@ class PriceTable:
 
 @dataclass(frozen=True)
 class Price:
-    """The hourly price a run used and where it came from: the `devicebench.price.*` tags."""
+    """The hourly price a run used, what it was priced as and where it came from: the `price.*` tags.
+
+    `shape` and `units` say what was priced (`VM.GPU.A10.1`, `1 of its 1 GPUs`; `VM.Standard.E5.Flex`,
+    `1 OCPU + 2 GB`); `as_if` says the shape is not the host's own (a CPU side on a GPU host, priced as
+    the CPU shape that would give it its cores)."""
 
     usd_per_hour: float
     currency: str = "USD"
@@ -85,6 +132,8 @@ class Price:
     shape: str = ""
     date: str = ""
     reference: str = ""
+    units: str = ""
+    as_if: bool = False
 
     def tags(self) -> dict[str, str]:
         out = {
@@ -94,24 +143,43 @@ class Price:
             "shape": self.shape,
             "date": self.date,
             "reference": self.reference,
+            "units": self.units,
+            "as_if": "true" if self.as_if else "",
         }
         return {tag(f"price.{k}"): v for k, v in out.items() if v}
 
 
 @dataclass(frozen=True)
 class Pricing:
-    """What a run can be priced by, settled before the run exists so a bad table refuses it at once:
-    an override (param or setting), a table, or the reason there is no table."""
+    """What a run can be priced by, settled before the run exists so a bad table or shape refuses it at
+    once: an override (param or setting), a table with the reference CPU shape and an as-if GPU shape,
+    or the reason there is no table."""
 
     override: float = 0.0
     override_source: str = OVERRIDE  # ILLUSTRATIVE when the run's own price_per_hour is made up
     table: PriceTable | None = None
     missing: str = ""
+    cpu_shape: str = DEFAULT_CPU_SHAPE  # what a CPU side off a CPU shape is priced as
+    gpu_shape: str = ""  # what a GPU side is priced as where the host's shape is unknown (price_shape)
+    whole_shape: bool = False  # the host's whole shape, whatever the run used
+    illustrative: bool = False  # the table's list prices stand for another host's: say so everywhere
 
 
-def fmt_price(value: float) -> str:
-    """`1.275`, `80`, `0.074`: ten significant digits hide float noise (0.07400000000000001)."""
-    return f"{value:.10g}"
+@dataclass(frozen=True)
+class Usage:
+    """What a run used: the device kind, the GPUs of its job (a MIG slice its share), the vCPUs it kept
+    busy (torch threads plus loader workers, per process, times processes) and the memory it needed."""
+
+    device: str  # cpu, cuda, mps
+    gpus: float = 0.0
+    vcpus: int = 1
+    memory_gb: float = 0.0
+
+
+def mig_share(profile: str) -> float:
+    """A MIG slice's share of its GPU, from its profile (`1g.10gb`: 1 of 7 compute slices); 1 for none."""
+    m = re.match(r"^(\d+)g\.", profile or "")
+    return min(int(m.group(1)), MIG_SLICES) / MIG_SLICES if m and int(m.group(1)) > 0 else 1.0
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -177,26 +245,20 @@ def _entry(shape: str, raw: Any, label: str) -> Entry:
     where = f"shapes[{shape}]"
     if not isinstance(raw, dict):
         raise _err(
-            label, where, f"must be a mapping with {FIXED} (or {' and '.join(FLEX)}), {', '.join(META)}"
+            label,
+            where,
+            f"must be a mapping with {FIXED}, {PER_GPU} (and gpus) or {' and '.join(FLEX)}, "
+            f"and {', '.join(META)}",
         )
     _no_unknown(raw, ENTRY_KEYS, label, f"{where}.")
     for key in META:
         if raw.get(key) in (None, ""):
             raise _err(label, f"{where}.{key}", "missing; every entry says its currency, date and source")
-    if FIXED in raw and any(k in raw for k in FLEX):
-        raise _err(
-            label,
-            f"{where}.{FIXED}",
-            f"a shape has a fixed price or a flex price ({', '.join(FLEX)}), not both",
-        )
-    if FIXED not in raw:
-        for key in FLEX:
-            if key not in raw:
-                raise _err(
-                    label, f"{where}.{key}", f"missing; a shape needs {FIXED}, or {' and '.join(FLEX)}"
-                )
+    _one_kind_of_price(raw, label, where)
     prices = {
-        k: _price(raw[k], label, f"{where}.{k}", zero_ok=k == FLEX[1]) for k in (FIXED, *FLEX) if k in raw
+        k: _price(raw[k], label, f"{where}.{k}", zero_ok=k == FLEX[1])
+        for k in (FIXED, PER_GPU, *FLEX)
+        if k in raw
     }
     currency = str(raw["currency"])
     if not CURRENCY_RE.fullmatch(currency):
@@ -207,7 +269,66 @@ def _entry(shape: str, raw: Any, label: str) -> Entry:
         date=_date(raw["date"], label, f"{where}.date"),
         source=_text(raw["source"], label, f"{where}.source"),
         **prices,
+        **_gpu_fields(shape, raw, label, where),
+        **_cpu_fields(raw, label, where),
     )
+
+
+def _one_kind_of_price(raw: dict, label: str, where: str) -> None:
+    """A shape has one price: per hour, per GPU-hour, or per OCPU-hour and GB-hour (a flex shape)."""
+    kinds = [k for k in (FIXED, PER_GPU) if k in raw] + [k for k in FLEX[:1] if any(f in raw for f in FLEX)]
+    if len(kinds) > 1:
+        raise _err(
+            label,
+            f"{where}.{kinds[1]}",
+            f"a shape has one price: {FIXED}, {PER_GPU}, or {' and '.join(FLEX)}",
+        )
+    if not kinds or (kinds == [FLEX[0]] and not all(k in raw for k in FLEX)):
+        missing = next((k for k in FLEX if k not in raw), FIXED) if kinds else FIXED
+        raise _err(
+            label, f"{where}.{missing}", f"missing; a shape needs {FIXED}, {PER_GPU}, or {' and '.join(FLEX)}"
+        )
+
+
+def _gpu_fields(shape: str, raw: dict, label: str, where: str) -> dict[str, int]:
+    """`gpus`: required of a GPU shape (OCI bills it per GPU-hour, and a run is charged the GPUs it
+    used), refused on a flex CPU shape, a whole count from 1 to MAX_GPUS."""
+    gpu_named = bool(GPU_SHAPE_RE.search(shape))
+    if "gpus" not in raw:
+        if gpu_named or PER_GPU in raw:
+            raise _err(
+                label,
+                f"{where}.gpus",
+                "missing; a GPU shape says how many GPUs it has (a run is charged per GPU it used)",
+            )
+        return {}
+    n = raw["gpus"]
+    if any(k in raw for k in FLEX):
+        raise _err(label, f"{where}.gpus", "a flex CPU shape has no GPUs; leave gpus out")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise _err(label, f"{where}.gpus", f"{n!r} is not a whole number of GPUs (1-{MAX_GPUS})")
+    if not 1 <= n <= MAX_GPUS:
+        raise _err(label, f"{where}.gpus", f"{n!r} is out of range; a shape has 1-{MAX_GPUS} GPUs")
+    return {"gpus": n}
+
+
+def _cpu_fields(raw: dict, label: str, where: str) -> dict[str, Any]:
+    """A flex CPU shape's `arch` (x86: 2 vCPUs per OCPU; arm: 1) and `min_gb_per_ocpu` (the least
+    memory OCI lets an instance have per OCPU, 1 GB on the current flex shapes)."""
+    out: dict[str, Any] = {}
+    for key in CPU_KEYS:
+        if key in raw and not any(k in raw for k in FLEX):
+            raise _err(label, f"{where}.{key}", "only a flex CPU shape (usd_per_ocpu_hour) takes it")
+    if "arch" in raw:
+        if raw["arch"] not in VCPUS_PER_OCPU:
+            raise _err(label, f"{where}.arch", f"{raw['arch']!r} is not allowed; allowed: x86, arm")
+        out["arch"] = raw["arch"]
+    if "min_gb_per_ocpu" in raw:
+        value = raw["min_gb_per_ocpu"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
+            raise _err(label, f"{where}.min_gb_per_ocpu", f"{value!r} is not a number of GB from 0 to 64")
+        out["min_gb_per_ocpu"] = float(value)
+    return out
 
 
 def _price(value: Any, label: str, where: str, *, zero_ok: bool) -> float:
@@ -242,38 +363,149 @@ def _text(value: Any, label: str, where: str) -> str:
 
 
 def pricing_for(
-    price_per_hour: float, setting_price: float, prices_path: str, illustrative: bool = False
+    price_per_hour: float,
+    setting_price: float,
+    prices_path: str,
+    illustrative: bool = False,
+    *,
+    cpu_shape: str = "",
+    gpu_shape: str = "",
+    whole_shape: bool = False,
 ) -> Pricing:
     """The run's pricing, before the run exists: an override needs no table; otherwise the table is read
-    and validated now (DEVICEBENCH_PRICES, else the repository's), so a bad one is refused at once.
+    and validated now (DEVICEBENCH_PRICES, else the repository's), with the reference CPU shape and the
+    as-if GPU shape in it, so a bad table or a shape it lacks is refused at once.
 
-    `illustrative` marks the run's own `price_per_hour` as made up (the demo's); it names no price
-    itself, so without one it is refused rather than attached to a real price."""
-    if illustrative and not price_per_hour:
+    `illustrative` marks the price as made up or as another host's (the demo's): the run's own
+    `price_per_hour`, or list prices "as if" on `gpu_shape`; it names no price itself, so with neither
+    it is refused rather than attached to a real price."""
+    if illustrative and not price_per_hour and not gpu_shape:
         raise UsageError(
-            "illustrative_price marks a made-up price_per_hour, and none was given; give price_per_hour "
-            "or leave illustrative_price out",
+            "illustrative_price marks a made-up price_per_hour, or list prices as if on price_shape, and "
+            "neither was given; give one of them or leave illustrative_price out",
             param="illustrative_price",
         )
     if price_per_hour:
         return Pricing(override=price_per_hour, override_source=ILLUSTRATIVE if illustrative else OVERRIDE)
     if setting_price:
         return Pricing(override=setting_price)
+    shapes = {"cpu_shape": cpu_shape or DEFAULT_CPU_SHAPE, "gpu_shape": gpu_shape}
+    flags = {"whole_shape": whole_shape, "illustrative": illustrative}
     if prices_path:
         path = Path(prices_path).expanduser()
         if not path.is_file():
             raise UsageError(f"setting DEVICEBENCH_PRICES={prices_path!r}: no such file")
-        return Pricing(table=load_prices(path, f"{prices_path} (DEVICEBENCH_PRICES)"))
-    path = default_path()
-    if not path.is_file():
-        return Pricing(missing=f"no price table ({DEFAULT_LABEL} not found; set DEVICEBENCH_PRICES)")
-    return Pricing(table=load_prices(path, DEFAULT_LABEL))
+        table = load_prices(path, f"{prices_path} (DEVICEBENCH_PRICES)")
+    elif default_path().is_file():
+        table = load_prices(default_path(), DEFAULT_LABEL)
+    elif gpu_shape or cpu_shape:
+        raise UsageError(f"no price table to look {gpu_shape or cpu_shape} up in ({DEFAULT_LABEL} not found)")
+    else:
+        return Pricing(missing=f"no price table ({DEFAULT_LABEL} not found; set DEVICEBENCH_PRICES)", **flags)
+    _check_shapes(table, cpu_shape, gpu_shape)  # the ones the user named; a default may be absent
+    return Pricing(table=table, **shapes, **flags)
+
+
+def _names(entries: Iterable[Entry]) -> str:
+    return ", ".join(sorted(e.shape for e in entries)) or "none"
+
+
+def _check_shapes(table: PriceTable, cpu_shape: str, gpu_shape: str) -> None:
+    """A reference CPU shape the user named must be a flex CPU shape of the table, an as-if GPU shape a
+    GPU shape of it."""
+    cpu = table.entries.get(cpu_shape)
+    if cpu_shape and (cpu is None or not cpu.is_flex):
+        flex = _names(e for e in table.entries.values() if e.is_flex)
+        raise UsageError(
+            f"{cpu_shape!r} is not a flex CPU shape in {table.label}; allowed: {flex}", param="cpu_shape"
+        )
+    if gpu_shape:
+        gpu = table.entries.get(gpu_shape)
+        if gpu is None or not gpu.is_gpu:
+            gpus = _names(e for e in table.entries.values() if e.is_gpu)
+            raise UsageError(
+                f"{gpu_shape!r} is not a GPU shape in {table.label}; allowed: {gpus}", param="price_shape"
+            )
+
+
+def price_side(pricing: Pricing, host: Mapping[str, str], usage: Usage) -> Price | str:
+    """What the run used, priced (DESIGN.md, pricing rules), or the one-line reason there is no price
+    (the `devicebench.price.none` tag). `host` is the fingerprint (oci.shape, oci.ocpus, oci.memory_gb)."""
+    if pricing.override:
+        return Price(usd_per_hour=pricing.override, source=pricing.override_source)
+    if pricing.whole_shape:
+        return resolve_price(pricing, host)
+    table, shape = pricing.table, host.get("oci.shape", "")
+    if table is None:
+        return f"shape {shape}: {pricing.missing}" if shape else f"not on OCI and {pricing.missing}"
+    entry = table.entries.get(shape)
+    if usage.device == "cuda":
+        return _gpu_price(pricing, table, shape, entry, usage)
+    if usage.device != "cpu":
+        return f"{usage.device} is not sold as an OCI shape; give price_per_hour"
+    if entry is not None and not entry.is_gpu:  # on a CPU shape: the host is what it used
+        return resolve_price(pricing, host)
+    return _cpu_price(pricing, table, shape, usage)
+
+
+def _source(pricing: Pricing, table: PriceTable) -> str:
+    return ILLUSTRATIVE if pricing.illustrative else f"table:{table.path.name}"
+
+
+def _count(x: float) -> str:
+    return f"{x:g}" if x == int(x) else f"{x:.2f}"
+
+
+def _gpu_price(
+    pricing: Pricing, table: PriceTable, shape: str, entry: Entry | None, usage: Usage
+) -> Price | str:
+    """A GPU run: its shape's rate per GPU-hour times the GPUs its job used; as if on `price_shape`
+    where the host's own shape is not a GPU shape of the table (off OCI, or a shape not listed)."""
+    as_if = entry is None or not entry.is_gpu
+    name = pricing.gpu_shape if as_if else shape
+    if not name:
+        where = f"shape {shape} is not a GPU shape in {table.label}" if shape else "no OCI shape (not on OCI)"
+        return f"{where}, and no price_shape or price_per_hour"
+    e = table.entries[name]
+    gpus = usage.gpus or 1.0
+    return Price(
+        usd_per_hour=(e.per_gpu or 0.0) * gpus,
+        currency=e.currency,
+        source=_source(pricing, table),
+        shape=name,
+        date=e.date,
+        reference=e.source,
+        units=f"{_count(gpus)} of its {e.gpus} GPU{'s' if e.gpus != 1 else ''}",
+        as_if=as_if,
+    )
+
+
+def _cpu_price(pricing: Pricing, table: PriceTable, shape: str, usage: Usage) -> Price | str:
+    """A CPU run off a CPU shape (on a GPU host, or off OCI): the reference flex shape that would give
+    it its cores and memory, "as if": OCPUs = busy vCPUs / vCPUs per OCPU (rounded up; OCI rents whole
+    OCPUs), memory = what it needed, at least the shape's minimum per OCPU (whole GB)."""
+    e = table.entries.get(pricing.cpu_shape)
+    if e is None or not e.is_flex:
+        return (
+            f"the reference CPU shape {pricing.cpu_shape} is not in {table.label}; set DEVICEBENCH_CPU_SHAPE"
+        )
+    ocpus = max(1, math.ceil(usage.vcpus / VCPUS_PER_OCPU[e.arch]))
+    gb = max(1, math.ceil(usage.memory_gb), math.ceil(e.min_gb_per_ocpu * ocpus))
+    return Price(
+        usd_per_hour=(e.usd_per_ocpu_hour or 0.0) * ocpus + (e.usd_per_gb_hour or 0.0) * gb,
+        currency=e.currency,
+        source=_source(pricing, table),
+        shape=e.shape,
+        date=e.date,
+        reference=e.source,
+        units=f"{ocpus} OCPU{'s' if ocpus != 1 else ''} + {gb} GB",
+        as_if=e.shape != shape,
+    )
 
 
 def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
-    """The Price for this host, or the one-line reason there is none (the `devicebench.price.none` tag).
-
-    `host` is the fingerprint (oci.shape, oci.ocpus, oci.memory_gb from the metadata answer it read)."""
+    """The host's whole shape, priced (a CPU shape a CPU run ran on, or any shape with
+    DEVICEBENCH_PRICE_WHOLE_SHAPE), or the one-line reason there is no price."""
     if pricing.override:
         return Price(usd_per_hour=pricing.override, source=pricing.override_source)
     shape = host.get("oci.shape", "")
@@ -285,16 +517,21 @@ def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
     entry = table.entries.get(shape)
     if entry is None:
         return f"shape {shape} is not in {table.label}"
-    hourly = entry.hourly(_number(host.get("oci.ocpus")), _number(host.get("oci.memory_gb")))
+    ocpus, memory_gb = _number(host.get("oci.ocpus")), _number(host.get("oci.memory_gb"))
+    hourly = entry.hourly(ocpus, memory_gb)
     if hourly is None:
         return f"shape {shape} is priced per OCPU and GB, but the OCI metadata gave no shapeConfig"
+    units = f"the whole shape ({entry.gpus} GPUs)" if entry.is_gpu else "the whole shape"
+    if entry.is_flex:
+        units = f"{_count(ocpus or 0)} OCPUs + {_count(memory_gb or 0)} GB"
     return Price(
         usd_per_hour=hourly,
         currency=entry.currency,
-        source=f"table:{table.path.name}",
+        source=_source(pricing, table),
         shape=shape,
         date=entry.date,
         reference=entry.source,
+        units=units,
     )
 
 

@@ -14,12 +14,11 @@ import re
 from collections.abc import Callable
 
 from devicebench.report.model.best_cpu import cpu_setting
-from devicebench.report.model.cost import illustrative
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.report.read.records import RunRecord
 from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION
-from devicebench.util.fmt import fmt_percent, fmt_quality, fmt_share, fmt_x
+from devicebench.util.fmt import fmt_money, fmt_percent, fmt_quality, fmt_share, fmt_x
 from devicebench.util.stats import Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
@@ -134,40 +133,53 @@ def loader_bound(pair: Pair) -> str | None:
 def price_performance(pair: Pair) -> str | None:
     """Is the faster side worth its price (below); a verdict bought with a made-up price says so."""
     text = _price_performance(pair)
-    if text and (illustrative(pair.base) or illustrative(pair.other)):
+    if text and (pair.base.price.illustrative or pair.other.price.illustrative):
         return f"{text} (illustrative prices, not real ones)"
     return text
 
 
+def priced_as(side: Side) -> str:
+    """What an hour of the side cost and what it was priced as: `VM.GPU.A10.1: 1 of its 1 GPUs, $2.00/h`,
+    `as if on VM.Standard.E5.Flex: 1 OCPU + 2 GB, $0.0340/h`, `$1.00/h set by hand`."""
+    p = side.price
+    hourly = f"{fmt_money(p.hourly.median if p.hourly else None, p.currency)}/h"
+    if p.whole_host:
+        return f"{p.shape}, the whole host, {hourly}" if p.shape else f"the whole host, {hourly}"
+    if not p.shape:
+        return f"{hourly} set by hand"
+    return f"{'as if on ' if p.as_if else ''}{p.shape}: {p.units}, {hourly}"
+
+
+def _verb(pair: Pair) -> str:
+    return {"matmul": "computes this product"}.get(
+        pair.workload, "trains this" if pair.is_cpu_gpu else "runs this"
+    )
+
+
 def _price_performance(pair: Pair) -> str | None:
-    """The user's first question: is the faster side worth its price? Only where both sides' runs carry
-    a price (never a made-up one): the cost of the same work, against the hourly price ratio. Where a
-    CPU side faster than the pair's own was measured, the cost and the speedup beside it are both taken
-    against that best CPU, and the line says so."""
+    """The user's first question, answered with both sides' prices: is the faster side worth its price?
+    Only where both sides' runs carry a price: the cost of the same work against the hourly price ratio,
+    which is the speedup at which the two cost the same (the break-even). Where a CPU side faster than
+    the pair's own was measured, the cost and the speedup are both taken against that best CPU."""
     speedup, cost = pair.cost_speedup, pair.cost
     if speedup is None or cost is None or cost.cost_ratio is None or cost.price_ratio is None:
         return None
-    ratio, price = cost.cost_ratio, cost.price_ratio
-    on = "the GPU" if pair.is_cpu_gpu else pair.other.label
-    best = " than on this CPU at its best" if pair.cost_base is not pair.base else ""
-    if ratio < 1.0:
-        how = "although" if price > 1.0 else "at"
-        return (
-            f"cheaper per {cost.unit} on {on}{best} ({fmt_x(1.0 / ratio)}) {how} {fmt_x(price)} "
-            "the hourly price"
-        )
+    ratio, base, other = cost.cost_ratio, pair.cost_base, pair.other
+    against = base.device_name or base.device
+    if base.is_cpu:
+        against = "this CPU at its best" if base is not pair.base else "this CPU"
+    pace = f"{fmt_x(speedup)} {'faster' if speedup >= 1 else 'as fast'}"
     if ratio == 1.0:
-        same = " as on this CPU at its best" if best else ""
-        return f"same cost per {cost.unit} on {on}{same} at {fmt_x(price)} the hourly price"
-    where = "" if pair.is_cpu_gpu else f" on {on}"
-    over = " than this CPU at its best" if best else ""
-    if speedup > 1.0:
-        return (
-            f"faster but dearer{where}: {fmt_x(speedup)} faster{over} at {fmt_x(price)} the "
-            f"price costs {fmt_x(ratio)} more per {cost.unit}"
-        )
+        money, answer = "the same", "no cheaper and no dearer"
+    elif ratio < 1.0:
+        money, answer = f"{fmt_x(1.0 / ratio)} less", "worth its price"
+    else:
+        money = f"{fmt_x(ratio)} more"
+        answer = "worth it only when time matters more than money" if speedup > 1 else "not worth its price"
     return (
-        f"dearer on {on}{best} and not faster ({fmt_x(speedup)}): costs {fmt_x(ratio)} more per {cost.unit}"
+        f"{other.device_name or other.device} ({priced_as(other)}) {_verb(pair)} {pace} than {against} "
+        f"({priced_as(base)}) and costs {money} per {cost.unit}: {answer} (break-even at "
+        f"{fmt_x(cost.price_ratio)} faster)"
     )
 
 

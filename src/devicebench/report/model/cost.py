@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from devicebench.report.model.sides import Side, param_order, work_key
-from devicebench.report.read.records import RunRecord
 from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TRAIN_S, gflops, headline_point
 from devicebench.util.stats import Stat
 
@@ -33,50 +32,6 @@ def _float(text: str) -> float | None:
     except ValueError:
         return None
     return x if math.isfinite(x) and x >= 0 else None
-
-
-def _hourly(run: RunRecord) -> float | None:
-    return _float(run.tag("price.usd_per_hour", "x"))
-
-
-def priced_runs(side: Side) -> list[RunRecord]:
-    """The side's runs that logged an hourly price (a price of 0 counts; a missing one does not)."""
-    return [r for r in side.runs if _hourly(r) is not None]
-
-
-def side_price(side: Side) -> Stat | None:
-    """The hourly price of the side's runs (median, with the range when runs were priced differently)."""
-    return Stat.of(x for r in side.runs if (x := _hourly(r)) is not None)
-
-
-def currency(side: Side) -> str:
-    """The currency the side's prices are in; `mixed` when its runs disagree (no ratio is taken then)."""
-    found = {r.tag("price.currency") or "USD" for r in priced_runs(side)}
-    return found.pop() if len(found) == 1 else ("mixed" if found else "")
-
-
-def source(side: Side) -> str:
-    """Where the price came from: `table:prices.yaml VM.GPU.A10.1`, or `override` (a param or setting)."""
-    out = []
-    for r in priced_runs(side):
-        text = " ".join(x for x in (r.tag("price.source") or "?", r.tag("price.shape")) if x)
-        if text not in out:
-            out.append(text)
-    return ", ".join(out)
-
-
-def illustrative(side: Side) -> bool:
-    """True when any of the side's prices is made up (`price.source=illustrative`, the demo's): every
-    figure bought with it must say so, or a demo's $1/h reads as a real price."""
-    return any(r.tag("price.source") == "illustrative" for r in priced_runs(side))
-
-
-def no_price_reason(side: Side) -> str:
-    """Why the side has no price, as its runs said (`devicebench.price.none`), or a generic reason."""
-    for r in side.runs:
-        if r.tag("price.none"):
-            return r.tag("price.none")
-    return "the runs carry no devicebench.price tags"
 
 
 def epoch_time(side: Side) -> Stat | None:
@@ -99,7 +54,7 @@ def matmul_point(side: Side) -> tuple[str, str, int] | None:
 def per_gflop(side: Side, point: tuple[str, str, int] | None) -> float | None:
     """Money per GFLOP at one matmul point: price × time / 3600 / GFLOP (the run side's
     `gflop_per_usd` inverted), from the side's median time there and its median hourly price."""
-    price = side_price(side)
+    price = side.price.hourly
     v = side.matmul.get(point) if point else None
     if price is None or not v or "time" not in v or v["time"].median <= 0 or point is None:
         return None
@@ -123,7 +78,7 @@ class SideCost:
 
 def _median(side: Side, metric: str) -> float | None:
     s = side.metrics.get(metric)
-    return s.median if s is not None and priced_runs(side) else None
+    return s.median if s is not None and side.price.known else None
 
 
 def side_cost(side: Side) -> SideCost:
@@ -166,8 +121,8 @@ def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None
         o = SideCost(GFLOP, per_gflop(other, o_pt), point=o_pt)
     else:
         b, o = side_cost(base), side_cost(other)
-    same = currency(base) == currency(other) and currency(base) not in ("", "mixed")
-    pb, po = side_price(base), side_price(other)
+    same = base.price.currency == other.price.currency and base.price.currency not in ("", "mixed")
+    pb, po = base.price.hourly, other.price.hourly
     if not same or b.unit != o.unit:
         return PairCost(b.unit, b, o, None, None)
     return PairCost(
@@ -199,4 +154,4 @@ def ranked(sides: Iterable[Side]) -> list[list[Side]]:
 
 
 def any_price(sides: Iterable[Side]) -> bool:
-    return any(priced_runs(s) for s in sides)
+    return any(s.price.known for s in sides)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from devicebench.config.workloads import not_work
+from devicebench.report.model.price import SidePrice, price_of
 from devicebench.report.read.records import RunRecord
 from devicebench.schema import (
     ACCURACY,
@@ -90,6 +91,7 @@ class Side:
     shape: str = ""  # the OCI shape the runs were priced on (or ran on): its own side, at its own price
     world_size: int = 1  # processes in each run's job: a side of 8 is never a repeat of a side of 1
     tuned: bool = False  # `devicebench tune` CPU runs: never averaged with the CPU as configured
+    price: SidePrice = field(default_factory=SidePrice)  # an hour of what its runs used (price.py)
 
     @property
     def label(self) -> str:
@@ -166,6 +168,7 @@ def summarise(
         shape=shape,
         world_size=world_size,
         tuned=tuned,
+        price=price_of(runs),
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from devicebench.report.model.comparison import Comparison
-from devicebench.report.model.cost import currency, epoch_time, side_cost
+from devicebench.report.model.cost import epoch_time, side_cost
 from devicebench.report.model.grids import Grid
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.scaling import Series
@@ -182,7 +182,7 @@ def cost_time_chart(sides: Sequence[Side], path: Path) -> bool:
         c, t = side_cost(s), epoch_time(s)
         if c.unit == "epoch" and c.per_unit and t is not None and t.median > 0:
             points[f"{s.workload} {describe(s, varying)}"].append((t.median, c.per_unit, s.label))
-            currencies.add(currency(s))
+            currencies.add(s.price.currency)
     if not points:
         return False
     plt = _plt()

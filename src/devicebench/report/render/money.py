@@ -10,14 +10,9 @@ from devicebench.report.model.cost import (
     GFLOP,
     PairCost,
     SideCost,
-    currency,
     epoch_time,
-    illustrative,
-    no_price_reason,
     ranked,
     side_cost,
-    side_price,
-    source,
 )
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
@@ -34,20 +29,37 @@ def work_text(side: Side) -> str:
     c = side_cost(side)
     if c.work_per_money is None:
         return NONE
-    text = f"{fmt_amount(c.work_per_money)} {UNITS[c.unit]} per {currency(side) or 'USD'}"
+    text = f"{fmt_amount(c.work_per_money)} {UNITS[c.unit]} per {side.price.currency or 'USD'}"
     if c.point is not None:
         text += f" at n={c.point[2]} {c.point[1]}"
-    return text + (" (illustrative price)" if illustrative(side) else "")
+    return text + (" (illustrative price)" if side.price.illustrative else "")
 
 
 def price_text(side: Side) -> str:
-    price = side_price(side)
+    price = side.price.hourly
     if price is None:
-        return f"{NONE} ({no_price_reason(side)})"
-    cur = currency(side)
+        return f"{NONE} ({side.price.none_reason})"
+    cur = side.price.currency
     spread = f"–{fmt_money(price.hi, cur)}" if price.hi > price.lo else ""
     text = f"{fmt_money(price.lo if spread else price.median, cur)}{spread}"
-    return f"{text} ({source(side)})"
+    return f"{text} ({_what(side)})"
+
+
+def _what(side: Side) -> str:
+    """What the price is of and where it came from: `as if VM.Standard.E5.Flex, 1 OCPU + 2 GB;
+    table:prices.yaml`; runs priced before per-use pricing say they were priced as their whole host."""
+    p = side.price
+    if p.whole_host:
+        return f"{p.source}; the whole host, priced before per-use pricing"
+    if not p.shape:
+        return p.source
+    origin = _one_source(p.source, p.shape)
+    return f"{'as if ' if p.as_if else ''}{p.shape}, {p.units}; {origin}"
+
+
+def _one_source(source: str, shape: str) -> str:
+    """`table:prices.yaml VM.GPU.A10.1` → `table:prices.yaml`: the shape is said beside it."""
+    return ", ".join(dict.fromkeys(part.removesuffix(f" {shape}") for part in source.split(", ")))
 
 
 def time_text(side: Side, c: SideCost) -> str:
@@ -65,11 +77,11 @@ def _cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, 
     GFLOP each buys per money), each "–" where a side has no price or the currencies differ."""
     if c is None:
         return NONE, NONE, NONE
-    cur = currency(base)
-    made_up = ", illustrative" if illustrative(base) or illustrative(other) else ""
+    cur = base.price.currency
+    made_up = ", illustrative" if base.price.illustrative or other.price.illustrative else ""
     price = NONE
     if c.price_ratio is not None:
-        hourly = [side_price(s) for s in (base, other)]
+        hourly = [s.price.hourly for s in (base, other)]
         price = f"{fmt_x(c.price_ratio)} ({' / '.join(fmt_money(x.median if x else None, cur) for x in hourly)}{made_up})"
     if c.cost_ratio is None:
         return price, NONE, NONE
@@ -92,7 +104,7 @@ def budget_lines(every: Iterable[Side], describe: Describe) -> list[str]:
         where = f"{s.workload} {describe(s)}"
         priced = [x for x in sides if side_cost(x).work_per_money]
         if not priced:
-            lines.append(f"budget: {where}: no side has a price ({no_price_reason(s)})")
+            lines.append(f"budget: {where}: no side has a price ({s.price.none_reason})")
             continue
         c = side_cost(s)
         others = f"; {len(priced) - 1} other priced side(s)" if len(priced) > 1 else ""
@@ -100,7 +112,7 @@ def budget_lines(every: Iterable[Side], describe: Describe) -> list[str]:
         others += f"; {unpriced} without a price" if unpriced else ""
         lines.append(
             f"budget: {where}: cheapest {s.label}: {work_text(s)} "
-            f"({fmt_money(c.per_unit, currency(s))} per {c.unit} at {price_text(s)}{others})"
+            f"({fmt_money(c.per_unit, s.price.currency)} per {c.unit} at {price_text(s)}{others})"
         )
     return lines
 
@@ -123,9 +135,9 @@ def share_of_best(side: Side, best: float | None) -> str:
 
 def cost_per_unit_text(side: Side) -> str:
     c = side_cost(side)
-    return f"{fmt_money(c.per_unit, currency(side))} per {c.unit}" if c.per_unit else NONE
+    return f"{fmt_money(c.per_unit, side.price.currency)} per {c.unit}" if c.per_unit else NONE
 
 
 def cost_per_1k_text(side: Side) -> str:
     c = side_cost(side)
-    return fmt_money(c.per_1k, currency(side)) if c.per_1k else NONE
+    return fmt_money(c.per_1k, side.price.currency) if c.per_1k else NONE

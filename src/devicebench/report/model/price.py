@@ -1,0 +1,77 @@
+"""What a side's runs say an hour of what they used cost, read once where the side is built.
+
+Every run prices itself when it ends (pricing/prices.py: a GPU side per GPU it used, a CPU side as the
+CPU shape that would give it its cores, "as if" where that is not the host's own) and logs the
+`devicebench.price.*` tags; a side holds their median and what they were priced as. Runs logged before
+per-use pricing carry no `price.units`: they were priced as their whole host, and the report says so
+rather than mix them silently with runs priced as what they used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from devicebench.report.read.records import RunRecord
+from devicebench.util.stats import Stat
+
+ILLUSTRATIVE = "illustrative"
+
+
+def hourly_of(run: RunRecord) -> float | None:
+    """The run's logged hourly price (a price of 0 counts; a missing or unreadable one does not)."""
+    try:
+        x = float(run.tag("price.usd_per_hour", "x"))
+    except ValueError:
+        return None
+    return x if math.isfinite(x) and x >= 0 else None
+
+
+def _one(values: Sequence[str]) -> str:
+    """The runs' one value, or all of them joined where they differ (kept in order)."""
+    return ", ".join(dict.fromkeys(v for v in values if v))
+
+
+@dataclass(frozen=True)
+class SidePrice:
+    """A side's hourly price (median of its priced runs, with their range), what it was priced as and
+    why there is none where there is none."""
+
+    hourly: Stat | None = None
+    currency: str = ""  # "" without a price; "mixed" where the runs disagree (no ratio is taken then)
+    source: str = ""  # `table:prices.yaml VM.GPU.A10.1`, `override`, `illustrative VM.Standard.E5.Flex`
+    shape: str = ""  # the shape it was priced as (none for a price given by hand)
+    units: str = ""  # what of that shape it used: `1 of its 8 GPUs`, `1 OCPU + 2 GB`
+    as_if: bool = False  # the shape is not the host's own
+    illustrative: bool = False  # made up, or another host's list price: every figure bought with it says so
+    whole_host: bool = False  # logged before per-use pricing: the whole host's price
+    none_reason: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.hourly is not None
+
+
+def price_of(runs: Sequence[RunRecord]) -> SidePrice:
+    """The side's price from its runs' tags."""
+    priced = [r for r in runs if hourly_of(r) is not None]
+    if not priced:
+        reason = next((r.tag("price.none") for r in runs if r.tag("price.none")), "")
+        return SidePrice(none_reason=reason or "the runs carry no devicebench.price tags")
+    currencies = {r.tag("price.currency") or "USD" for r in priced}
+    sources = [" ".join(x for x in (r.tag("price.source") or "?", r.tag("price.shape")) if x) for r in priced]
+    units = _one([r.tag("price.units") for r in priced])
+    by_hand = all(
+        r.tag("price.source") in ("override", ILLUSTRATIVE) and not r.tag("price.shape") for r in priced
+    )
+    return SidePrice(
+        hourly=Stat.of(hourly_of(r) for r in priced),
+        currency=currencies.pop() if len(currencies) == 1 else "mixed",
+        source=_one(sources),
+        shape=_one([r.tag("price.shape") for r in priced]),
+        units=units,
+        as_if=any(r.tag("price.as_if") == "true" for r in priced),
+        illustrative=any(r.tag("price.source") == ILLUSTRATIVE for r in priced),
+        whole_host=not units and not by_hand,
+    )
