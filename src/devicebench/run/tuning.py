@@ -1,28 +1,27 @@
 """`devicebench tune <workload>`: find how this CPU trains a config fastest, then measure it that way.
 
-On the H100 host's 16 vCPUs the tutorial pipeline (16 torch threads + 2 DataLoader workers) trained at
-200-250 img/s while the same network with its data in memory did ~2,000: a CPU-vs-GPU pair against the
-CPU as configured measures the configuration, not the CPU. Tuning runs short trials of the same config
-on the CPU over torch threads (1, 2, 4, ... up to the usable cores) × how the data is fed (`loader=tensor`;
-the DataLoader with 0, 2 and cores − threads workers; unet has only the DataLoader), keeps the fastest,
-and runs the measured CPU side with it. That run is tagged `devicebench.cpu.tuned` and carries every
-trial as an MLflow table (`cpu_tuning.json`); the report holds the GPU against it as "this CPU at its
-best" (its `work_key` is the config's own, as loader and workers are how the CPU is fed, not the work).
+How a CPU is fed and threaded can matter more than the CPU: the tutorial pipeline (every core a torch
+thread, 2 DataLoader workers) trained eight to ten times slower on a 16-vCPU host than the same network
+with its data in memory, so a CPU-vs-GPU pair against the CPU as configured measures the configuration,
+not the CPU. Tuning runs short trials of the same config on the CPU over torch threads (1, 2, 4, ... up
+to the usable cores) × how the data is fed (`loader=tensor`; the DataLoader with 0, 2 and cores −
+threads workers; unet has only the DataLoader), keeps the fastest, and runs the measured CPU side with
+it. That run is tagged `devicebench.cpu.tuned` and carries every trial as an MLflow table
+(`cpu_tuning.json`); the report holds the GPU against it as "this CPU at its best" (its `work_key` is
+the config's own, as loader and workers are how the CPU is fed, not the work).
 
-The whole search is time-boxed (`tune_budget_s`), warm-up included. Each trial gets an equal share of
-what is left, sized by what the last trial fed the same way cost: a step (from its own training rate)
-and the rest (building the model and data, the one-batch eval), 2 to 300 steps and never more than the
-run itself. A two-step warm-up sizes the first trial; a slow setting (few threads) shortens the trials
-after it; a feed not yet tried (the DataLoader with so many workers) first runs 3 steps to cost its
-own, listed in the table but not counted, as a short run pays the workers' start. Trials that would not
-fit in what is left are skipped and listed as such. A model two of whose steps outlast a share (the
-full UNet on a small CPU: ~25 s a step on 2 cores) gets the warm-up and one trial, however long those
-take, and the run says the budget was too small.
+The whole search is time-boxed (`tune_budget_s`), warm-up included: each trial gets an equal share of
+what is left, 2 to 300 steps and never more than the run itself, sized by what the trials fed the same
+way cost before it (a step, and the rest: building the model and data, the one-batch eval). A warm-up
+of two steps sizes the first trial; a setting with fewer threads is costed as that much slower; a feed
+not yet tried (the DataLoader with so many workers) first runs 3 steps to cost its own, listed in the
+table but not counted, as a short run pays the workers' start. A trial that would not fit in what is
+left is skipped and listed as such, and a model too slow for its shares (a full UNet on a small CPU)
+gets the warm-up and one trial, and the line that says the budget was too small.
 
-The fastest two settings then run once more, and the choice is made among the settings that ran twice
-by the median of their runs: the top of 19 short, noisy trials is biased upward (on the H100 host the
-measured run came in at 0.85 of its best trial at batch 4), and a second figure taken after the choice
-is not.
+The fastest two settings then run once more, and the choice is made among the settings that ran twice,
+by the median of their runs: the fastest of many short, noisy trials is biased upward, and a second
+figure taken after the choice is not.
 """
 
 from __future__ import annotations
@@ -144,58 +143,78 @@ def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: 
 def tune(
     workload: str, cfg: Any, budget_s: float, cores: int, data_root: Path, say: Any = print
 ) -> list[Trial]:
-    """Every trial within `budget_s` seconds, in `settings` order; `say` prints each as it ends."""
+    """Every trial within `budget_s` seconds, in `settings` order, then the leaders once more; `say`
+    prints each as it ends."""
     if workload not in TUNABLE:
         raise UsageError(f"tuning trains {' and '.join(TUNABLE)}, not {workload}", param="workload")
     todo = settings(workload, cores)
-    share = budget_s / (len(todo) + CONFIRM)  # each trial's part of the budget, the second runs included
-    run_steps = math.ceil(cfg.train_limit / cfg.batch_size) if cfg.train_limit else MAX_STEPS
-    started = time.perf_counter()
-    # the warm-up keeps first-time costs from making the first setting look slow, and times a step
-    warm_steps = min(WARMUP_STEPS, run_steps)
-    warm = run_trial(workload, cfg, todo[0], warm_steps, data_root)
-    # a step as the warm-up ran it; not its time outside the steps, nearly all imports and first-time
-    # costs no trial pays again (3 s of it left a 16-core host's first trial 2 steps of a 2.9 s share)
-    first = _steps_in(share, (0.0, _cost(warm, cfg.batch_size)[1]), min(PROBE_STEPS, run_steps))
-    trials: list[Trial] = []
-
-    def left() -> float:
-        return budget_s - _since(started)
-
-    def run(setting: Setting, still_to_run: int) -> Trial:
-        """`setting`'s trial in its share of what is left, or a skipped one where none fits."""
-        steps = _sized(setting, trials, left() / still_to_run, cfg.batch_size, run_steps)
-        return _within_budget(workload, cfg, setting, steps, data_root, trials, left())
-
+    search = _Search(workload, cfg, data_root, budget_s)
     for i, setting in enumerate(todo, start=1):
-        still_to_run = len(todo) - i + 1 + CONFIRM
-        share_now = left() / still_to_run  # this trial's share, as it starts
-        new_feed = i > 1 and not _same_feed(setting, trials)
-        if i > 1:
-            trial = run(setting, still_to_run)
-        else:
-            trial = _within_budget(workload, cfg, setting, first, data_root, trials, left())
-        if new_feed and trial.samples_per_s:  # its cost is known now: at length if it was cut short
-            longer = _sized(setting, [*trials, trial], share_now, cfg.batch_size, run_steps)
-            if longer > trial.steps:  # the short run pays the DataLoader's start on few steps: 628
-                # img/s at 10 steps against 1,383 at 300 here, so it sizes the trial and is not counted
-                trial.note = SIZING
-                trials.append(trial)
-                trial = run(setting, still_to_run)
-        trials.append(trial)
-        best_rate = max((t.samples_per_s or 0.0 for t in trials if _counted(t)), default=0.0)
+        slots = len(todo) - i + 1 + CONFIRM  # the trials still to run, this one and the second runs included
+        trial = search.first(setting, slots) if i == 1 else search.next(setting, slots)
+        best_rate = max((t.samples_per_s or 0.0 for t in search.trials if _counted(t)), default=0.0)
         mark = "  <- best so far" if trial.samples_per_s and trial.samples_per_s == best_rate else ""
-        say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, left())}{mark}")
-    leaders = sorted(_scores(trials).items(), key=lambda kv: kv[1], reverse=True)[:CONFIRM]
+        say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, search.left())}{mark}")
+    leaders = sorted(_scores(search.trials).items(), key=lambda kv: kv[1], reverse=True)[:CONFIRM]
     for i, (setting, _) in enumerate(leaders, start=1):
-        trial = run(setting, len(leaders) - i + 1)
-        trial.note = trial.note or CONFIRMATION
-        trials.append(trial)
-        median = _scores(trials).get(setting)
+        trial = search.next(setting, len(leaders) - i + 1, note=CONFIRMATION)
+        median = _scores(search.trials).get(setting)
         of = f"; median of its runs {median:,.0f}" if median and trial.samples_per_s else ""
-        say(f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, left())}{of}")
-    _say_skipped(workload, trials, budget_s, _since(started), say)
-    return trials
+        say(f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, search.left())}{of}")
+    _say_skipped(workload, search.trials, budget_s, budget_s - search.left(), say)
+    return search.trials
+
+
+class _Search:
+    """One tuning's trials, in the order they ran, and the budget they share."""
+
+    def __init__(self, workload: str, cfg: Any, data_root: Path, budget_s: float) -> None:
+        self.workload, self.cfg, self.data_root, self.budget_s = workload, cfg, data_root, budget_s
+        run_steps = math.ceil(cfg.train_limit / cfg.batch_size) if cfg.train_limit else MAX_STEPS
+        self.most = min(MAX_STEPS, run_steps)  # no trial trains more than the run itself
+        self.started = time.perf_counter()
+        self.trials: list[Trial] = []
+
+    def left(self) -> float:
+        return self.budget_s - (time.perf_counter() - self.started)
+
+    def first(self, setting: Setting, slots: int) -> Trial:
+        """The first setting's trial, after a warm-up that is not kept: a process's first steps pay for
+        imports, first kernels and the allocator, which would make the first setting look slow. The
+        warm-up times a step; its time outside the steps is those first-time costs, which no trial pays
+        again, so it is left out of the sizing."""
+        warm = run_trial(self.workload, self.cfg, setting, min(WARMUP_STEPS, self.most), self.data_root)
+        per_step = _cost(warm, self.cfg.batch_size)[1]
+        steps = _steps_in(self.budget_s / slots, (0.0, per_step), min(PROBE_STEPS, self.most))
+        return self._keep(self._run(setting, steps))
+
+    def next(self, setting: Setting, slots: int, note: str = "") -> Trial:
+        """`setting`'s trial in its share of what is left (`slots` trials still to run, this one
+        included). A feed not yet tried runs a few steps first to cost its own; where a longer trial then
+        fits, that short run is listed but not counted (it paid the DataLoader workers' start on few
+        steps, which reads the feed as slow) and the trial runs at its length."""
+        share = self.left() / slots
+        new_feed = not _same_feed(setting, self.trials)
+        trial = self._run(setting, self._steps(setting, share))
+        if new_feed and trial.samples_per_s and self._steps(setting, share, [trial]) > trial.steps:
+            trial.note = SIZING
+            self._keep(trial)
+            trial = self._run(setting, self._steps(setting, self.left() / slots))
+        trial.note = trial.note or note
+        return self._keep(trial)
+
+    def _steps(self, setting: Setting, share_s: float, also: list[Trial] | None = None) -> int:
+        return _sized(setting, [*self.trials, *(also or [])], share_s, self.cfg.batch_size, self.most)
+
+    def _run(self, setting: Setting, steps: int) -> Trial:
+        """The trial of `setting`, or a skipped one when a typical trial would not fit in what is left."""
+        if self.trials and _typical(self.trials) > self.left():
+            return Trial(setting, note="skipped: past the tuning budget")
+        return run_trial(self.workload, self.cfg, setting, steps, self.data_root)
+
+    def _keep(self, trial: Trial) -> Trial:
+        self.trials.append(trial)
+        return trial
 
 
 def _say_skipped(workload: str, trials: list[Trial], budget_s: float, spent_s: float, say: Any) -> None:
@@ -211,55 +230,39 @@ def _say_skipped(workload: str, trials: list[Trial], budget_s: float, spent_s: f
 
 def _steps_in(share_s: float, cost: tuple[float, float], most: int) -> int:
     """How many steps fit in `share_s` seconds at `cost` (seconds outside the steps, seconds a step), at
-    least MIN_STEPS and at most `most` (no more than the run itself takes)."""
+    least MIN_STEPS and at most `most`."""
     overhead, per_step = cost
     return min(most, max(MIN_STEPS, int((share_s - overhead) / max(per_step, 1e-6))))
 
 
 def _cost(trial: Trial, batch_size: int) -> tuple[float, float]:
     """(seconds `trial` spent outside its steps, seconds a step took): a step from the trial's own
-    training rate, the rest from its wall time. Taking the wall time over the steps instead sized the
-    first trial at 8 steps on this VM: the warm-up's 0.8 s were nearly all building, not 2 steps of 2 ms."""
+    training rate, the rest from its wall time (the wall time over the steps would count building the
+    model and data as stepping)."""
     if trial.samples_per_s and trial.steps:
         per_step = batch_size / trial.samples_per_s
         return max(trial.seconds - per_step * trial.steps, 0.0), per_step
     return 0.0, trial.seconds / max(trial.steps, 1)
 
 
-def _sized(setting: Setting, trials: list[Trial], share_s: float, batch_size: int, run_steps: int) -> int:
-    """Steps for `setting`'s trial in `share_s` seconds: a second run costed from its own first, else
-    from the last trial fed the same way (loader and workers set a step's cost more than threads do;
-    settings run from most threads to fewest, so that one is the nearest), scaled up as if a step took
-    as many times longer as it has fewer threads. A feed not yet tried is costed at the dearest trial so far and
-    runs at most NEW_FEED_STEPS, to cost its own (tune runs it again at length): costed from a
-    data-in-memory trial, the first DataLoader trial at batch 64 ran 19 s of a 2.9 s share in a 16-core
-    simulation."""
+def _sized(setting: Setting, trials: list[Trial], share_s: float, batch_size: int, most: int) -> int:
+    """Steps for `setting`'s trial in `share_s` seconds, costed from the nearest trial there is: its own
+    first run, for a second run; else the last trial fed the same way (loader and workers set a step's
+    cost more than threads do), as if a step took as many times longer as it has fewer threads; else,
+    for a feed not yet tried, at the dearest cost so far and at most NEW_FEED_STEPS steps, which cost
+    the feed itself."""
     ran = [t for t in trials if t.samples_per_s and t.steps]
     own = [t for t in ran if t.setting == setting and t.note != SIZING]
-    if own:  # a second run: as its own first
-        return _steps_in(share_s, _cost(own[-1], batch_size), min(MAX_STEPS, run_steps))
+    if own:
+        return _steps_in(share_s, _cost(own[-1], batch_size), most)
     same = _same_feed(setting, ran)
-    if same:  # at fewer threads a step takes at most that many times longer: costed as if it did (a
-        # 16-core simulation with steps ∝ 1/threads ran 11 s trials of a 6.7 s share costed unscaled)
+    if same:
         overhead, per_step = _cost(same[-1], batch_size)
         slower = max(same[-1].setting.threads / setting.threads, 1.0)
-        return _steps_in(share_s, (overhead, per_step * slower), min(MAX_STEPS, run_steps))
+        return _steps_in(share_s, (overhead, per_step * slower), most)
     costs = [_cost(t, batch_size) for t in ran] or [(0.0, 0.0)]
     dearest = (max(c[0] for c in costs), max(c[1] for c in costs))
-    return _steps_in(share_s, dearest, min(NEW_FEED_STEPS, run_steps))
-
-
-def _since(started: float) -> float:
-    return time.perf_counter() - started
-
-
-def _within_budget(
-    workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path, done: list[Trial], left: float
-) -> Trial:
-    """The trial of `setting`, or a skipped one when a typical trial would not fit in the `left` seconds."""
-    if done and _typical(done) > left:
-        return Trial(setting, note="skipped: past the tuning budget")
-    return run_trial(workload, cfg, setting, steps, data_root)
+    return _steps_in(share_s, dearest, min(NEW_FEED_STEPS, most))
 
 
 def _said(trial: Trial, left: float) -> str:
