@@ -40,9 +40,9 @@ def test_a_training_run_line_has_time_throughput_quality_device_and_cost() -> No
         "at_a_glance/usd_per_epoch": 0.000159,
     }
     line = summary_line("cifar", "cuda:0", glance, ILLUSTRATIVE)
-    assert line == "train 561 ms · 3,542 img/s · acc 0.902 · cuda:0 · $0.000159/epoch (illustrative $1/h)"
+    assert line == "train 561.20 ms · 3,542 img/s · acc 0.902 · cuda:0 · $0.000159/epoch (illustrative $1/h)"
     table = Price(usd_per_hour=2.95, source="table:prices.yaml", shape="VM.GPU.A10.1")
-    assert summary_line("cifar", "cuda:0", glance, table).endswith("($2.95/h VM.GPU.A10.1)")
+    assert summary_line("cifar", "cuda:0", glance, table).endswith("(VM.GPU.A10.1, $2.95/h)")
     assert summary_line("cifar", "cpu", glance, Price(usd_per_hour=3.0)).endswith("($3/h set by hand)")
 
 
@@ -53,7 +53,7 @@ def test_a_run_without_a_price_says_why_and_a_unet_run_shows_miou() -> None:
     line = summary_line("unet", "cpu", glance, "no OCI shape (not on OCI) and no price_per_hour", 2)
     assert (
         line
-        == "train 4.20 s · 23 img/s · mIoU 0.047 · cpu ×2 · no price: no OCI shape (not on OCI) and no price_per_hour"
+        == "train 4.20 s · 23.1 img/s · mIoU 0.047 · cpu ×2 · no price: no OCI shape (not on OCI) and no price_per_hour"
     )
 
 
@@ -77,7 +77,7 @@ def test_a_matmul_run_line_speaks_for_torch_at_its_largest_size() -> None:
     line = summary_line("matmul", "cpu", glance, ILLUSTRATIVE)
     assert (
         line
-        == "4 ms per product · 537 GFLOP/s · rel err 1.0e-07 · cpu · 3,983,108 GFLOP per $ (illustrative $1/h)"
+        == "4.00 ms per product · 537 GFLOP/s · rel err 1.0e-07 · cpu · 3,983,108 GFLOP per $ (illustrative $1/h)"
     )
 
 

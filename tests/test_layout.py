@@ -1,6 +1,8 @@
 """The layout a newcomer can rely on, checked rather than hoped for (ARCHITECTURE.md says why).
 
 - Every import points down the layers or stays in its own package: a package never reaches up.
+- Inside `report/` the same holds between its stages: read → model → judge → render → the command.
+- No module re-exports another's names: a name is imported from the module that defines it.
 - No module imports another module's private name (`_x`), or reads one through a module (`mod._x`).
 - The import graph has no cycle, counting imports inside functions and under TYPE_CHECKING.
 - No function is over 60 lines: short readable steps.
@@ -29,6 +31,10 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"plan"}),  # many runs from one YAML, then the report
     frozenset({"run", "__main__"}),  # the command line and one run from flags to store
 )
+
+
+# report/'s stages, first first: data passes through each once, and a stage never imports a later one
+REPORT_STAGES = ("read", "model", "judge", "render")  # then report's own modules: cli, command, links
 
 
 def module_name(path: Path) -> str:
@@ -106,6 +112,58 @@ def private_reads(path: Path) -> Iterator[str]:
             and node.value.id in aliases
         ):
             yield f"{node.lineno}: {node.value.id}.{node.attr}"
+
+
+def stage(module: str) -> int:
+    """`devicebench.report.model.pairs` -> 1; report's own modules (cli, command, links) come last."""
+    parts = module.split(".")
+    return REPORT_STAGES.index(parts[2]) if len(parts) > 3 else len(REPORT_STAGES)
+
+
+def test_inside_the_report_data_flows_one_way() -> None:
+    report = {m: p for m, p in MODULES.items() if top(m) == "report"}
+    back = [
+        f"{module} (stage {stage(module)}):{line} imports {target} (stage {stage(target)})"
+        for module, path in report.items()
+        for line, target, _ in imports(path)
+        if top(target) == "report" and stage(target) > stage(module)
+    ]
+    assert not back, (
+        "a stage reads only earlier ones; move the shared part to the earlier stage:\n" + "\n".join(back)
+    )
+
+
+def defined(path: Path) -> set[str]:
+    """The names a module binds itself at its top level: not the ones it imports, except under a name
+    of its own (`import CifarConfig as Config`: a workload module's `Config`, its protocol says so)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names.update(a.asname for a in node.names if a.asname and a.asname != a.name.split(".")[-1])
+    return names
+
+
+def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
+    """One import path per name: a name taken from a module that only imported it (a re-export) is a
+    second path that outlives the move of the name, and no module lists `__all__` to offer one."""
+    outside = [
+        p for d in ("tests", "benchmarks", "testbed") for p in sorted((SRC.parents[1] / d).rglob("*.py"))
+    ]
+    owners = {m: defined(p) for m, p in MODULES.items()}
+    found = []
+    for where, path in [*((m, p) for m, p in MODULES.items()), *((str(p), p) for p in outside)]:
+        for line, target, name in imports(path):
+            if name is not None and target in owners and name not in owners[target]:
+                found.append(f"{where}:{line} takes {name} from {target}, which does not define it")
+        if "__all__" in defined(path):
+            found.append(f"{where}: lists __all__")
+    assert not found, "import each name from where it is defined:\n" + "\n".join(found)
 
 
 def test_no_module_reads_another_modules_private_names() -> None:

@@ -139,7 +139,7 @@ def test_matmul_runs_with_flat_points_read_in_one_search_and_report_like_old_one
 
 
 def test_server_pages_read_as_json_give_the_clients_records(store, experiment_name: str) -> None:
-    """The report reads a server's search answer as JSON (report/rest.py), not through the client's
+    """The report reads a server's search answer as JSON (report/read/rest.py), not through the client's
     protobuf parsing: the records are the ones the client gives, NaN, infinity, zero and empty values
     included, and a filter the server rejects is still a usage error."""
     from mlflow.entities import ViewType

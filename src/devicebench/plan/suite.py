@@ -32,6 +32,7 @@ from devicebench.tracking.protocol import one_line
 from devicebench.tracking.runs import run_context
 from devicebench.tracking.store import check_store, configure_mlflow_client, ensure_experiment
 from devicebench.util.children import death_signal, python_argv
+from devicebench.util.fmt import fmt_duration
 from devicebench.util.redact import redact
 
 
@@ -122,10 +123,6 @@ def tuning_summary(item: PlannedRun, stderr: str) -> list[str]:
     skipped (each trial's line stays in the child's stderr; a plan shows the outcome, not the search)."""
     own = f"tune {item.entry}: "
     return [ln for ln in stderr.splitlines() if ln.startswith(own) and not ln.startswith(own + "[")]
-
-
-def _fmt_s(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 @dataclass
@@ -256,10 +253,10 @@ def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[
         proc = _run_child(item.argv(), env_for(item))
         durations.append(time.monotonic() - t0)
         left = sum(durations) / len(durations) * (total - item.index)
-        eta = f", ~{_fmt_s(left)} left" if item.index < total else ""
+        eta = f", ~{fmt_duration(left)} left" if item.index < total else ""
         if proc.returncode == 0:
             outcome.finished += 1
-            print(f"{prefix} ... ok in {_fmt_s(durations[-1])}{eta}", flush=True)
+            print(f"{prefix} ... ok in {fmt_duration(durations[-1])}{eta}", flush=True)
             for line in tuning_summary(item, proc.stderr) if item.tune else []:
                 print(f"  {line}", flush=True)
         else:
@@ -273,7 +270,7 @@ def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[
 def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: str) -> None:
     print(
         f"suite {plan.name}: {outcome.finished} finished, {len(outcome.failed)} failed, "
-        f"{len(outcome.skipped)} skipped in {_fmt_s(elapsed)}"
+        f"{len(outcome.skipped)} skipped in {fmt_duration(elapsed)}"
     )
     for item, reason in outcome.failed:
         print(f"  failed: {item.label}: {reason}")

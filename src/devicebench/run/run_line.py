@@ -19,8 +19,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, fmt_price
-from devicebench.schema import COST_PER_EPOCH, GFLOP_PER_USD, glance_key
+from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price
+from devicebench.schema import COST_PER_EPOCH, GFLOP_PER_USD, glance_key, headline_point
+from devicebench.util.fmt import fmt_amount, fmt_count, fmt_money, fmt_price, fmt_s
 
 SEP = " · "
 SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s"}
@@ -30,56 +31,28 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def fmt_seconds(x: float) -> str:
-    """`0.56 s`, `12.3 ms`, `85 µs`, `1,234 s`: a duration readable at a glance."""
-    if x >= 100:
-        return f"{x:,.0f} s"
-    if x >= 1:
-        return f"{x:.2f} s"
-    if x >= 1e-3:
-        return f"{x * 1e3:.3g} ms"
-    return f"{x * 1e6:.3g} µs"
-
-
-def fmt_money(x: float) -> str:
-    """`$0.00016`, `$1.28`, `$1,234`: three significant digits, never scientific notation."""
-    if x >= 1000:
-        return f"${x:,.0f}"
-    if x >= 1:
-        return f"${x:.2f}"
-    digits = max(2, 2 - math.floor(math.log10(x))) if x > 0 else 2
-    return f"${x:.{digits}f}"
-
-
-def fmt_count(x: float) -> str:
-    """`3,542`, `4.0M`, `12.5G`: a rate or an amount of work."""
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if x >= scale:
-            return f"{x / scale:.1f}{suffix}"
-    return f"{x:,.0f}"
-
-
 def price_phrase(price: Price | str) -> str:
-    """Where the price came from, after the cost: `illustrative $1/h`, `$2.95/h VM.GPU.A10.1`,
-    `$1/h set by hand`."""
+    """What the run was priced as, after its cost, in the report's words: `VM.GPU.A10.1: 1 of its 1
+    GPUs, $2/h`, `as if on VM.Standard.E5.Flex: 1 OCPU + 2 GB, $0.034/h`, `$1/h set by hand`, and
+    `illustrative` in front of a made-up or another host's price."""
     if not isinstance(price, Price):
         return ""
     hourly = f"${fmt_price(price.usd_per_hour)}/h"
-    if price.source == ILLUSTRATIVE:
-        return f"illustrative {hourly}"
     if price.source == OVERRIDE:
         return f"{hourly} set by hand"
-    return f"{hourly} {price.shape}".strip()
+    made_up = "illustrative " if price.source == ILLUSTRATIVE else ""
+    if not price.shape:
+        return f"{made_up}{hourly}"
+    what = f"{price.shape}: {price.units}" if price.units else price.shape
+    return f"{made_up}{'as if on ' if price.as_if else ''}{what}, {hourly}"
 
 
 def _best_matmul(points: Sequence[Any]) -> Any | None:
-    """The point that speaks for the run: torch at its largest size, the fastest dtype there (NumPy's
-    when there is no torch series)."""
-    if not points:
-        return None
-    torch = [p for p in points if p.backend == "torch"] or list(points)
-    largest = max(p.size for p in torch)
-    return max((p for p in torch if p.size == largest), key=lambda p: p.gflops)
+    """The point that speaks for the run, as it speaks for its side and pair in the report
+    (schema.headline_point): torch at its largest size, float32 where there is one."""
+    by_key = {(p.backend, p.dtype, p.size): p for p in points}
+    key = headline_point(list(by_key))
+    return by_key[key] if key is not None else None
 
 
 def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> dict[str, float]:
@@ -113,12 +86,12 @@ def summary_line(
     parts = []
     if workload == "matmul":
         if "gflops" in g:
-            parts += [f"{fmt_seconds(g['time_s'])} per product", f"{fmt_count(g['gflops'])} GFLOP/s"]
+            parts += [f"{fmt_s(g['time_s'])} per product", f"{fmt_count(g['gflops'])} GFLOP/s"]
         if "rel_error" in g:
             parts.append(f"rel err {g['rel_error']:.1e}")
     else:
         if "train_s" in g:
-            parts.append(f"train {fmt_seconds(g['train_s'])}")
+            parts.append(f"train {fmt_s(g['train_s'])}")
         if "train_samples_per_s" in g:
             parts.append(f"{fmt_count(g['train_samples_per_s'])} {SAMPLE_UNIT.get(workload, 'samples/s')}")
         if "accuracy" in g:
@@ -130,7 +103,7 @@ def summary_line(
     if "usd_per_epoch" in g:
         parts.append(f"{fmt_money(g['usd_per_epoch'])}/epoch ({phrase})")
     elif "gflop_per_usd" in g:
-        parts.append(f"{g['gflop_per_usd']:,.0f} GFLOP per $ ({phrase})")
+        parts.append(f"{fmt_amount(g['gflop_per_usd'])} GFLOP per $ ({phrase})")
     elif isinstance(price, str):
         parts.append(f"no price: {price}")
     return SEP.join(parts)

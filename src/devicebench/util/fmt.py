@@ -44,6 +44,11 @@ def fmt_stat_s(s: Stat | None) -> str:
     return f"{fmt_s(s.median)} ({fmt_s(s.lo)}–{fmt_s(s.hi)}, n={s.n})"
 
 
+def fmt_duration(seconds: float) -> str:
+    """A progress line's duration: `45 s`, `1.5 min` from 90 s on."""
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 def fmt_sig4(x: float) -> str:
     """Four significant digits, no unit: a regression line's figures, exact enough to paste into a ticket."""
     return f"{x:.4g}"

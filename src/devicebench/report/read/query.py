@@ -237,6 +237,23 @@ class Selection:
         return read_line(self.experiments, [r.experiment_id for r in self.runs], self.every_experiment)
 
 
+def _nothing_matched(query: Query, experiments: dict[str, str], every: bool) -> UsageError:
+    """No run matched: say what was asked, so the user sees which part of the selection to widen."""
+    what = ["any experiment" if every else f"experiment {', '.join(experiments.values())}"]
+    if query.workloads:
+        what.append(f"workload {','.join(query.workloads)}")
+    if query.since:
+        what.append(f"since {query.since}")
+    if query.host:
+        what.append(f"host {query.host}")
+    if query.filter:
+        what.append(f"filter {query.filter!r}")
+    return UsageError(
+        f"no runs match ({'; '.join(what)}); run a workload first (devicebench matmul) or widen the selection",
+        param="experiment",
+    )
+
+
 def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Selection:
     """Resolve experiments, page through runs, fetch matmul histories. No runs is a usage error.
 
@@ -278,19 +295,7 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
         ]
     runs = sorted(whole, key=lambda r: r.start_time, reverse=True)
     if not runs:
-        what = ["any experiment" if every else f"experiment {', '.join(experiments.values())}"]
-        if query.workloads:
-            what.append(f"workload {','.join(query.workloads)}")
-        if query.since:
-            what.append(f"since {query.since}")
-        if query.host:
-            what.append(f"host {query.host}")
-        if query.filter:
-            what.append(f"filter {query.filter!r}")
-        raise UsageError(
-            f"no runs match ({'; '.join(what)}); run a workload first (devicebench matmul) or widen the selection",
-            param="experiment",
-        )
+        raise _nothing_matched(query, experiments, every)
     return Selection(
         runs,
         experiments,
