@@ -78,9 +78,19 @@ def _the_answer_first(out: str, uri: str, runs: list) -> None:
     for run in runs:
         if run.data.tags.get("devicebench.workload") in ("cifar", "unet", "matmul"):
             note = run.data.tags["mlflow.note.content"]
-            assert "\n" not in note and "(illustrative $1/h)" in note, note
-            assert run.data.tags["devicebench.price.source"] == "illustrative"
+            # priced as what it used, as if on a shape this host is not, and said to be illustrative
+            assert "\n" not in note and "(illustrative as if on VM.Standard.E5.Flex: 1 OCPU + " in note, note
+            tags = run.data.tags
+            assert (tags["devicebench.price.source"], tags["devicebench.price.as_if"]) == (
+                "illustrative",
+                "true",
+            )
+            assert tags["devicebench.price.gpu_shape"] == "VM.GPU.A10.1", "the GPU it is weighed against"
             assert any(k.startswith("at_a_glance/") for k in run.data.metrics)
+    if "no CPU/GPU pair" in report.info.run_name:  # a CPU-only host: the price answer is the break-even
+        note = report.data.tags["mlflow.note.content"]
+        assert "**price** break-even: a GPU of VM.GPU.A10.1 ($2.00/h) must train this" in note, note
+        assert "(illustrative prices, not real ones)" in note
 
 
 def _next_commands_see_the_runs(out: str, uri: str, env: dict[str, str], tmp_path: Path) -> None:

@@ -237,6 +237,23 @@ def test_a_bad_table_refuses_the_run_before_it_exists(tmp_path: Path) -> None:
     assert not (tmp_path / "x.db").exists(), "no run was created"
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--cpu_shape", "VM.Standard.E9.Flex", "--cpu_shape: 'VM.Standard.E9.Flex' is not a flex CPU shape"),
+        ("--price_shape", "VM.Standard.E5.Flex", "--price_shape: 'VM.Standard.E5.Flex' is not a GPU shape"),
+    ],
+)
+def test_a_bad_shape_refuses_the_run_before_it_exists(
+    tmp_path: Path, flag: str, value: str, needle: str
+) -> None:
+    env = devicebench_env(f"sqlite:///{tmp_path / 'x.db'}")
+    proc = run_cli(["matmul", "--sizes", "64", *QUICK_MATMUL, flag, value], env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in one_error_line(proc.stderr)
+    assert not (tmp_path / "x.db").exists(), "no run was created"
+
+
 # ------------------------------------------------------------------------------------- resolving
 
 
@@ -462,38 +479,43 @@ def run_matmul(server: MlflowServer, experiment: str, tmp_path: Path, oci_url: s
     return run
 
 
-def test_an_a10_host_logs_the_a10_price_and_what_the_run_cost(
+def test_a_cpu_run_on_an_h100_host_is_priced_as_one_ocpu_of_the_reference_shape_and_says_so(
     oci: dict[str, Any], mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
-    oci["doc"] = instance("VM.GPU.A10.1", ocpus=15.0, memoryInGBs=240.0, gpus=1)
-    run = run_matmul(mlflow_server, experiment_name, tmp_path, oci["url"])
-    entry = load_prices(default_path()).entries["VM.GPU.A10.1"]
+    """Issue 37's acceptance: on a host whose metadata says BM.GPU.H100.8 ($80/h whole), a CPU run with
+    cpu_threads=2 is priced as 1 OCPU of the reference flex shape and the memory it needed, as if, well
+    under $1/h; its tags, cost metrics and description all say what it was priced as."""
+    oci["doc"] = instance("BM.GPU.H100.8", ocpus=112.0, memoryInGBs=2048.0, gpus=8)
+    run = run_matmul(mlflow_server, experiment_name, tmp_path, oci["url"], "--cpu_threads", "2")
+    e5 = load_prices(default_path()).entries["VM.Standard.E5.Flex"]
     tags, metrics = run.data.tags, run.data.metrics
-    assert tags["devicebench.price.usd_per_hour"] == f"{entry.usd_per_hour:g}"
-    assert tags["devicebench.price.source"] == "table:prices.yaml"
-    assert tags["devicebench.price.shape"] == "VM.GPU.A10.1"
-    assert (tags["devicebench.price.currency"], tags["devicebench.price.date"]) == (
-        entry.currency,
-        entry.date,
+    hourly = float(tags["devicebench.price.usd_per_hour"])
+    gb = round((hourly - e5.usd_per_ocpu_hour) / e5.usd_per_gb_hour)
+    assert hourly == pytest.approx(e5.usd_per_ocpu_hour + gb * e5.usd_per_gb_hour) and hourly < 1.0
+    assert (tags["devicebench.price.shape"], tags["devicebench.price.units"]) == (
+        "VM.Standard.E5.Flex",
+        f"1 OCPU + {gb} GB",
     )
-    assert tags["devicebench.price.reference"] == entry.source
-    assert "devicebench.price.none" not in tags
-    assert tags["devicebench.host.oci.ocpus"] == "15.0"
-    assert metrics["cost/usd_per_hour"] == entry.usd_per_hour
-    assert metrics["cost/usd"] == pytest.approx(entry.usd_per_hour * metrics["time/total_s"] / 3600, rel=1e-9)
+    assert (
+        tags["devicebench.price.as_if"] == "true" and tags["devicebench.price.source"] == "table:prices.yaml"
+    )
+    assert (tags["devicebench.price.date"], tags["devicebench.price.reference"]) == (e5.date, e5.source)
+    assert "devicebench.price.none" not in tags and tags["devicebench.host.oci.shape"] == "BM.GPU.H100.8"
+    assert metrics["cost/usd_per_hour"] == pytest.approx(hourly)
+    assert metrics["cost/usd"] == pytest.approx(hourly * metrics["time/total_s"] / 3600, rel=1e-6)
     history = MlflowClient(mlflow_server.url).get_metric_history(
         run.info.run_id, "matmul/torch/float32/gflop_per_usd"
     )
-    assert sorted(m.step for m in history) == [64, 128]
     gflops = {
         m.step: m.value
         for m in MlflowClient(mlflow_server.url).get_metric_history(
             run.info.run_id, "matmul/torch/float32/gflops"
         )
     }
+    assert sorted(m.step for m in history) == [64, 128]
     for m in history:
-        assert m.value == pytest.approx(gflops[m.step] * 3600 / entry.usd_per_hour, rel=1e-9)
-    assert metrics["cost/gflop_per_usd"] == pytest.approx(gflops[128] * 3600 / entry.usd_per_hour, rel=1e-9)
+        assert m.value == pytest.approx(gflops[m.step] * 3600 / metrics["cost/usd_per_hour"], rel=1e-9)
+    assert f"as if on VM.Standard.E5.Flex: 1 OCPU + {gb} GB" in tags["mlflow.note.content"]
 
 
 def test_a_flex_host_is_priced_by_its_ocpus_and_memory(
@@ -520,14 +542,30 @@ def test_price_per_hour_overrides_the_table(
     assert metrics["cost/usd"] == pytest.approx(0.9 * metrics["time/total_s"] / 3600, rel=1e-9)
 
 
-def test_an_unknown_shape_logs_no_cost_and_says_why(
+def test_an_unknown_shape_prices_a_cpu_run_as_if_and_a_table_without_the_reference_says_why(
     oci: dict[str, Any], mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
     oci["doc"] = instance("VM.Foo.1", ocpus=1.0, memoryInGBs=8.0)
     run = run_matmul(mlflow_server, experiment_name, tmp_path, oci["url"])
-    assert run.data.tags["devicebench.price.none"] == "shape VM.Foo.1 is not in experiments/prices.yaml"
-    assert not [k for k in run.data.metrics if k.startswith("cost/") or k.endswith("/gflop_per_usd")]
-    assert not [
-        k for k in run.data.tags if k.startswith("devicebench.price.") and k != "devicebench.price.none"
-    ]
-    assert "time/total_s" in run.data.metrics
+    tags = run.data.tags
+    assert (tags["devicebench.price.shape"], tags["devicebench.price.as_if"]) == (
+        "VM.Standard.E5.Flex",
+        "true",
+    )
+    own = write(tmp_path, GOOD)  # the user's contract prices, without the reference CPU shape
+    env = devicebench_env(
+        mlflow_server.url,
+        DEVICEBENCH_EXPERIMENT=experiment_name,
+        DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"),
+        DEVICEBENCH_OCI_METADATA_URL=oci["url"],
+        DEVICEBENCH_PRICES=str(own),
+    )
+    proc = run_cli(
+        ["matmul", "--sizes", "64", "--backends", "torch", "--repeats", "1", *QUICK_MATMUL], env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    latest = max(runs_of(mlflow_server.url, experiment_name), key=lambda r: r.info.start_time)
+    assert latest.data.tags["devicebench.price.none"] == (
+        f"the reference CPU shape VM.Standard.E5.Flex is not in {own} (DEVICEBENCH_PRICES); set DEVICEBENCH_CPU_SHAPE"
+    )
+    assert not [k for k in latest.data.metrics if k.startswith("cost/") or k.endswith("/gflop_per_usd")]

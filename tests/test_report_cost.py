@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from devicebench.errors import UsageError
 from devicebench.report.command import budget_text
 from devicebench.report.judge import pair_rules as verdicts
 from devicebench.report.judge.judgement import judge
@@ -198,11 +199,40 @@ def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
     assert (
         rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1; the whole host, priced before per-use pricing)"
     )
-    line = budget_text(judge(comp))
-    assert line == (
+    first, ranks = budget_text(judge(comp)).splitlines()
+    assert first == (
         "budget: cifar bs 128: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
         "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex; the whole host, priced before "
         "per-use pricing); 3 other priced side(s))"
+    )
+    assert ranks.startswith(
+        "  ranked by cost per epoch: 1. cpu (EPYC, VM.Standard.E4.Flex) $0.000278, 10.00 s per epoch; 2. "
+    )
+    assert (
+        ranks.count(". cuda:0") == 3 and ranks.count(". cpu") == 1 and ranks.endswith("250.00 ms per epoch")
+    )
+
+
+def test_a_deadline_picks_the_cheapest_side_that_meets_it_or_says_none_does() -> None:
+    judged = judge(compare(shapes()))
+    within = budget_text(judged, deadline=5.0).splitlines()[-1]
+    assert within.startswith("  within 5.00 s per epoch: cheapest cuda:0 (A10"), within
+    none = budget_text(judged, deadline=0.01).splitlines()[-1]
+    assert none.startswith("  within 10.00 ms per epoch: no priced side meets it; the fastest, cuda:0"), none
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "soon", "5 days", "1e9h"])
+def test_a_bad_deadline_is_one_line_before_anything_is_read(raw: str) -> None:
+    from devicebench.report.cli import parse_deadline
+
+    with pytest.raises(UsageError, match=r"is not allowed; use a time per unit of work") as err:
+        parse_deadline(raw)
+    assert err.value.param == "deadline"
+    assert (parse_deadline("90"), parse_deadline("2m"), parse_deadline("1.5h"), parse_deadline("")) == (
+        90.0,
+        120.0,
+        5400.0,
+        None,
     )
 
 
@@ -227,6 +257,8 @@ def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
         "budget: cifar bs 128: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
         "budget: matmul mm: cheapest cuda:0 (A10): 2,147,484 GFLOP per USD at n=1024 float32 "
         "($0.000000466 per GFLOP at $3.60 (override); 1 other priced side(s))",
+        "  ranked by cost per GFLOP: 1. cuda:0 (A10) $0.000000466, 1.00 ms per product; 2. cpu (EPYC) "
+        "$0.000000931, 20.00 ms per product",
     ]
 
 

@@ -158,7 +158,15 @@ def unet_and_oddities(p: Planted) -> None:
         del g["eval/accuracy"]
         g["eval/miou"] = 0.42
         p.add("cuda:0", "unet-1", g, workload="unet", params=params, tags={"fp32_math": "ieee"})
-    p.add("cpu", "cifar-lonely", train(9.0, 900.0), params={"width": "4", "batch_size": "32"})
+    # no GPU side yet, but a GPU shape to weigh it against (price_shape): the break-even line
+    weigh = {**priced(*CPU_AS_IF), "price.gpu_shape": "VM.GPU.A10.1", "price.gpu_usd_per_hour": "2"}
+    p.add(
+        "cpu",
+        "cifar-lonely",
+        train(9.0, 900.0, usd=0.126),
+        params={"width": "4", "batch_size": "32"},
+        tags=weigh,
+    )
 
 
 def matmul(p: Planted) -> None:

@@ -71,7 +71,14 @@ MAX_EXPERIMENT = 500  # MLflow's experiment name limit
 # logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The CLI turns
 # them back into the empty value the command reads; the report run logs them, so both paths log the same.
 UNSET_WORDS: dict[str, dict[str, str]] = {
-    "compare": {"workload": "all", "since": "all", "filter": "none", "host": "any", "out": "auto"},
+    "compare": {
+        "workload": "all",
+        "since": "all",
+        "filter": "none",
+        "host": "any",
+        "out": "auto",
+        "deadline": "none",
+    },
     "suite": {"resume": "none"},
 }
 

@@ -44,6 +44,15 @@ class Settings:
     host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
     prices_path: str = ""  # DEVICEBENCH_PRICES: the user's price table instead of experiments/prices.yaml
     price_per_hour: float = 0.0  # DEVICEBENCH_PRICE_PER_HOUR: this host's price; 0 = look it up
+    cpu_shape: str = (
+        ""  # DEVICEBENCH_CPU_SHAPE: the reference CPU shape a CPU side off a CPU shape is priced as
+    )
+    price_shape: str = (
+        ""  # DEVICEBENCH_PRICE_SHAPE: a GPU side off a known GPU shape priced as if on this one
+    )
+    whole_shape: bool = (
+        False  # DEVICEBENCH_PRICE_WHOLE_SHAPE=1: the host's whole shape (it runs nothing else)
+    )
     ui_url: str = ""  # MLFLOW_UI_URL: where the printed links open the UI (a tunnel, a proxy); links.py
     ui_port: str = ""  # MLFLOW_UI_PORT: `make ui`'s port, for links on a store without a server
 
@@ -60,6 +69,16 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         # nan and inf parse, and a sender thread waiting 1e309 s crashes (it is not "store unreachable")
         raise UsageError(f"setting {name}={raw!r} must be a number of seconds from 0 to {MAX_SECONDS:.0f}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    """A yes/no setting: 1/true/yes or 0/false/no (empty: no); anything else is refused by name."""
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise UsageError(f"setting {name}={raw!r} is not allowed; allowed: 1, true, yes, 0, false, no")
 
 
 def _price(env: Mapping[str, str], name: str) -> float:
@@ -140,6 +159,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         host_label=(env.get("DEVICEBENCH_HOST") or "").strip(),
         prices_path=(env.get("DEVICEBENCH_PRICES") or "").strip(),
         price_per_hour=_price(env, "DEVICEBENCH_PRICE_PER_HOUR"),
+        cpu_shape=(env.get("DEVICEBENCH_CPU_SHAPE") or "").strip(),
+        price_shape=(env.get("DEVICEBENCH_PRICE_SHAPE") or "").strip(),
+        whole_shape=_flag(env, "DEVICEBENCH_PRICE_WHOLE_SHAPE"),
         ui_url=(env.get("MLFLOW_UI_URL") or "").strip(),
         ui_port=(env.get("MLFLOW_UI_PORT") or "").strip(),
     )

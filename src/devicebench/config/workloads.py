@@ -74,8 +74,33 @@ def _illustrative_price() -> bool:
     `price.source=illustrative`, and the run's description and every report table and verdict say so."""
     return param(
         False,
-        "price_per_hour is made up (a demo's), not a real price: tagged price.source=illustrative",
+        "price_per_hour is made up, or price_shape's list prices stand for this host (a demo's): tagged "
+        "price.source=illustrative",
         key=False,
+    )
+
+
+def _cpu_shape() -> str:
+    """Every workload's: the flex CPU shape a CPU run is priced as where it is not on a CPU shape (on a
+    GPU host, off OCI), at the OCPUs and memory it used (pricing.prices.price_side). Not the work."""
+    return param(
+        "",
+        "the flex CPU shape a CPU run off a CPU shape is priced as, at the OCPUs it used "
+        "(default: DEVICEBENCH_CPU_SHAPE, else VM.Standard.E5.Flex)",
+        key=False,
+        unset="default",
+    )
+
+
+def _price_shape() -> str:
+    """Every workload's: the GPU shape a GPU run is priced as where the host's own is not known (off
+    OCI, a shape not in the table; the demo's "as if"). Not the work."""
+    return param(
+        "",
+        "price a GPU run as if on this GPU shape of the price table where the host's shape is unknown "
+        "(default: DEVICEBENCH_PRICE_SHAPE)",
+        key=False,
+        unset="none",
     )
 
 
@@ -135,6 +160,8 @@ class MatmulConfig:
     seed: int = param(0, "seed for the random matrices", min=0)
     price_per_hour: float = _price_per_hour()
     illustrative_price: bool = _illustrative_price()
+    cpu_shape: str = _cpu_shape()
+    price_shape: str = _price_shape()
     cpu_threads: int = _cpu_threads()
 
     def validate(self) -> None:
@@ -203,6 +230,8 @@ class CifarConfig:
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
     illustrative_price: bool = _illustrative_price()
+    cpu_shape: str = _cpu_shape()
+    price_shape: str = _price_shape()
     nproc: int = job_fields.nproc()
     nnodes: int = job_fields.nnodes()
     node_rank: int = job_fields.node_rank()
@@ -271,6 +300,8 @@ class UNetConfig:
     system_metrics: bool = _system_metrics()
     price_per_hour: float = _price_per_hour()
     illustrative_price: bool = _illustrative_price()
+    cpu_shape: str = _cpu_shape()
+    price_shape: str = _price_shape()
     nproc: int = job_fields.nproc()
     nnodes: int = job_fields.nnodes()
     node_rank: int = job_fields.node_rank()

@@ -43,7 +43,8 @@ def log_costs(
     Returns the run-level `cost/*` metrics it logged (not matmul's per-size ones), for the run's line."""
     if not isinstance(price, Price):
         return {}
-    hourly = price.usd_per_hour * getattr(cfg, "nnodes", 1)  # a job on N nodes rents N hosts
+    # a job on N nodes rents N hosts, where the price is a host's; a per-use price is the whole job's
+    hourly = price.usd_per_hour * (1 if price.per_use else getattr(cfg, "nnodes", 1))
     logged = run_costs(hourly, total_s)
     if workload == "matmul":
         per_point = matmul_costs(hourly, result or [])

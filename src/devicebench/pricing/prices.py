@@ -134,6 +134,7 @@ class Price:
     reference: str = ""
     units: str = ""
     as_if: bool = False
+    per_use: bool = False  # priced as what the run used (its GPUs, its OCPUs): already the whole job's
 
     def tags(self) -> dict[str, str]:
         out = {
@@ -477,6 +478,7 @@ def _gpu_price(
         reference=e.source,
         units=f"{_count(gpus)} of its {e.gpus} GPU{'s' if e.gpus != 1 else ''}",
         as_if=as_if,
+        per_use=True,
     )
 
 
@@ -500,7 +502,18 @@ def _cpu_price(pricing: Pricing, table: PriceTable, shape: str, usage: Usage) ->
         reference=e.source,
         units=f"{ocpus} OCPU{'s' if ocpus != 1 else ''} + {gb} GB",
         as_if=e.shape != shape,
+        per_use=True,
     )
+
+
+def gpu_to_weigh(pricing: Pricing, usage: Usage) -> dict[str, str]:
+    """For a CPU run where an as-if GPU shape was named (price_shape; the demo's): that shape and its
+    rate per GPU-hour as tags, so that a report without a GPU side yet can say how much faster a GPU
+    must be to cost less (the break-even: its price over the CPU's)."""
+    entry = pricing.table.entries.get(pricing.gpu_shape) if pricing.table and pricing.gpu_shape else None
+    if usage.device != "cpu" or entry is None or entry.per_gpu is None or pricing.override:
+        return {}
+    return {tag("price.gpu_shape"): entry.shape, tag("price.gpu_usd_per_hour"): fmt_price(entry.per_gpu)}
 
 
 def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:

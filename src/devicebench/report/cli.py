@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from pathlib import Path
 
@@ -37,6 +38,13 @@ TEXT_OPTIONS = (
     ),
     ("--threshold", "0.1", "FRACTION", "regression threshold: 0.1 or 10%% [default 0.1]"),
     ("--out", "", "DIR", "output folder [default reports/<timestamp>]"),
+    (
+        "--deadline",
+        "",
+        "TIME",
+        "with the budget: the most a unit of work (an epoch, a product) may take, e.g. 90s or 2m; "
+        "the cheapest side within it",
+    ),
 )
 
 
@@ -94,6 +102,25 @@ def check_out_dir(out: Path) -> None:
         raise UsageError(f"{str(out)!r}: {probe} is not writable; name a folder you can write", param="out")
 
 
+_DEADLINE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
+_DEADLINE_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_deadline(raw: str) -> float | None:
+    """`90`, `90s`, `2m`, `1.5h` → seconds per unit of work; empty: none. Anything else, or zero, is a
+    usage error naming the option."""
+    text = (raw or "").strip()
+    if not text:
+        return None
+    m = _DEADLINE.match(text)
+    seconds = float(m.group(1)) * _DEADLINE_UNIT_S[(m.group(2) or "s").lower()] if m else 0.0
+    if not 0 < seconds <= 365 * 86400:
+        raise UsageError(
+            f"{raw!r} is not allowed; use a time per unit of work such as 90s, 2m or 1.5h", param="deadline"
+        )
+    return seconds
+
+
 def parse_baseline(raw: str) -> str:
     value = (raw or "none").strip().lower() or "none"
     if value not in BASELINES:
@@ -115,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     """Check every flag, then read, compare, write, print, log (report/command.py); 1 when regression
     mode found a regression, else 0."""
     threshold = parse_threshold(args.threshold)
+    deadline = parse_deadline(getattr(args, "deadline", ""))
     baseline = parse_baseline(args.baseline)
     workloads = parse_workloads(args.workload)
     if args.since.strip():
@@ -131,5 +159,6 @@ def run(args: argparse.Namespace) -> int:
     # lazy: MLflow and the report's pipeline (~2 s) load only once every flag has been accepted
     from devicebench.report.command import compare_and_report
 
-    # a namespace built without --budget (an older caller) asks for no budget
-    return compare_and_report(query, baseline, threshold, out, args.no_log, getattr(args, "budget", False))
+    # a namespace built without --budget (an older caller) asks for no budget; a deadline asks for one
+    budget = getattr(args, "budget", False) or deadline is not None
+    return compare_and_report(query, baseline, threshold, out, args.no_log, budget, deadline)

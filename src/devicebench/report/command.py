@@ -38,7 +38,13 @@ UNSET = UNSET_WORDS["compare"]
 
 
 def compare_and_report(
-    query: Query, baseline: str, threshold: float, out: Path, no_log: bool, budget: bool
+    query: Query,
+    baseline: str,
+    threshold: float,
+    out: Path,
+    no_log: bool,
+    budget: bool,
+    deadline: float | None = None,
 ) -> int:
     """Read, compare, judge, write, print, log; 1 when regression mode found a regression, else 0."""
     settings = load_settings()
@@ -55,7 +61,7 @@ def compare_and_report(
         raise UsageError(f"cannot write the report into {out} ({e.strerror or e})", param="out") from None
     print(terminal_table(judged))
     if budget:
-        print(budget_text(judged))
+        print(budget_text(judged, deadline))
     print(
         f"report: {out / 'report.html'} (and report.md, runs.csv, charts; {fmt_s(time.perf_counter() - t0)})"
     )
@@ -181,11 +187,11 @@ def _report_params(query: Query, baseline: str, threshold: float) -> dict[str, s
     }
 
 
-def budget_text(judged: Judgement) -> str:
+def budget_text(judged: Judgement, deadline: float | None = None) -> str:
     """`--budget`'s lines: per config, the side that buys the most work per money (render/money.py)."""
     sides = judged.comp.all_sides
     varying = varying_params(sides)
-    return "\n".join(budget_lines(sides, lambda s: describe(s, varying)))
+    return "\n".join(budget_lines(sides, lambda s: describe(s, varying), deadline))
 
 
 def _regression_exit(judged: Judgement, threshold: float) -> int:

@@ -131,7 +131,13 @@ def _checked(name: str, args: argparse.Namespace) -> tuple[WorkloadConfig, Setti
     check_device_spelling(cfg.device)
     settings = load_settings()
     pricing = pricing_for(
-        cfg.price_per_hour, settings.price_per_hour, settings.prices_path, cfg.illustrative_price
+        cfg.price_per_hour,
+        settings.price_per_hour,
+        settings.prices_path,
+        cfg.illustrative_price,
+        cpu_shape=cfg.cpu_shape or settings.cpu_shape,
+        gpu_shape=cfg.price_shape or settings.price_shape,
+        whole_shape=settings.whole_shape,
     )
     rank = worker_rank()
     if rank is None or rank == 0:  # a rank other than 0 never talks to the store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from devicebench.host.distributed import World
 from devicebench.host.job import worker_rank
 from devicebench.plan.handoff import Handoff
 from devicebench.pricing.costs import log_costs, log_price
-from devicebench.pricing.prices import Price, Pricing, resolve_price
+from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_share, price_side
 from devicebench.run import tuning
 from devicebench.run.launch import check_job, launch, record_run
 from devicebench.run.run_line import glance_metrics, summary_line
@@ -74,7 +75,7 @@ def run_workload(
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         world, device = _join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
-        price = _log_host(tracker, device, settings, cfg, pricing)
+        host = _log_host(tracker, device, settings, cfg)
         if world.distributed:
             tracker.set_tags({tag("dist.backend"): world.backend(device)})
         ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled(), world=world)
@@ -84,6 +85,10 @@ def run_workload(
             world.leave()
         total_s = time.perf_counter() - started
         tracker.log_metrics({TOTAL_S: total_s})
+        usage = _usage(device, world.size, host, cfg)  # its memory is known now
+        price = price_side(pricing, host, usage)
+        log_price(tracker, price)
+        tracker.set_tags(gpu_to_weigh(pricing, usage))
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
         line = _lead_with_figures(tracker, name, str(device), world.size, result, costs, price)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
@@ -252,12 +257,12 @@ def _planned_device(requested: str) -> str:
 
 
 def _log_host(
-    tracker: Tracker, device: torch.device, settings: Settings, cfg: WorkloadConfig, pricing: Pricing
-) -> Price | str:
+    tracker: Tracker, device: torch.device, settings: Settings, cfg: WorkloadConfig
+) -> dict[str, str]:
     """The resolved device and the host fingerprint, as tags and host.json; for training, the cores the
     run could use against its threads and loader processes (an oversubscribed CPU baseline is named).
-    Returns this host's price (or why it has none), priced from the same fingerprint: the OCI metadata
-    service is asked once."""
+    Returns the fingerprint, which the run is priced from when it ends: the OCI metadata service is
+    asked once."""
 
     host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
     if settings.host_label:
@@ -270,13 +275,33 @@ def _log_host(
         }
     )
     if hasattr(cfg, "num_workers"):
-        workers = cfg.num_workers if getattr(cfg, "loader", "dataloader") == "dataloader" else 0
-        budget = cpu_budget(int(host["torch_threads"]), workers)
+        budget = cpu_budget(int(host["torch_threads"]), _loader_workers(cfg))
         tracker.set_tags({tag(k): v for k, v in budget.items()})
     tracker.log_dict(host, "host.json")
-    price = resolve_price(pricing, host)
-    log_price(tracker, price)
-    return price
+    return host
+
+
+def _loader_workers(cfg: WorkloadConfig) -> int:
+    """The DataLoader processes a training run feeds itself with (none with its data in memory)."""
+    if getattr(cfg, "loader", "dataloader") != "dataloader":
+        return 0
+    return int(getattr(cfg, "num_workers", 0))
+
+
+def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: WorkloadConfig) -> Usage:
+    """What the run used, to be priced as (DESIGN.md, pricing rules): the GPUs of its job (a MIG slice
+    its share), the vCPUs its threads and loader workers kept busy in every process, and the memory it
+    needed: this process's peak RSS and, for each loader worker, the largest worker's."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # Linux reports KiB
+    workers = _loader_workers(cfg)
+    rss += workers * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024.0
+    gpus = processes * mig_share(host.get("gpu_mig_profile", "")) if device.type == "cuda" else 0.0
+    return Usage(
+        device=device.type,
+        gpus=gpus,
+        vcpus=(int(host["torch_threads"]) + workers) * processes,
+        memory_gb=rss * processes / 2**30,
+    )
 
 
 def _work(module: Workload, cfg: WorkloadConfig, ctx: Context, tracker: Tracker) -> object:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devicebench.report.judge.pair_rules import explain
+from devicebench.report.judge.pair_rules import break_even, explain
 from devicebench.report.judge.scaling_rules import explain_scaling
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.scaling import Point, Series
+from devicebench.report.model.sides import Side
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Judgement:
     comp: Comparison
     pair_lines: Mapping[Pair, tuple[str, ...]]
     point_lines: Mapping[Point, tuple[str, ...]]
+    break_even: Mapping[Side, str]  # CPU sides without a GPU partner: how much faster a GPU must be
 
     def of(self, pair: Pair) -> list[str]:
         """The pair's verdict lines, in pair_rules.RULES order (none for a pair this comparison lacks:
@@ -40,4 +42,5 @@ def judge(comp: Comparison) -> Judgement:
         comp,
         {p: tuple(explain(p)) for p in comp.pairs},
         {pt: tuple(explain_scaling(s, pt)) for s in comp.scaling for pt in s.points},
+        {s: line for s in comp.unpaired if (line := break_even(s))},
     )

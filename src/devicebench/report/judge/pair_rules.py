@@ -156,6 +156,21 @@ def _verb(pair: Pair) -> str:
     )
 
 
+def break_even(side: Side) -> str | None:
+    """A priced CPU side with no GPU side yet, where its runs named a GPU shape to weigh it against
+    (price_shape; the demo's): how much faster that GPU must be to cost less for the same work, its
+    hourly price over the CPU's. The price answer a CPU-only host can give before any GPU run."""
+    p = side.price
+    if not side.is_cpu or p.hourly is None or p.hourly.median <= 0 or p.gpu_hourly is None:
+        return None
+    verb = "compute this product" if side.workload == "matmul" else "train this"
+    line = (
+        f"break-even: a GPU of {p.gpu_shape} ({fmt_money(p.gpu_hourly, p.currency)}/h) must {verb} "
+        f"{fmt_x(p.gpu_hourly / p.hourly.median)} faster than this CPU ({priced_as(side)}) to cost less"
+    )
+    return f"{line} (illustrative prices, not real ones)" if p.illustrative else line
+
+
 def _price_performance(pair: Pair) -> str | None:
     """The user's first question, answered with both sides' prices: is the faster side worth its price?
     Only where both sides' runs carry a price: the cost of the same work against the hourly price ratio,

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from devicebench.report.model.sides import Side, param_order, work_key
-from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TRAIN_S, gflops, headline_point
+from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TOTAL_S, TRAIN_S, gflops, headline_point
 from devicebench.util.stats import Stat
 
 GFLOP = "GFLOP"  # the matmul unit of work
@@ -133,6 +133,20 @@ def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None
         _ratio(b.per_unit, o.per_unit),
         _ratio(b.per_1k, o.per_1k),
     )
+
+
+UNIT_OF_TIME = {"epoch": "epoch", GFLOP: "product", "run": "run"}  # what a deadline is per, by cost unit
+
+
+def unit_time(side: Side) -> float | None:
+    """How long one unit of the side's work took (median): an epoch of training, one product at the
+    side's headline matmul point, or the whole run; what `compare --deadline` is held against."""
+    c = side_cost(side)
+    if c.unit == GFLOP:
+        v = side.matmul.get(c.point) if c.point else None
+        return v["time"].median if v and "time" in v else None
+    stat = epoch_time(side) if c.unit == "epoch" else side.metrics.get(TOTAL_S)
+    return stat.median if stat else None
 
 
 # --------------------------------------------------------------------------------------------- ranking

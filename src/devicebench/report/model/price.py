@@ -19,13 +19,18 @@ from devicebench.util.stats import Stat
 ILLUSTRATIVE = "illustrative"
 
 
-def hourly_of(run: RunRecord) -> float | None:
-    """The run's logged hourly price (a price of 0 counts; a missing or unreadable one does not)."""
+def _number(text: str) -> float | None:
+    """A logged price: a finite number >= 0 (a price of 0 counts; a missing or unreadable one does not)."""
     try:
-        x = float(run.tag("price.usd_per_hour", "x"))
+        x = float(text)
     except ValueError:
         return None
     return x if math.isfinite(x) and x >= 0 else None
+
+
+def hourly_of(run: RunRecord) -> float | None:
+    """The run's logged hourly price."""
+    return _number(run.tag("price.usd_per_hour", "x"))
 
 
 def _one(values: Sequence[str]) -> str:
@@ -47,6 +52,8 @@ class SidePrice:
     illustrative: bool = False  # made up, or another host's list price: every figure bought with it says so
     whole_host: bool = False  # logged before per-use pricing: the whole host's price
     none_reason: str = ""
+    gpu_shape: str = ""  # a CPU side's GPU to weigh it against (price_shape), with its rate per GPU-hour
+    gpu_hourly: float | None = None
 
     @property
     def known(self) -> bool:
@@ -74,4 +81,6 @@ def price_of(runs: Sequence[RunRecord]) -> SidePrice:
         as_if=any(r.tag("price.as_if") == "true" for r in priced),
         illustrative=any(r.tag("price.source") == ILLUSTRATIVE for r in priced),
         whole_host=not units and not by_hand,
+        gpu_shape=_one([r.tag("price.gpu_shape") for r in priced]),
+        gpu_hourly=_number(priced[0].tag("price.gpu_usd_per_hour", "x")),
     )

@@ -121,7 +121,8 @@ def _scaling(doc: Doc, judged: Judgement, varying: Varying) -> None:
     _table(doc, SCALING_COLUMNS, point_items(judged, varying))
 
 
-def _price_performance(doc: Doc, comp: Comparison, varying: Varying) -> None:
+def _price_performance(doc: Doc, judged: Judgement, varying: Varying) -> None:
+    comp = judged.comp
     """Which device and shape buys the most work per money, per config; or how to get prices at all."""
     if not comp.all_sides:
         return
@@ -140,6 +141,8 @@ def _price_performance(doc: Doc, comp: Comparison, varying: Varying) -> None:
     items = price_items(comp.all_sides, lambda s: describe(s, varying))
     for view in (PRICE, WORK):  # two narrower tables: what each side costs; what a unit of money buys
         _table(doc, shown(PRICE_COLUMNS, view), items)
+    for side, line in judged.break_even.items():  # no GPU side yet: what a GPU must do to be worth it
+        doc.p(f"{side.workload} {describe(side, varying)}: {line}")
 
 
 def _matmul(doc: Doc, comp: Comparison) -> None:
@@ -211,7 +214,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     _summary(doc, comp, meta)
     _speedups(doc, judged, varying)
     _scaling(doc, judged, varying)
-    _price_performance(doc, comp, varying)
+    _price_performance(doc, judged, varying)
     _matmul(doc, comp)
     _quality(doc, comp, varying)
     _unpaired(doc, comp, varying)

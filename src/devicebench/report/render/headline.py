@@ -42,6 +42,7 @@ from devicebench.util.fmt import fmt_change, fmt_share, fmt_sig3, fmt_sig4, fmt_
 MAX_PAIR_NAME = 100  # of MLflow's 250 characters per metric name: enough to tell pairs apart in a chart list
 MAX_REGRESSION_LINES = 5
 MAX_SCALING_LINES = 5
+MAX_BREAK_EVEN_LINES = 3  # a CPU-only store's price answer: how much faster a GPU must be
 # MLflow allows alphanumerics, _ - . / and space in metric names (a colon nowhere on Windows);
 # `/` would nest the pair a level deeper in the UI's metric groups, so it goes too
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.\- ]+")
@@ -213,6 +214,8 @@ def verdict_lines(judged: Judgement) -> list[str]:
             "host without a GPU). On a GPU host the same plan, or the same command with device=cuda, "
             "pairs them; the README shows an H100's answer."
         )
+    for line in list(judged.break_even.values())[:MAX_BREAK_EVEN_LINES]:
+        lines.append(f"**price** {line}")
     said = [(s, v) for s in comp.scaling for v in judged.series(s)]
     for s, v in said[:MAX_SCALING_LINES]:
         lines.append(f"**scaling** {s.workload} {describe(s.points[0].side, varying)} on {s.label}: {v}")

@@ -8,11 +8,13 @@ from collections.abc import Callable, Iterable
 
 from devicebench.report.model.cost import (
     GFLOP,
+    UNIT_OF_TIME,
     PairCost,
     SideCost,
     epoch_time,
     ranked,
     side_cost,
+    unit_time,
 )
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
@@ -96,8 +98,10 @@ def _cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, 
     return price, f"{fmt_x(c.cost_ratio)} per {c.unit}{made_up}", spent
 
 
-def budget_lines(every: Iterable[Side], describe: Describe) -> list[str]:
-    """`compare --budget`: per config, the side that buys the most work per money, and how much."""
+def budget_lines(every: Iterable[Side], describe: Describe, deadline: float | None = None) -> list[str]:
+    """`compare --budget`: per config, the side that buys the most work per money and how much, then
+    every priced side ranked by cost per unit of work, and with a deadline (seconds per epoch, per
+    product, per run) the cheapest side that meets it."""
     lines = []
     for sides in ranked(every):
         s = sides[0]
@@ -114,7 +118,34 @@ def budget_lines(every: Iterable[Side], describe: Describe) -> list[str]:
             f"budget: {where}: cheapest {s.label}: {work_text(s)} "
             f"({fmt_money(c.per_unit, s.price.currency)} per {c.unit} at {price_text(s)}{others})"
         )
+        if len(priced) > 1:
+            lines.append(
+                f"  ranked by cost per {c.unit}: " + "; ".join(_rank(i, x) for i, x in enumerate(priced, 1))
+            )
+        if deadline is not None:
+            lines.append(f"  {_within(priced, deadline)}")
     return lines
+
+
+def _rank(i: int, side: Side) -> str:
+    c, t = side_cost(side), unit_time(side)
+    took = f", {fmt_s(t)} per {UNIT_OF_TIME[c.unit]}" if t is not None else ""
+    return f"{i}. {side.label} {fmt_money(c.per_unit, side.price.currency)}{took}"
+
+
+def _within(priced: list[Side], deadline: float) -> str:
+    """The cheapest priced side whose unit of work takes at most `deadline` (they come cheapest first),
+    or the fastest one and how long it takes where none does."""
+    unit = UNIT_OF_TIME[side_cost(priced[0]).unit]
+    timed = [(x, t) for x in priced if (t := unit_time(x)) is not None]
+    said = f"within {fmt_s(deadline)} per {unit}"
+    fit = next(((x, t) for x, t in timed if t <= deadline), None)
+    if fit is not None:
+        return f"{said}: cheapest {fit[0].label} ({fmt_s(fit[1])} per {unit})"
+    if not timed:
+        return f"{said}: no priced side says how long a {unit} took"
+    fastest, t = min(timed, key=lambda xt: xt[1])
+    return f"{said}: no priced side meets it; the fastest, {fastest.label}, takes {fmt_s(t)}"
 
 
 def cost_cells(p: Pair) -> tuple[str, str, str]:
