@@ -12,7 +12,7 @@ from devicebench.report.judge.judgement import Judgement
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import any_price
 from devicebench.report.model.pairs import Pair
-from devicebench.report.render.document import Doc
+from devicebench.report.render.document import Block, Doc, heading, image, paragraph, table
 from devicebench.report.render.labels import Varying, describe, varying_params
 from devicebench.report.render.tables import (
     MATMUL_COLUMNS,
@@ -60,29 +60,33 @@ def point_items(judged: Judgement, varying: Varying) -> list[PointItem]:
     ]
 
 
-def _table(doc: Doc, columns: Sequence[Column], items: Sequence) -> None:
-    doc.table(headers(columns), cells(columns, items))
+def _table(doc: list[Block], columns: Sequence[Column], items: Sequence) -> None:
+    table(doc, headers(columns), cells(columns, items))
 
 
 # --------------------------------------------------------------------------------------------- sections
 
 
-def _summary(doc: Doc, comp: Comparison, meta: dict[str, str]) -> None:
-    doc.h(1, "devicebench compare")
-    doc.p(
+def _summary(doc: list[Block], comp: Comparison, meta: dict[str, str]) -> None:
+    heading(doc, 1, "devicebench compare")
+    paragraph(
+        doc,
         f"{len(comp.runs)} runs read ({len(comp.finished)} finished, {len(comp.unfinished)} failed/killed/running); "
         f"{len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a partner device"
-        + (f", {len(comp.scaling)} scaling series." if comp.scaling else ".")
+        + (f", {len(comp.scaling)} scaling series." if comp.scaling else "."),
     )
     _table(doc, SELECTION_COLUMNS, [(k, v) for k, v in meta.items() if v])
     if any(s.data == "synthetic" for s in comp.all_sides):
-        doc.p("Note: some runs used synthetic data (timings are real; accuracy/mIoU are not comparable).")
+        paragraph(
+            doc, "Note: some runs used synthetic data (timings are real; accuracy/mIoU are not comparable)."
+        )
 
 
-def _speedups(doc: Doc, judged: Judgement, varying: Varying) -> None:
+def _speedups(doc: list[Block], judged: Judgement, varying: Varying) -> None:
     comp = judged.comp
-    doc.h(2, "Speedups")
-    doc.p(
+    heading(doc, 2, "Speedups")
+    paragraph(
+        doc,
         "speedup = base time / other time (median of repeats; range from their spread); over the best "
         f"CPU: other's throughput / the fastest CPU's for the same work ({BEST_CPU_WHICH}). "
         "price ratio = other's hourly price / base's; cost ratio = other's cost of the same work / base's "
@@ -92,72 +96,76 @@ def _speedups(doc: Doc, judged: Judgement, varying: Varying) -> None:
             " Data-parallel jobs pair like with like: both sides ran the same number of processes."
             if any(s.world_size > 1 for s in comp.all_sides)
             else ""
-        )
+        ),
     )
     if comp.pairs:
         items = pair_items(judged, comp.pairs, varying)
         for view in PAIR_VIEWS:  # narrow enough for MLflow's artifact view, each table one question
             _table(doc, shown(PAIR_COLUMNS, view), items)
     else:
-        doc.p(
+        paragraph(
+            doc,
             "No config ran on two devices yet. A plan skips its cuda runs on a host without a GPU; on a "
-            "GPU host the same plan (or the same command with device=cuda) gives each config its pair."
+            "GPU host the same plan (or the same command with device=cuda) gives each config its pair.",
         )
 
 
-def _scaling(doc: Doc, judged: Judgement, varying: Varying) -> None:
+def _scaling(doc: list[Block], judged: Judgement, varying: Varying) -> None:
     """Configs run at several world sizes: what each doubling of processes bought."""
     if not judged.comp.scaling:
         return
-    doc.h(2, "Scaling")
-    doc.p(
+    heading(doc, 2, "Scaling")
+    paragraph(
+        doc,
         "Runs of one config on one device model that differ only in world size (the processes of a "
         "data-parallel job; one GPU each on CUDA). throughput = the job's training samples per second "
         "(median of repeats; range from their spread); speedup = throughput / the throughput at the "
         "smallest world size present (over N=: 1 wherever a run of 1 exists); efficiency = speedup / "
         "(N / that world size): 1.00 is perfect scaling, below 0.70 gets a verdict. all-reduce share = "
-        "steps × one all-reduce / training time, an upper bound (DDP overlaps it with the backward pass)."
+        "steps × one all-reduce / training time, an upper bound (DDP overlaps it with the backward pass).",
     )
     _table(doc, SCALING_COLUMNS, point_items(judged, varying))
 
 
-def _price_performance(doc: Doc, judged: Judgement, varying: Varying) -> None:
+def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) -> None:
     comp = judged.comp
     """Which device and shape buys the most work per money, per config; or how to get prices at all."""
     if not comp.all_sides:
         return
-    doc.h(2, "Price-performance")
+    heading(doc, 2, "Price-performance")
     if not any_price(comp.all_sides):
-        doc.p(
+        paragraph(
+            doc,
             "No run carries a price: run on an OCI shape listed in experiments/prices.yaml (or "
-            "DEVICEBENCH_PRICES), or give price_per_hour, to see the cost of each side's work."
+            "DEVICEBENCH_PRICES), or give price_per_hour, to see the cost of each side's work.",
         )
         return
-    doc.p(
+    paragraph(
+        doc,
         "Per config, the sides that buy the most work per money first (cost per epoch and per 1k samples as "
         "the runs logged them; matmul: GFLOP per money at the largest torch size). A side without a price "
-        "shows why, never a number."
+        "shows why, never a number.",
     )
     items = price_items(comp.all_sides, lambda s: describe(s, varying))
     for view in (PRICE, WORK):  # two narrower tables: what each side costs; what a unit of money buys
         _table(doc, shown(PRICE_COLUMNS, view), items)
     for side, line in judged.break_even.items():  # no GPU side yet: what a GPU must do to be worth it
-        doc.p(f"{side.workload} {describe(side, varying)}: {line}")
+        paragraph(doc, f"{side.workload} {describe(side, varying)}: {line}")
 
 
-def _matmul(doc: Doc, comp: Comparison) -> None:
+def _matmul(doc: list[Block], comp: Comparison) -> None:
     items = matmul_items(comp)
     if not items:
         return
-    doc.h(2, "Matrix multiply")
+    heading(doc, 2, "Matrix multiply")
     _table(doc, MATMUL_COLUMNS, items)
     points = matmul_speedups(comp)
     if points:
-        doc.p("torch on the other side against each backend on the base side, per size:")
+        paragraph(doc, "torch on the other side against each backend on the base side, per size:")
         _table(doc, MATMUL_SPEEDUP_COLUMNS, points)
 
 
-def _quality(doc: Doc, comp: Comparison, varying: Varying) -> None:
+def _quality(doc: list[Block], comp: Comparison, varying: Varying) -> None:
     items = [
         QualityItem(s, describe(s, varying), k)
         for s in comp.all_sides
@@ -165,50 +173,50 @@ def _quality(doc: Doc, comp: Comparison, varying: Varying) -> None:
         if k in s.metrics
     ]
     if items:
-        doc.h(2, "Quality")
+        heading(doc, 2, "Quality")
         _table(doc, QUALITY_COLUMNS, items)
 
 
-def _unpaired(doc: Doc, comp: Comparison, varying: Varying) -> None:
+def _unpaired(doc: list[Block], comp: Comparison, varying: Varying) -> None:
     if not comp.unpaired:
         return
-    doc.h(2, "Runs without a partner device")
+    heading(doc, 2, "Runs without a partner device")
     _table(doc, UNPAIRED_COLUMNS, [SideItem(s, describe(s, varying)) for s in comp.unpaired])
 
 
-def _unfinished(doc: Doc, comp: Comparison) -> None:
+def _unfinished(doc: list[Block], comp: Comparison) -> None:
     if comp.unfinished:
-        doc.h(2, "Failed, killed or unfinished runs (not counted)")
+        heading(doc, 2, "Failed, killed or unfinished runs (not counted)")
         _table(doc, UNFINISHED_COLUMNS, comp.unfinished)
 
 
-def _per_host(doc: Doc, comp: Comparison, varying: Varying) -> None:
+def _per_host(doc: list[Block], comp: Comparison, varying: Varying) -> None:
     if not comp.hosts:
         return
-    doc.h(2, "Per host")
+    heading(doc, 2, "Per host")
     for host, pairs in comp.hosts.items():
-        doc.h(3, host)
+        heading(doc, 3, host)
         if pairs:  # the same tables, unjudged: each pair's verdicts are in the main table
             items = pair_items(None, pairs, varying)
             for view in PAIR_VIEWS:
                 _table(doc, shown(PAIR_COLUMNS, view, judged=False), items)
         else:
-            doc.p("no config ran on two devices on this host")
+            paragraph(doc, "no config ran on two devices on this host")
 
 
-def _regressions(doc: Doc, comp: Comparison) -> None:
+def _regressions(doc: list[Block], comp: Comparison) -> None:
     if comp.regressions is None:
         return
-    doc.h(2, f"Regressions (threshold {fmt_share(comp.threshold)}, beyond the baseline's spread)")
+    heading(doc, 2, f"Regressions (threshold {fmt_share(comp.threshold)}, beyond the baseline's spread)")
     if not comp.regressions:
-        doc.p(f"none across {comp.regression_groups} config/device/host groups with earlier runs")
+        paragraph(doc, f"none across {comp.regression_groups} config/device/host groups with earlier runs")
         return
     _table(doc, REGRESSION_COLUMNS, comp.regressions)
 
 
 def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -> Doc:
     """The report's content, independent of its format. `charts`: file name → title."""
-    doc = Doc()
+    doc: list[Block] = []
     comp = judged.comp
     varying = varying_params(comp.all_sides)
     _summary(doc, comp, meta)
@@ -222,7 +230,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     _per_host(doc, comp, varying)
     _regressions(doc, comp)
     if charts:
-        doc.h(2, "Charts")
+        heading(doc, 2, "Charts")
         for name, title in charts.items():
-            doc.img(name, title)
-    return doc
+            image(doc, name, title)
+    return Doc(tuple(doc))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_ROWS = 500  # per table in md/html; the CSV always has every run
@@ -43,27 +43,33 @@ class Image:
 Block = Heading | Paragraph | Table | Image
 
 
-@dataclass
+@dataclass(frozen=True)
 class Doc:
-    """Headings, paragraphs, tables and images, in order."""
+    """Headings, paragraphs, tables and images, in order: built whole from the blocks the content's
+    sections made (content.py), then only written."""
 
-    blocks: list[Block] = field(default_factory=list)
+    blocks: tuple[Block, ...] = ()
 
-    def h(self, level: int, text: str) -> None:
-        self.blocks.append(Heading(level, text))
 
-    def p(self, text: str) -> None:
-        self.blocks.append(Paragraph(text))
+# The sections' block makers: each appends one block to the list a section is building.
 
-    def table(self, headers: list[str], rows: list[list[str]]) -> None:
-        note = ""
-        if len(rows) > MAX_ROWS:
-            note = f"{len(rows) - MAX_ROWS} more rows in runs.csv"
-            rows = rows[:MAX_ROWS]
-        self.blocks.append(Table(headers, rows, note))
 
-    def img(self, name: str, alt: str) -> None:
-        self.blocks.append(Image(name, alt))
+def heading(blocks: list[Block], level: int, text: str) -> None:
+    blocks.append(Heading(level, text))
+
+
+def paragraph(blocks: list[Block], text: str) -> None:
+    blocks.append(Paragraph(text))
+
+
+def table(blocks: list[Block], headers: list[str], rows: list[list[str]]) -> None:
+    """A table cut at MAX_ROWS (the CSV has every run), saying so under it."""
+    note = f"{len(rows) - MAX_ROWS} more rows in runs.csv" if len(rows) > MAX_ROWS else ""
+    blocks.append(Table(headers, rows[:MAX_ROWS], note))
+
+
+def image(blocks: list[Block], name: str, alt: str) -> None:
+    blocks.append(Image(name, alt))
 
 
 # --------------------------------------------------------------------------------------------- Markdown

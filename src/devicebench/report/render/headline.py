@@ -21,7 +21,7 @@ from devicebench.report.model.pairs import Pair, against_best
 from devicebench.report.model.regressions import Regression
 from devicebench.report.model.scaling import Series
 from devicebench.report.render.content import pair_items
-from devicebench.report.render.document import Doc, Table, to_markdown
+from devicebench.report.render.document import Block, Doc, Table, paragraph, to_markdown
 from devicebench.report.render.labels import describe, varying_params
 from devicebench.report.render.tables import NOTE, PAIR_COLUMNS, cells, headers, shown
 from devicebench.schema import (
@@ -234,19 +234,20 @@ def verdict_lines(judged: Judgement) -> list[str]:
 def _note_doc(
     comp: Comparison, read: str, lines: list[str], rows: list[list[str]], cut: int, keys: Sequence[str] = ()
 ) -> Doc:
-    doc = Doc()
-    doc.p("  \n".join(lines))  # two trailing spaces: a Markdown line break
+    blocks: list[Block] = []
+    paragraph(blocks, "  \n".join(lines))  # two trailing spaces: a Markdown line break
     if keys:
-        doc.p("  \n".join(keys))
+        paragraph(blocks, "  \n".join(keys))
     if rows:
-        doc.blocks.append(Table(NOTE_HEADERS, rows, f"{cut} more pairs in report.html" if cut else ""))
+        blocks.append(Table(NOTE_HEADERS, rows, f"{cut} more pairs in report.html" if cut else ""))
     elif cut:
-        doc.p(f"_{cut} pairs in report.html_")
-    doc.p(
+        paragraph(blocks, f"_{cut} pairs in report.html_")
+    paragraph(
+        blocks,
         f"{read[:1].upper()}{read[1:]}; {len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a "
-        "partner device. Full report: report.html in this run's artifacts."
+        "partner device. Full report: report.html in this run's artifacts.",
     )
-    return doc
+    return Doc(tuple(blocks))
 
 
 NOTE_COLUMNS = shown(PAIR_COLUMNS, NOTE)

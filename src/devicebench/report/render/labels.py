@@ -28,9 +28,14 @@ TIMED = {
 
 class Varying(dict):
     """workload → the params whose values differ between its configs; `shared`: the (workload, label)
-    pairs that two configs would share (their params logged alike, keys apart), which get their key."""
+    pairs that two configs would share (their params logged alike, keys apart), which get their key.
+    Both are given at construction and not changed after."""
 
-    shared: frozenset[tuple[str, str]] = frozenset()
+    def __init__(
+        self, params: dict[str, list[str]], shared: frozenset[tuple[str, str]] = frozenset()
+    ) -> None:
+        super().__init__(params)
+        self.shared = shared
 
 
 def varying_params(sides: Sequence[Side]) -> Varying:
@@ -39,17 +44,14 @@ def varying_params(sides: Sequence[Side]) -> Varying:
     for s in sides:
         for k, v in s.params.items():
             values[s.workload][k].add(v)
-    out = Varying(
-        {
-            w: sorted(k for k, vs in params.items() if len(vs) > 1 and k not in NOT_WORK)
-            for w, params in values.items()
-        }
-    )
+    by_workload = {
+        w: sorted(k for k, vs in params.items() if len(vs) > 1 and k not in NOT_WORK)
+        for w, params in values.items()
+    }
     keys_of: dict[tuple[str, str], set[str]] = defaultdict(set)
     for s in sides:
-        keys_of[(s.workload, _label(s, out))].add(s.config_key)
-    out.shared = frozenset(k for k, keys in keys_of.items() if len(keys) > 1)
-    return out
+        keys_of[(s.workload, _label(s, by_workload))].add(s.config_key)
+    return Varying(by_workload, frozenset(k for k, keys in keys_of.items() if len(keys) > 1))
 
 
 def describe(side: Side, varying: dict[str, list[str]]) -> str:
