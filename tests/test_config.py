@@ -65,6 +65,8 @@ def test_params_are_every_field_as_strings() -> None:
         "seed": "0",
         "price_per_hour": "0.0",
         "illustrative_price": "false",
+        "cpu_shape": "default",
+        "price_shape": "none",
         "cpu_threads": "0",
     }
 

@@ -414,7 +414,7 @@ def test_budget_prints_the_cheapest_side_per_config_from_logged_prices(
     assert compare_cli(*argv) == 0
     out = capsys.readouterr().out
     md = (env / "budget" / "report.md").read_text()
-    assert "cheaper per epoch on the GPU (1.50×) although 8.00× the hourly price" in md
+    assert "costs 1.50× less per epoch: worth its price (break-even at 8.00× faster)" in md
     (line,) = [ln for ln in out.splitlines() if ln.startswith("budget: ")]
     assert line.startswith("budget: cifar ") and ": cheapest cuda:0 (" in line
     assert "): 900 epochs per USD ($0.00111 per epoch at $8.00 (override); 1 other priced side(s))" in line
