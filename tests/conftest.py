@@ -17,24 +17,26 @@ ROOT = Path(__file__).resolve().parents[1]
 # The files that take longest, longest first. `make test` gives each of its workers a whole file at a
 # time (--dist loadfile) and the next one when it is done; a long file handed out last kept one worker
 # busy alone for the last minute or more while the others sat idle. Longest first keeps all busy to the end.
-# Order by each file's total seconds in a fresh-clone run (2026-11-24, `--durations=0` summed per file).
+# Order by each file's total seconds in a fresh-clone run (2026-11-25, `--durations=0` summed per file).
 SLOWEST_FIRST = (
-    "test_matmul.py",  # 86 s
-    "test_faults.py",  # 71
-    "test_server_script.py",  # 70
-    "test_bad_input.py",  # 69
-    "test_demo.py",  # 68, one test
-    "test_suite.py",  # 68
-    "test_cifar_mlflow.py",  # 67
-    "test_distributed.py",  # 53
-    "test_security.py",  # 38
-    "test_unet_mlflow.py",  # 37
-    "test_reliability.py",  # 35
-    "test_prices.py",  # 30
-    "test_cifar_workload.py",  # 20
-    "test_report_store.py",  # 19
-    "test_unet_workload.py",  # 18
-    "test_compare_entry.py",  # 10
+    "test_matmul.py",  # 78 s
+    "test_server_script.py",  # 68
+    "test_faults.py",  # 62
+    "test_bad_input.py",  # 58
+    "test_suite.py",  # 58
+    "test_cifar_mlflow.py",  # 57
+    "test_demo.py",  # 56, one test
+    "test_reliability.py",  # 39
+    "test_distributed.py",  # 33
+    "test_tuning.py",  # 31
+    "test_report_store.py",  # 31
+    "test_prices.py",  # 27
+    "test_unet_mlflow.py",  # 26
+    "test_security.py",  # 21
+    "test_unet_workload.py",  # 10
+    "test_cifar_workload.py",  # 8
+    "test_cli.py",  # 8
+    "test_compare_entry.py",  # 8
 )
 
 

@@ -1,5 +1,6 @@
-"""Every figure is spelt by one function in util/fmt.py: no `fmt_*` function anywhere else in src/, no
-format spec for a share, a time or a ratio written out in the report, and each spelling pinned here."""
+"""Every figure a reader compares is spelt by one function in util/fmt.py: no `fmt_*` function anywhere
+else in src/, no format spec for a share, a time or a ratio written out in the report, a run's one-line
+answer or its price, and each spelling pinned here."""
 
 from __future__ import annotations
 
@@ -28,10 +29,17 @@ def test_no_function_spells_a_figure_outside_util_fmt() -> None:
     assert not found, "spell it with (or add it to) devicebench.util.fmt:\n" + "\n".join(found)
 
 
-def test_the_report_writes_no_format_spec_of_its_own() -> None:
+SPELT_THROUGH_FMT = [
+    *sorted((SRC / "report").rglob("*.py")),
+    SRC / "run" / "run_line.py",
+    SRC / "pricing" / "prices.py",
+]
+
+
+def test_the_report_and_a_runs_line_write_no_format_spec_of_their_own() -> None:
     """A `{x:.0%}` in a verdict and a `{x:.2f}` in a table are two spellings of one kind of figure."""
     found = []
-    for p in sorted((SRC / "report").rglob("*.py")):
+    for p in SPELT_THROUGH_FMT:
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.FormattedValue) and isinstance(node.format_spec, ast.JoinedStr):
                 spec = "".join(str(v.value) for v in node.format_spec.values if isinstance(v, ast.Constant))

@@ -324,3 +324,39 @@ def test_compare_parser_takes_budget() -> None:
 
     assert build_parser("compare").parse_args(["compare", "--budget"]).budget is True
     assert build_parser("compare").parse_args(["compare"]).budget is False
+
+
+# --------------------------------------------------------------------------------------------- per-use prices
+
+
+def as_if_cpu(t: float, usd: float) -> RunRecord:
+    """A CPU run on an H100 host priced as the CPU shape that gives it its cores, as the run side logs it."""
+    r = run("cpu", t, usd, shape="VM.Standard.E5.Flex")
+    r.tags.update(
+        {
+            "devicebench.host.oci.shape": "BM.GPU.H100.8",
+            "devicebench.price.units": "1 OCPU + 2 GB",
+            "devicebench.price.as_if": "true",
+        }
+    )
+    return r
+
+
+def test_an_as_if_price_never_names_the_side_and_two_pricings_are_never_averaged() -> None:
+    """A CPU side priced as if on VM.Standard.E5.Flex ran on its H100 host: its label and its side key
+    are the host's. Its runs priced before per-use pricing (the whole $80/h host) are repeats of the
+    same side, whose price is then refused rather than averaged with the per-use one."""
+    gpu = run("cuda:0", 1.0, 10.0, shape="BM.GPU.H100.8")
+    gpu.tags["devicebench.price.units"] = "1 of its 8 GPUs"
+    new = compare([as_if_cpu(20.0, 0.034), as_if_cpu(21.0, 0.034), gpu])
+    cpu = next(s for s in new.all_sides if s.is_cpu)
+    assert cpu.label == "cpu (EPYC, BM.GPU.H100.8)" and cpu.price.as_if and not cpu.price.whole_host
+    (p,) = new.pairs
+    assert p.price_ratio == pytest.approx(10.0 / 0.034) and p.cost_ratio != pytest.approx(1 / p.headline)
+    old = run("cpu", 20.5, 80.0, shape="BM.GPU.H100.8")  # logged before per-use pricing
+    mixed = compare([as_if_cpu(20.0, 0.034), old, gpu])
+    (cpu,) = [s for s in mixed.all_sides if s.is_cpu]
+    assert len(cpu.runs) == 2 and cpu.price.hourly is None
+    assert "priced two ways" in cpu.price.none_reason
+    (p,) = mixed.pairs
+    assert p.cost_ratio is None and p.price_ratio is None

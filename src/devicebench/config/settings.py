@@ -44,15 +44,12 @@ class Settings:
     host_label: str = ""  # DEVICEBENCH_HOST: the machine's name in reports, instead of its hardware
     prices_path: str = ""  # DEVICEBENCH_PRICES: the user's price table instead of experiments/prices.yaml
     price_per_hour: float = 0.0  # DEVICEBENCH_PRICE_PER_HOUR: this host's price; 0 = look it up
-    cpu_shape: str = (
-        ""  # DEVICEBENCH_CPU_SHAPE: the reference CPU shape a CPU side off a CPU shape is priced as
-    )
-    price_shape: str = (
-        ""  # DEVICEBENCH_PRICE_SHAPE: a GPU side off a known GPU shape priced as if on this one
-    )
-    whole_shape: bool = (
-        False  # DEVICEBENCH_PRICE_WHOLE_SHAPE=1: the host's whole shape (it runs nothing else)
-    )
+    # DEVICEBENCH_CPU_SHAPE: the flex shape a CPU side off a CPU shape is priced as (empty: the default)
+    cpu_shape: str = ""
+    # DEVICEBENCH_PRICE_SHAPE: the GPU shape a GPU side is priced as where its host's shape is unknown
+    price_shape: str = ""
+    # DEVICEBENCH_PRICE_WHOLE_SHAPE=1: every run pays its host's whole shape (an instance running nothing else)
+    whole_shape: bool = False
     ui_url: str = ""  # MLFLOW_UI_URL: where the printed links open the UI (a tunnel, a proxy); links.py
     ui_port: str = ""  # MLFLOW_UI_PORT: `make ui`'s port, for links on a store without a server
 

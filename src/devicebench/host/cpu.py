@@ -12,6 +12,8 @@ import contextlib
 import ctypes
 import os
 import platform
+import resource
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -151,3 +153,10 @@ def cpu_budget(torch_threads: int, loader_workers: int) -> dict[str, str]:
         "cpu.busy_threads": str(busy),
         "cpu.oversubscribed": "true" if busy > cores else "false",
     }
+
+
+def peak_rss_bytes() -> float:
+    """This process's peak resident memory so far: what the training summary logs and what a CPU run
+    is priced for. `ru_maxrss` is KiB on Linux and bytes on macOS."""
+    peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return peak if sys.platform == "darwin" else peak * 1024.0

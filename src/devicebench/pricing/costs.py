@@ -1,4 +1,5 @@
-"""What a run's work cost: the price tags when the host is known, the `cost/*` metrics when the run ends.
+"""What a run's work cost: the price tags and the `cost/*` metrics, when the run ends and what it used
+is known (pricing/prices.py prices it).
 
 The CLI calls this around the workload, which neither knows nor changes: the numbers come from what the
 workload already measured (its result) and the run's wall time (`time/total_s`). Metric names are the
@@ -29,7 +30,7 @@ SECONDS_PER_HOUR = 3600.0
 
 
 def log_price(tracker: Any, price: Price | str) -> None:
-    """The price tags, or `devicebench.price.none` with the reason: once, when the host is known."""
+    """The price tags, or `devicebench.price.none` with the reason: once, at the run's end."""
     if isinstance(price, Price):
         tracker.set_tags(price.tags())
     else:
@@ -84,7 +85,7 @@ def training_costs(hourly: float, train_s: float, samples_per_s: float, epochs: 
 
 def matmul_costs(hourly: float, points: Sequence[Any]) -> dict[int, dict[str, float]]:
     """size -> {`matmul/<backend>/<dtype>/gflop_per_usd`: GFLOP/s × 3600 / price} for every point: the
-    GFLOP a dollar of this host buys, NumPy's CPU points included (they ran on the same priced host)."""
+    GFLOP a dollar buys at the run's price, NumPy's CPU points included (the run's price is what it used)."""
     out: dict[int, dict[str, float]] = defaultdict(dict)
     for p in points:
         rate = float(p.gflops)

@@ -28,7 +28,7 @@ import yaml
 
 from devicebench.errors import UsageError
 from devicebench.schema import tag
-from devicebench.util.fmt import fmt_price
+from devicebench.util.fmt import fmt_number, fmt_price
 from devicebench.util.yamlfile import load_capped
 
 # A price table is a page of YAML; past this it is not one (a plan's cap is 1 MiB, a table needs far less).
@@ -386,10 +386,11 @@ def pricing_for(
             "neither was given; give one of them or leave illustrative_price out",
             param="illustrative_price",
         )
-    if price_per_hour:
-        return Pricing(override=price_per_hour, override_source=ILLUSTRATIVE if illustrative else OVERRIDE)
-    if setting_price:
-        return Pricing(override=setting_price)
+    override = price_per_hour or setting_price
+    if override and not (cpu_shape or gpu_shape):  # a number given: no table to read
+        return Pricing(
+            override=override, override_source=ILLUSTRATIVE if price_per_hour and illustrative else OVERRIDE
+        )
     shapes = {"cpu_shape": cpu_shape or DEFAULT_CPU_SHAPE, "gpu_shape": gpu_shape}
     flags = {"whole_shape": whole_shape, "illustrative": illustrative}
     if prices_path:
@@ -404,6 +405,10 @@ def pricing_for(
     else:
         return Pricing(missing=f"no price table ({DEFAULT_LABEL} not found; set DEVICEBENCH_PRICES)", **flags)
     _check_shapes(table, cpu_shape, gpu_shape)  # the ones the user named; a default may be absent
+    if override:  # the shapes were checked; the number given still prices the run
+        return Pricing(
+            override=override, override_source=ILLUSTRATIVE if price_per_hour and illustrative else OVERRIDE
+        )
     return Pricing(table=table, **shapes, **flags)
 
 
@@ -449,12 +454,17 @@ def price_side(pricing: Pricing, host: Mapping[str, str], usage: Usage) -> Price
     return _cpu_price(pricing, table, shape, usage)
 
 
-def _source(pricing: Pricing, table: PriceTable) -> str:
-    return ILLUSTRATIVE if pricing.illustrative else f"table:{table.path.name}"
+def _source(pricing: Pricing, table: PriceTable, as_if: bool) -> str:
+    """Where the price came from; a list price standing for a shape the host is not, in a plan that
+    says its prices are illustrative (the demo's), is illustrative; the host's own is not."""
+    return ILLUSTRATIVE if pricing.illustrative and as_if else f"table:{table.path.name}"
 
 
-def _count(x: float) -> str:
-    return f"{x:g}" if x == int(x) else f"{x:.2f}"
+def priced_as(shape: str, units: str, as_if: bool) -> str:
+    """What a price is of, in the words every output uses (the run's line, the report's price column
+    and verdicts): `VM.GPU.A10.1: 1 of its 1 GPUs`, `as if on VM.Standard.E5.Flex: 1 OCPU + 2 GB`."""
+    what = f"{shape}: {units}" if units else shape
+    return f"as if on {what}" if as_if else what
 
 
 def _gpu_price(
@@ -469,14 +479,17 @@ def _gpu_price(
         return f"{where}, and no price_shape or price_per_hour"
     e = table.entries[name]
     gpus = usage.gpus or 1.0
+    units = f"{fmt_number(gpus)} of its {e.gpus} GPU{'s' if e.gpus != 1 else ''}"
+    if gpus > (e.gpus or 1):  # a job on several hosts of the shape
+        units = f"{fmt_number(gpus)} GPUs at its rate per GPU"
     return Price(
         usd_per_hour=(e.per_gpu or 0.0) * gpus,
         currency=e.currency,
-        source=_source(pricing, table),
+        source=_source(pricing, table, as_if),
         shape=name,
         date=e.date,
         reference=e.source,
-        units=f"{_count(gpus)} of its {e.gpus} GPU{'s' if e.gpus != 1 else ''}",
+        units=units,
         as_if=as_if,
         per_use=True,
     )
@@ -496,7 +509,7 @@ def _cpu_price(pricing: Pricing, table: PriceTable, shape: str, usage: Usage) ->
     return Price(
         usd_per_hour=(e.usd_per_ocpu_hour or 0.0) * ocpus + (e.usd_per_gb_hour or 0.0) * gb,
         currency=e.currency,
-        source=_source(pricing, table),
+        source=_source(pricing, table, e.shape != shape),
         shape=e.shape,
         date=e.date,
         reference=e.source,
@@ -536,11 +549,11 @@ def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
         return f"shape {shape} is priced per OCPU and GB, but the OCI metadata gave no shapeConfig"
     units = f"the whole shape ({entry.gpus} GPUs)" if entry.is_gpu else "the whole shape"
     if entry.is_flex:
-        units = f"{_count(ocpus or 0)} OCPUs + {_count(memory_gb or 0)} GB"
+        units = f"{fmt_number(ocpus or 0)} OCPUs + {fmt_number(memory_gb or 0)} GB"
     return Price(
         usd_per_hour=hourly,
         currency=entry.currency,
-        source=_source(pricing, table),
+        source=_source(pricing, table, False),
         shape=shape,
         date=entry.date,
         reference=entry.source,

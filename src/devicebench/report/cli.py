@@ -4,7 +4,9 @@ Reads runs from the configured tracking store (MLFLOW_TRACKING_URI: embedded SQL
 every experiment unless --experiment names some, pairs runs with the same config key across devices,
 writes report.md, report.html, runs.csv and charts to --out, prints a table, and logs the report as an
 MLflow run (devicebench.workload=report) whose metrics and description carry the headline numbers.
-With --budget it also prints, per config, the cheapest device/shape and the work it buys per dollar.
+With --budget it also prints, per config, the cheapest device/shape, the work it buys per dollar and
+every priced side ranked by cost per unit of work; --deadline adds the cheapest side within a time per
+unit of work.
 With --baseline previous it exits 1 when the newest run of a config is slower than earlier ones beyond
 --threshold and beyond their spread (one line per regression).
 """
@@ -13,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import time
 from pathlib import Path
 
 from devicebench.errors import UsageError
-from devicebench.report.read.options import Query, parse_since, split_list
+from devicebench.report.read.options import Query, parse_duration, parse_since, split_list
 from devicebench.schema import WORKLOADS
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
@@ -70,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget",
         action="store_true",
         help="also print, per config, the cheapest device/shape among the runs and the epochs (training) "
-        "or GFLOP (matmul) it buys per dollar, from the prices the runs logged",
+        "or GFLOP (matmul) it buys per dollar, and every priced side ranked by cost per unit of work",
     )
 
 
@@ -102,18 +103,13 @@ def check_out_dir(out: Path) -> None:
         raise UsageError(f"{str(out)!r}: {probe} is not writable; name a folder you can write", param="out")
 
 
-_DEADLINE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$", re.IGNORECASE)
-_DEADLINE_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_deadline(raw: str) -> float | None:
     """`90`, `90s`, `2m`, `1.5h` → seconds per unit of work; empty: none. Anything else, or zero, is a
     usage error naming the option."""
     text = (raw or "").strip()
     if not text:
         return None
-    m = _DEADLINE.match(text)
-    seconds = float(m.group(1)) * _DEADLINE_UNIT_S[(m.group(2) or "s").lower()] if m else 0.0
+    seconds = parse_duration(text if text[-1:].isalpha() else f"{text}s") or 0.0  # a bare number: seconds
     if not 0 < seconds <= 365 * 86400:
         raise UsageError(
             f"{raw!r} is not allowed; use a time per unit of work such as 90s, 2m or 1.5h", param="deadline"

@@ -2,7 +2,7 @@
 
 A run's page in the MLflow UI shows its description (the `mlflow.note.content` tag) above its metrics,
 and `devicebench <workload>` (so `mlflow run`) prints this same line last: time, throughput, quality,
-device and cost, e.g. `train 561 ms · 3,542 img/s · acc 0.902 · cuda:0 · $0.000159/epoch (illustrative
+device and cost, e.g. `train 561.20 ms · 3,542 img/s · acc 0.902 · cuda:0 · $0.000159/epoch (illustrative
 $1/h)`. A made-up price says so here as in the report, so it cannot pass for a real one.
 
 Wherever MLflow orders metrics by name, `time/...` and `throughput/...` came after the per-class
@@ -19,9 +19,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price
+from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
 from devicebench.schema import COST_PER_EPOCH, GFLOP_PER_USD, glance_key, headline_point
-from devicebench.util.fmt import fmt_amount, fmt_count, fmt_money, fmt_price, fmt_s
+from devicebench.util.fmt import (
+    fmt_amount,
+    fmt_count,
+    fmt_money,
+    fmt_price,
+    fmt_quality,
+    fmt_rel_error,
+    fmt_s,
+)
 
 SEP = " · "
 SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s"}
@@ -43,8 +51,7 @@ def price_phrase(price: Price | str) -> str:
     made_up = "illustrative " if price.source == ILLUSTRATIVE else ""
     if not price.shape:
         return f"{made_up}{hourly}"
-    what = f"{price.shape}: {price.units}" if price.units else price.shape
-    return f"{made_up}{'as if on ' if price.as_if else ''}{what}, {hourly}"
+    return f"{made_up}{priced_as(price.shape, price.units, price.as_if)}, {hourly}"
 
 
 def _best_matmul(points: Sequence[Any]) -> Any | None:
@@ -88,16 +95,16 @@ def summary_line(
         if "gflops" in g:
             parts += [f"{fmt_s(g['time_s'])} per product", f"{fmt_count(g['gflops'])} GFLOP/s"]
         if "rel_error" in g:
-            parts.append(f"rel err {g['rel_error']:.1e}")
+            parts.append(f"rel err {fmt_rel_error(g['rel_error'])}")
     else:
         if "train_s" in g:
             parts.append(f"train {fmt_s(g['train_s'])}")
         if "train_samples_per_s" in g:
             parts.append(f"{fmt_count(g['train_samples_per_s'])} {SAMPLE_UNIT.get(workload, 'samples/s')}")
         if "accuracy" in g:
-            parts.append(f"acc {g['accuracy']:.3f}")
+            parts.append(f"acc {fmt_quality(g['accuracy'])}")
         if "miou" in g:
-            parts.append(f"mIoU {g['miou']:.3f}")
+            parts.append(f"mIoU {fmt_quality(g['miou'])}")
     parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))
     phrase = price_phrase(price)
     if "usd_per_epoch" in g:

@@ -43,6 +43,7 @@ from devicebench.errors import UsageError
 from devicebench.host.context import Context
 from devicebench.schema import TRAINING_WORKLOADS, tag
 from devicebench.tracking.protocol import null_tracker
+from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.workloads import load
 
 TUNABLE = TRAINING_WORKLOADS
@@ -159,7 +160,7 @@ def tune(
     for i, (setting, _) in enumerate(leaders, start=1):
         trial = search.next(setting, len(leaders) - i + 1, note=CONFIRMATION)
         median = _scores(search.trials).get(setting)
-        of = f"; median of its runs {median:,.0f}" if median and trial.samples_per_s else ""
+        of = f"; median of its runs {fmt_count(median)}" if median and trial.samples_per_s else ""
         say(f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, search.left())}{of}")
     _say_skipped(workload, search.trials, budget_s, budget_s - search.left(), say)
     return search.trials
@@ -267,9 +268,9 @@ def _sized(setting: Setting, trials: list[Trial], share_s: float, batch_size: in
 
 def _said(trial: Trial, left: float) -> str:
     if trial.note.startswith("skipped"):
-        return f"skipped, {max(left, 0):.1f} s of the budget left"
-    rate = f"{trial.samples_per_s:,.0f} samples/s" if trial.samples_per_s else "no figure"
-    return f"{rate} ({trial.seconds:.1f} s)"
+        return f"skipped, {fmt_s(max(left, 0))} of the budget left"
+    rate = f"{fmt_count(trial.samples_per_s)} samples/s" if trial.samples_per_s else "no figure"
+    return f"{rate} ({fmt_s(trial.seconds)})"
 
 
 def _same_feed(setting: Setting, trials: list[Trial]) -> list[Trial]:

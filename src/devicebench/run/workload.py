@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from devicebench.config.settings import Settings
 from devicebench.config.workloads import WorkloadConfig
 from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
 from devicebench.host.context import Context
-from devicebench.host.cpu import cpu_budget, set_cpu_threads, usable_cores
+from devicebench.host.cpu import cpu_budget, peak_rss_bytes, set_cpu_threads, usable_cores
 from devicebench.host.device import activate, device_name, host_fingerprint, resolve_device
 from devicebench.host.distributed import World
 from devicebench.host.job import worker_rank
@@ -291,16 +290,16 @@ def _loader_workers(cfg: WorkloadConfig) -> int:
 def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: WorkloadConfig) -> Usage:
     """What the run used, to be priced as (DESIGN.md, pricing rules): the GPUs of its job (a MIG slice
     its share), the vCPUs its threads and loader workers kept busy in every process, and the memory it
-    needed: this process's peak RSS and, for each loader worker, the largest worker's."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # Linux reports KiB
+    needed, its processes' peak RSS (forked loader workers share their parent's pages, and the peak
+    of reaped children depends on when they were reaped: they are not added). A matmul run's NumPy
+    child runs one product at a time beside no torch work, on the same thread count."""
     workers = _loader_workers(cfg)
-    rss += workers * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024.0
     gpus = processes * mig_share(host.get("gpu_mig_profile", "")) if device.type == "cuda" else 0.0
     return Usage(
         device=device.type,
         gpus=gpus,
         vcpus=(int(host["torch_threads"]) + workers) * processes,
-        memory_gb=rss * processes / 2**30,
+        memory_gb=peak_rss_bytes() * processes / 2**30,
     )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
-import resource
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -23,6 +22,7 @@ from tqdm import tqdm
 
 from devicebench.host import precision
 from devicebench.host.context import Context
+from devicebench.host.cpu import peak_rss_bytes
 from devicebench.host.distributed import World
 from devicebench.host.timing import Timer
 from devicebench.schema import (
@@ -78,7 +78,7 @@ def peak_memory(device: torch.device) -> dict[str, float]:
     A device without its own memory figure logs none: on the CPU a `memory/peak_bytes` repeating the
     RSS read as a device measurement beside a GPU's, and MPS offers no peak to read.
     """
-    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0  # Linux reports KiB
+    rss = peak_rss_bytes()
     if device.type == "cuda":
         return {
             PEAK_BYTES: float(torch.cuda.max_memory_allocated(device)),

@@ -2,8 +2,9 @@
 
 One function per spelling, and every table, verdict, chart, run line and report line calls it, so a
 figure reads the same wherever it appears (a report once said "time per unit 15.60 s" in one table and
-a money amount with other rounding rules in the next). Each takes None (or a NaN) and gives the dash.
-Torch- and mlflow-free.
+a money amount with other rounding rules in the next). A spelling of a figure that may be missing (a
+time, a ratio, a share, money, a stat) takes None or a NaN and gives the dash; the rest spell a figure
+that is there. Torch- and mlflow-free.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _missing(x: float | None) -> bool:
 
 def fmt_s(x: float | None) -> str:
     """`135 s`, `2.50 s`, `12.30 ms`, `85.0 µs`."""
-    if x is None:
+    if _missing(x):
         return NONE
     if x >= 100:
         return f"{x:.0f} s"
@@ -121,6 +122,11 @@ def fmt_rate(s: Stat | None) -> str:
     return f"{fmt_count(s.median)} ({fmt_count(s.lo)}–{fmt_count(s.hi)}, n={s.n})"
 
 
+def fmt_number(x: float) -> str:
+    """A count that may be a share: `8`, `0.14` (GPUs of a MIG slice, OCPUs)."""
+    return f"{x:g}" if x == int(x) else f"{x:.2f}"
+
+
 def fmt_gflops(x: float) -> str:
     """GFLOP/s in a table of matmul points: one decimal."""
     return f"{x:.1f}"
@@ -169,6 +175,11 @@ def fmt_bytes(s: Stat | None) -> str:
             return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
         x /= 1024
     return f"{x:.1f} TiB"
+
+
+def fmt_rel_error(x: float) -> str:
+    """A relative error, which spans decades: `1.0e-07`."""
+    return f"{x:.1e}"
 
 
 def fmt_quality(x: float) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from devicebench.pricing.prices import priced_as
 from devicebench.report.model.best_cpu import cpu_setting
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
@@ -138,7 +139,7 @@ def price_performance(pair: Pair) -> str | None:
     return text
 
 
-def priced_as(side: Side) -> str:
+def price_said(side: Side) -> str:
     """What an hour of the side cost and what it was priced as: `VM.GPU.A10.1: 1 of its 1 GPUs, $2.00/h`,
     `as if on VM.Standard.E5.Flex: 1 OCPU + 2 GB, $0.0340/h`, `$1.00/h set by hand`."""
     p = side.price
@@ -147,7 +148,7 @@ def priced_as(side: Side) -> str:
         return f"{p.shape}, the whole host, {hourly}" if p.shape else f"the whole host, {hourly}"
     if not p.shape:
         return f"{hourly} set by hand"
-    return f"{'as if on ' if p.as_if else ''}{p.shape}: {p.units}, {hourly}"
+    return f"{priced_as(p.shape, p.units, p.as_if)}, {hourly}"
 
 
 def _verb(pair: Pair) -> str:
@@ -166,7 +167,7 @@ def break_even(side: Side) -> str | None:
     verb = "compute this product" if side.workload == "matmul" else "train this"
     line = (
         f"break-even: a GPU of {p.gpu_shape} ({fmt_money(p.gpu_hourly, p.currency)}/h) must {verb} "
-        f"{fmt_x(p.gpu_hourly / p.hourly.median)} faster than this CPU ({priced_as(side)}) to cost less"
+        f"{fmt_x(p.gpu_hourly / p.hourly.median)} faster than this CPU ({price_said(side)}) to cost less"
     )
     return f"{line} (illustrative prices, not real ones)" if p.illustrative else line
 
@@ -192,8 +193,8 @@ def _price_performance(pair: Pair) -> str | None:
         money = f"{fmt_x(ratio)} more"
         answer = "worth it only when time matters more than money" if speedup > 1 else "not worth its price"
     return (
-        f"{other.device_name or other.device} ({priced_as(other)}) {_verb(pair)} {pace} than {against} "
-        f"({priced_as(base)}) and costs {money} per {cost.unit}: {answer} (break-even at "
+        f"{other.device_name or other.device} ({price_said(other)}) {_verb(pair)} {pace} than {against} "
+        f"({price_said(base)}) and costs {money} per {cost.unit}: {answer} (break-even at "
         f"{fmt_x(cost.price_ratio)} faster)"
     )
 

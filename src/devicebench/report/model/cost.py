@@ -8,17 +8,17 @@ between sides priced in the same currency.
 
 The work-per-money table groups sides by work key (the config without how the CPU was fed: loader and
 workers), so a tuned CPU side ranks beside the GPU sides of the same work and the table asks the
-price-performance question of the CPU at its best, as the pairs do (report/best_cpu.py). The report's
+price-performance question of the CPU at its best, as the pairs do (model/best_cpu.py). The report's
 table and `compare --budget` both read `ranked`, so they cannot disagree.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from devicebench.report.model.price import number
 from devicebench.report.model.sides import Side, param_order, work_key
 from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TOTAL_S, TRAIN_S, gflops, headline_point
 from devicebench.util.stats import Stat
@@ -26,19 +26,11 @@ from devicebench.util.stats import Stat
 GFLOP = "GFLOP"  # the matmul unit of work
 
 
-def _float(text: str) -> float | None:
-    try:
-        x = float(text)
-    except ValueError:
-        return None
-    return x if math.isfinite(x) and x >= 0 else None
-
-
 def epoch_time(side: Side) -> Stat | None:
     """Training time per epoch (`time/train_s` / the `epochs` param), per run: the x of the cost chart."""
     values = []
     for r in side.runs:
-        t, epochs = r.metrics.get(TRAIN_S), _float(r.params.get("epochs", "1"))
+        t, epochs = r.metrics.get(TRAIN_S), number(r.params.get("epochs", "1"))
         if t is not None and epochs:
             values.append(t / epochs)
     return Stat.of(values)

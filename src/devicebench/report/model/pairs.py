@@ -1,6 +1,6 @@
 """Sides → pairs: two sides of one config key (CPU vs GPU, or two GPU models) at one world size, each
-built complete in one place (`make_pair`): its speedups, the CPU at its best, the cost of the same
-work and whether it stands in a crossover grid. Nothing is changed after; nothing is dropped: sides
+built complete in one place (`_whole`, which `build_pairs` and `make_pair` share): its speedups, the
+CPU at its best, the cost of the same work and whether it stands in a crossover grid. Nothing is changed after; nothing is dropped: sides
 without a partner at their world size are returned as unpaired.
 """
 

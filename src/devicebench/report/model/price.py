@@ -13,13 +13,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE
 from devicebench.report.read.records import RunRecord
 from devicebench.util.stats import Stat
 
-ILLUSTRATIVE = "illustrative"
 
-
-def _number(text: str) -> float | None:
+def number(text: str) -> float | None:
     """A logged price: a finite number >= 0 (a price of 0 counts; a missing or unreadable one does not)."""
     try:
         x = float(text)
@@ -30,7 +29,7 @@ def _number(text: str) -> float | None:
 
 def hourly_of(run: RunRecord) -> float | None:
     """The run's logged hourly price."""
-    return _number(run.tag("price.usd_per_hour", "x"))
+    return number(run.tag("price.usd_per_hour", "x"))
 
 
 def _one(values: Sequence[str]) -> str:
@@ -66,12 +65,16 @@ def price_of(runs: Sequence[RunRecord]) -> SidePrice:
     if not priced:
         reason = next((r.tag("price.none") for r in runs if r.tag("price.none")), "")
         return SidePrice(none_reason=reason or "the runs carry no devicebench.price tags")
+    if len({_whole_host(r) for r in priced}) > 1:  # never averaged: they answer different questions
+        return SidePrice(
+            none_reason="its runs were priced two ways (the whole host, before per-use pricing, and as what "
+            "they used): no cost is compared; narrow the selection (--since) to one kind"
+        )
     currencies = {r.tag("price.currency") or "USD" for r in priced}
     sources = [" ".join(x for x in (r.tag("price.source") or "?", r.tag("price.shape")) if x) for r in priced]
     units = _one([r.tag("price.units") for r in priced])
-    by_hand = all(
-        r.tag("price.source") in ("override", ILLUSTRATIVE) and not r.tag("price.shape") for r in priced
-    )
+    gpu_shapes = {r.tag("price.gpu_shape") for r in priced}
+    gpu_shape = next(iter(gpu_shapes)) if len(gpu_shapes) == 1 else ""  # one GPU to weigh against, or none
     return SidePrice(
         hourly=Stat.of(hourly_of(r) for r in priced),
         currency=currencies.pop() if len(currencies) == 1 else "mixed",
@@ -80,7 +83,13 @@ def price_of(runs: Sequence[RunRecord]) -> SidePrice:
         units=units,
         as_if=any(r.tag("price.as_if") == "true" for r in priced),
         illustrative=any(r.tag("price.source") == ILLUSTRATIVE for r in priced),
-        whole_host=not units and not by_hand,
-        gpu_shape=_one([r.tag("price.gpu_shape") for r in priced]),
-        gpu_hourly=_number(priced[0].tag("price.gpu_usd_per_hour", "x")),
+        whole_host=_whole_host(priced[0]),
+        gpu_shape=gpu_shape,
+        gpu_hourly=number(priced[0].tag("price.gpu_usd_per_hour", "x")) if gpu_shape else None,
     )
+
+
+def _whole_host(run: RunRecord) -> bool:
+    """Priced before per-use pricing: a table price without `price.units`, which was its whole host's."""
+    by_hand = run.tag("price.source") in (OVERRIDE, ILLUSTRATIVE) and not run.tag("price.shape")
+    return not run.tag("price.units") and not by_hand

@@ -183,9 +183,12 @@ def side_of(run: RunRecord) -> tuple[str, str]:
 
 
 def shape_of(run: RunRecord) -> str:
-    """The OCI shape a run was priced on, else the one it ran on, else "": an A10 in VM.GPU.A10.1 and
-    one in VM.GPU.A10.2 time alike but cost twice apart per hour, so they are two sides to compare."""
-    return run.tag("price.shape") or run.tag("host.oci.shape")
+    """The OCI shape a run ran on (or was priced as its own), else "": an A10 in VM.GPU.A10.1 and one in
+    VM.GPU.A10.2 time alike but cost twice apart per hour, so they are two sides to compare. Never an
+    "as if" shape: a CPU side priced as VM.Standard.E5.Flex still ran on its GPU host, and its runs
+    priced before and after per-use pricing are repeats of one side."""
+    own = run.tag("price.shape") if run.tag("price.as_if") != "true" else ""
+    return run.tag("host.oci.shape") or own
 
 
 def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:

@@ -13,8 +13,14 @@ from devicebench.errors import UsageError
 
 ALL = "all"  # --experiment all: every active experiment (MLproject's default)
 PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 1000 is MLflow's REST cap
-_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> float | None:
+    """`45s`, `30m`, `12h`, `7d`, `2w` → seconds; None for anything else (the caller names the option)."""
+    m = _DURATION.match(text)
+    return float(m.group(1)) * _UNIT_S[m.group(2).lower()] if m else None
 
 
 def means_every(names: Sequence[str]) -> bool:
@@ -46,9 +52,9 @@ def parse_since(text: str, now: float | None = None) -> int:
     """
     now = time.time() if now is None else now
     raw = text.strip()
-    m = _SINCE.match(raw)
-    if m:
-        start = now - float(m.group(1)) * _UNIT_S[m.group(2).lower()]
+    window = parse_duration(raw)
+    if window is not None:
+        start = now - window
     else:
         try:
             when = datetime.fromisoformat(raw.replace("Z", "+00:00"))

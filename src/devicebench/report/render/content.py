@@ -128,8 +128,8 @@ def _scaling(doc: list[Block], judged: Judgement, varying: Varying) -> None:
 
 
 def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) -> None:
-    comp = judged.comp
     """Which device and shape buys the most work per money, per config; or how to get prices at all."""
+    comp = judged.comp
     if not comp.all_sides:
         return
     heading(doc, 2, "Price-performance")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from devicebench.pricing.prices import priced_as
 from devicebench.report.model.cost import (
     GFLOP,
     UNIT_OF_TIME,
@@ -55,8 +56,7 @@ def _what(side: Side) -> str:
         return f"{p.source}; the whole host, priced before per-use pricing"
     if not p.shape:
         return p.source
-    origin = _one_source(p.source, p.shape)
-    return f"{'as if ' if p.as_if else ''}{p.shape}, {p.units}; {origin}"
+    return f"{priced_as(p.shape, p.units, p.as_if)}; {_one_source(p.source, p.shape)}"
 
 
 def _one_source(source: str, shape: str) -> str:
@@ -150,10 +150,10 @@ def _within(priced: list[Side], deadline: float) -> str:
 
 def cost_cells(p: Pair) -> tuple[str, str, str]:
     """The pair's price ratio, cost ratio and costs, against the best CPU where the cost was taken
-    against it (and saying so)."""
+    against it (and each saying so: the row's `base` column names the CPU as configured)."""
     price, ratio, spent = _cost_cells(p.cost_base, p.other, p.cost)
     if p.cost_base is not p.base and p.cost is not None and p.cost.cost_ratio is not None:
-        return price, f"{ratio} (against the best CPU)", f"best CPU {spent}"
+        return f"{price} (against the best CPU)", f"{ratio} (against the best CPU)", f"best CPU {spent}"
     return price, ratio, spent
 
 

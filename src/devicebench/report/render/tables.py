@@ -58,6 +58,7 @@ class Column(Generic[T]):
     views: frozenset[str] = frozenset({REPORT})
     short: str = ""  # the terminal's header where the report's is too wide
     judged: bool = False  # needs the item's verdicts: left out where the items were not judged
+    short_cell: Callable[[T], str] | None = None  # the terminal's spelling where the report's is too wide
 
 
 def shown(columns: Sequence[Column[T]], view: str, judged: bool = True) -> list[Column[T]]:
@@ -65,8 +66,10 @@ def shown(columns: Sequence[Column[T]], view: str, judged: bool = True) -> list[
     return [c for c in columns if view in c.views and (judged or not c.judged)]
 
 
-def cells(columns: Sequence[Column[T]], items: Iterable[T]) -> list[list[str]]:
-    return [[c.cell(item) for c in columns] for item in items]
+def cells(columns: Sequence[Column[T]], items: Iterable[T], short: bool = False) -> list[list[str]]:
+    """The cells of a table, the terminal's shorter spelling where a column has one (`short`)."""
+    spell = [(c.short_cell if short and c.short_cell else c.cell) for c in columns]
+    return [[f(item) for f in spell] for item in items]
 
 
 def headers(columns: Sequence[Column[T]], short: bool = False) -> list[str]:
@@ -128,11 +131,22 @@ PAIR_COLUMNS: tuple[Column[PairItem], ...] = (
     Column("base_time", "base time", lambda r: _timed(r.pair)[1], frozenset({SPEED})),
     Column("other_time", "other time", lambda r: _timed(r.pair)[2], frozenset({SPEED})),
     Column("speedup", "speedup", lambda r: speedup_text(r.pair), frozenset({SPEED, WHY, TERMINAL, NOTE})),
-    Column("best_cpu", "speedup over the best CPU", lambda r: best_cpu_text(r.pair), frozenset({WHY})),
-    # the terminal's: the figure alone (its setting is in the verdict and report.md)
-    Column("best_cpu_x", "best CPU", lambda r: fmt_x(r.pair.best_cpu_speedup), frozenset({TERMINAL})),
-    Column("price_ratio", "price ratio (per hour)", lambda r: money.cost_cells(r.pair)[0], frozenset({COST})),
-    Column("price_x", "price", lambda r: fmt_x(r.pair.price_ratio), frozenset({TERMINAL})),
+    Column(  # in the terminal the figure alone: its setting is in the verdict and report.md
+        "best_cpu",
+        "speedup over the best CPU",
+        lambda r: best_cpu_text(r.pair),
+        frozenset({WHY, TERMINAL}),
+        short="best CPU",
+        short_cell=lambda r: fmt_x(r.pair.best_cpu_speedup),
+    ),
+    Column(
+        "price_ratio",
+        "price ratio (per hour)",
+        lambda r: money.cost_cells(r.pair)[0],
+        frozenset({COST, TERMINAL}),
+        short="price",
+        short_cell=lambda r: fmt_x(r.pair.price_ratio),
+    ),
     Column(
         "cost_ratio",
         "cost ratio (per unit of work)",

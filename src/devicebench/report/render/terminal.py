@@ -39,7 +39,7 @@ def terminal_table(judged: Judgement, limit: int = 40) -> str:
     comp = judged.comp
     varying = varying_params(comp.all_sides)
     columns = shown(PAIR_COLUMNS, TERMINAL)
-    rows = cells(columns, pair_items(judged, comp.pairs, varying))
+    rows = cells(columns, pair_items(judged, comp.pairs, varying), short=True)
     lines = [
         f"{len(comp.runs)} runs: {len(comp.finished)} finished, {len(comp.unfinished)} not; "
         f"{len(comp.pairs)} pairs; {len(comp.unpaired)} configs without a partner device"
