@@ -454,6 +454,30 @@ def price_side(pricing: Pricing, host: Mapping[str, str], usage: Usage) -> Price
     return _cpu_price(pricing, table, shape, usage)
 
 
+def _of(
+    e: Entry,
+    pricing: Pricing,
+    table: PriceTable,
+    hourly: float,
+    units: str,
+    *,
+    as_if: bool = False,
+    per_use: bool = False,
+) -> Price:
+    """A table entry's price for `hourly` of it, saying what of it (`units`) and where it came from."""
+    return Price(
+        usd_per_hour=hourly,
+        currency=e.currency,
+        source=_source(pricing, table, as_if),
+        shape=e.shape,
+        date=e.date,
+        reference=e.source,
+        units=units,
+        as_if=as_if,
+        per_use=per_use,
+    )
+
+
 def _source(pricing: Pricing, table: PriceTable, as_if: bool) -> str:
     """Where the price came from; a list price standing for a shape the host is not, in a plan that
     says its prices are illustrative (the demo's), is illustrative; the host's own is not."""
@@ -482,17 +506,7 @@ def _gpu_price(
     units = f"{fmt_number(gpus)} of its {e.gpus} GPU{'s' if e.gpus != 1 else ''}"
     if gpus > (e.gpus or 1):  # a job on several hosts of the shape
         units = f"{fmt_number(gpus)} GPUs at its rate per GPU"
-    return Price(
-        usd_per_hour=(e.per_gpu or 0.0) * gpus,
-        currency=e.currency,
-        source=_source(pricing, table, as_if),
-        shape=name,
-        date=e.date,
-        reference=e.source,
-        units=units,
-        as_if=as_if,
-        per_use=True,
-    )
+    return _of(e, pricing, table, (e.per_gpu or 0.0) * gpus, units, as_if=as_if, per_use=True)
 
 
 def _cpu_price(pricing: Pricing, table: PriceTable, shape: str, usage: Usage) -> Price | str:
@@ -506,17 +520,9 @@ def _cpu_price(pricing: Pricing, table: PriceTable, shape: str, usage: Usage) ->
         )
     ocpus = max(1, math.ceil(usage.vcpus / VCPUS_PER_OCPU[e.arch]))
     gb = max(1, math.ceil(usage.memory_gb), math.ceil(e.min_gb_per_ocpu * ocpus))
-    return Price(
-        usd_per_hour=(e.usd_per_ocpu_hour or 0.0) * ocpus + (e.usd_per_gb_hour or 0.0) * gb,
-        currency=e.currency,
-        source=_source(pricing, table, e.shape != shape),
-        shape=e.shape,
-        date=e.date,
-        reference=e.source,
-        units=f"{ocpus} OCPU{'s' if ocpus != 1 else ''} + {gb} GB",
-        as_if=e.shape != shape,
-        per_use=True,
-    )
+    hourly = (e.usd_per_ocpu_hour or 0.0) * ocpus + (e.usd_per_gb_hour or 0.0) * gb
+    units = f"{ocpus} OCPU{'s' if ocpus != 1 else ''} + {gb} GB"
+    return _of(e, pricing, table, hourly, units, as_if=e.shape != shape, per_use=True)
 
 
 def gpu_to_weigh(pricing: Pricing, usage: Usage) -> dict[str, str]:
@@ -550,15 +556,7 @@ def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
     units = f"the whole shape ({entry.gpus} GPUs)" if entry.is_gpu else "the whole shape"
     if entry.is_flex:
         units = f"{fmt_number(ocpus or 0)} OCPUs + {fmt_number(memory_gb or 0)} GB"
-    return Price(
-        usd_per_hour=hourly,
-        currency=entry.currency,
-        source=_source(pricing, table, False),
-        shape=shape,
-        date=entry.date,
-        reference=entry.source,
-        units=units,
-    )
+    return _of(entry, pricing, table, hourly, units)
 
 
 def _number(text: str | None) -> float | None:
