@@ -23,6 +23,7 @@ from devicebench.report.read.options import Query, parse_duration, parse_since, 
 from devicebench.schema import WORKLOADS
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
+NAME_MAX = 255  # bytes in one path component on Linux's and macOS's file systems
 BASELINES = ("none", "previous")
 
 # the text options after --experiment, in --help order: flag, default, metavar, help
@@ -91,8 +92,14 @@ def parse_threshold(raw: str) -> float:
 
 
 def check_out_dir(out: Path) -> None:
-    """`--out` must be a folder we can create or write, checked before the store is read: `/dev/null`
-    or a file's path once failed with a traceback after the whole query."""
+    """`--out` must be a folder we can create or write, checked before the store is read: `/dev/null`,
+    a file's path or a name over 255 bytes once failed with a traceback after the whole query."""
+    too_long = next((part for part in out.parts if len(os.fsencode(part)) > NAME_MAX), None)
+    if too_long is not None:
+        raise UsageError(
+            f"a folder name in the path is {len(os.fsencode(too_long)):,} bytes; at most {NAME_MAX}",
+            param="out",
+        )
     probe = out
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

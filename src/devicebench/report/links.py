@@ -17,6 +17,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from devicebench.util.files import write_text_atomic
 from devicebench.util.redact import redact
 
 REPORT_RUN_FILE = "report_run.json"  # beside the report: which run holds it (the suite prints its link)
@@ -112,7 +113,7 @@ def settings_link_lines(
 
 def write_report_run(out: Path, run_id: str, experiment_id: str) -> None:
     """`report_run.json` beside the report: the run that holds it, for whoever launched this compare."""
-    (out / REPORT_RUN_FILE).write_text(json.dumps({"run_id": run_id, "experiment_id": experiment_id}))
+    write_text_atomic(out / REPORT_RUN_FILE, json.dumps({"run_id": run_id, "experiment_id": experiment_id}))
 
 
 def read_report_run(out: Path) -> tuple[str, str] | None:

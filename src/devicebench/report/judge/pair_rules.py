@@ -37,6 +37,19 @@ HELD_BACK_SHARE = 0.25  # a GPU side that waited for data this much was measured
 TIE = (0.9, 1.1)  # against the CPU at its best, a speedup in this band is no gain either way
 
 
+def across_hosts(pair: Pair) -> str | None:
+    """Two sides from different machines (a CPU shape's runs beside a GPU shape's, or the same config
+    run on two hosts) may be the comparison the user wants, but it is not one device against another on
+    one host: the line says which hosts, first, so no table shows it as a plain speedup."""
+    base, other = set(pair.base.hosts), set(pair.other.hosts)
+    if base == other:
+        return None
+    return (
+        f"the sides ran on different hosts ({pair.base.device}: {', '.join(sorted(base))}; {pair.other.device}: "
+        f"{', '.join(sorted(other))}): a comparison of two machines, not of two devices of one"
+    )
+
+
 def against_best_cpu(pair: Pair) -> str | None:
     """Where a faster CPU configuration of the same work was measured, the pair's answer is against it:
     "against this CPU at its best (4 threads, data in memory) the H100 is 1.2x faster: not worth its
@@ -400,6 +413,7 @@ def thread_mismatch(pair: Pair) -> str | None:
 
 
 RULES: tuple[Callable[[Pair], str | None], ...] = (
+    across_hosts,
     against_best_cpu,
     oversubscribed,
     price_performance,

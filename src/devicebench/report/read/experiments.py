@@ -17,6 +17,7 @@ from mlflow.entities import ViewType
 from mlflow.exceptions import MlflowException
 
 from devicebench.errors import UsageError
+from devicebench.util.text import visible
 
 
 def active_experiments(client: Any, page_size: int = 1000) -> dict[str, str]:
@@ -28,7 +29,7 @@ def active_experiments(client: Any, page_size: int = 1000) -> dict[str, str]:
         page = client.search_experiments(
             view_type=ViewType.ACTIVE_ONLY, max_results=page_size, page_token=token
         )
-        out.update((e.experiment_id, e.name) for e in page)
+        out.update((e.experiment_id, visible(e.name)) for e in page)
         token = page.token
         if not token:
             return out
@@ -48,7 +49,7 @@ def resolve_experiments(client: Any, names: Sequence[str]) -> dict[str, str]:
             known = sorted(e.name for e in client.search_experiments(max_results=50))
             hint = f"; known: {', '.join(known)}" if known else "; the store has no experiments yet"
             raise UsageError(f"unknown experiment {name!r}{hint}", param="experiment")
-        out[exp.experiment_id] = exp.name
+        out[exp.experiment_id] = visible(exp.name)
     return out
 
 

@@ -26,10 +26,11 @@ from devicebench.errors import UsageError
 from devicebench.report.read.experiments import active_experiments, read_line, resolve_experiments
 from devicebench.report.read.options import Query, parse_since
 from devicebench.report.read.points import fetch_history, split_history
-from devicebench.report.read.records import RunRecord
+from devicebench.report.read.records import RunRecord, shown
 from devicebench.report.read.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
+from devicebench.util.text import visible
 
 NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workload
 # 664 history requests to a local server on a 2-core VM took 33 s with 1 worker, 4.9 s with 8, 3.5 s with 16
@@ -128,17 +129,17 @@ def slice_clauses(oldest: int, newest: int, k: int) -> list[str | None]:
 
 
 def record(run: Any) -> RunRecord:
-    """One MLflow `Run` entity as a RunRecord (the embedded store's path)."""
+    """One MLflow `Run` entity as a RunRecord (the embedded store's path), names and values made visible."""
     info, data = run.info, run.data
     return RunRecord(
         run_id=info.run_id,
         status=info.status,
         start_time=int(info.start_time or 0),
-        tags=dict(data.tags),
-        params=dict(data.params),
+        tags=shown(data.tags),
+        params=shown(data.params),
         metrics=dict(data.metrics),
         experiment_id=info.experiment_id,
-        run_name=info.run_name or "",
+        run_name=visible(info.run_name or ""),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from devicebench.schema import TAG_PREFIX as TAG
+from devicebench.util.text import visible
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,9 @@ class RunRecord:
             if s.isdigit():
                 out.append(int(s))
         return sorted(set(out))
+
+
+def shown(values: dict[str, str]) -> dict[str, str]:
+    """A run's params or tags as every output may show them (util.text.visible): applied once, as a
+    run is read, so no writer has to remember it."""
+    return {k: visible(str(v)) for k, v in values.items()}

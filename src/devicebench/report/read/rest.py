@@ -17,6 +17,9 @@ from typing import Any
 from mlflow.store.tracking.rest_store import RestStore
 from mlflow.utils.rest_utils import http_request, verify_rest_response
 
+from devicebench.report.read.records import shown
+from devicebench.util.text import visible
+
 SEARCH_ENDPOINT = "/api/2.0/mlflow/runs/search"
 CLOSE = {"Connection": "close"}
 
@@ -62,7 +65,8 @@ def search_page(
 
 
 def record_fields(run: dict[str, Any]) -> dict[str, Any]:
-    """One run of the REST answer as RunRecord's fields: what `Run.from_proto` would give, without it.
+    """One run of the REST answer as RunRecord's fields: what `Run.from_proto` would give, without it,
+    its names and values made visible (util.text).
 
     Metric values come as JSON numbers, or as strings for NaN and ±Infinity, which `float` reads alike.
     """
@@ -71,9 +75,9 @@ def record_fields(run: dict[str, Any]) -> dict[str, Any]:
         "run_id": info.get("run_id") or info.get("run_uuid", ""),
         "status": info.get("status", ""),
         "start_time": int(info.get("start_time") or 0),
-        "tags": {t["key"]: t.get("value", "") for t in data.get("tags", [])},
-        "params": {p["key"]: p.get("value", "") for p in data.get("params", [])},
+        "tags": shown({t["key"]: t.get("value", "") for t in data.get("tags", [])}),
+        "params": shown({p["key"]: p.get("value", "") for p in data.get("params", [])}),
         "metrics": {m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics", [])},
         "experiment_id": str(info.get("experiment_id", "")),
-        "run_name": info.get("run_name", ""),
+        "run_name": visible(info.get("run_name", "")),
     }

@@ -33,6 +33,9 @@ def _plt() -> Any:
     import matplotlib  # lazy: ~0.5 s, and the backend must be set before pyplot is first imported
 
     matplotlib.use("Agg")
+    # every label comes from run data: a GPU name tag `GPU $x^{$` once made mathtext raise and killed
+    # the whole report; text is drawn as it is, never parsed as math
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt  # lazy: after the backend, as above
 
     return plt

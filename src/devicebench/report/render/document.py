@@ -75,8 +75,17 @@ def image(blocks: list[Block], name: str, alt: str) -> None:
 # --------------------------------------------------------------------------------------------- Markdown
 
 
+# what makes run data live Markdown: a link or an image (`![x](http://...)`, `[a](javascript:...)`) needs
+# brackets, raw HTML angle brackets; the report's own Markdown uses none of them outside its images
+_MD_LIVE = str.maketrans({"[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;"})
+
+
+def _md_text(text: str) -> str:
+    return str(text).translate(_MD_LIVE)
+
+
 def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return _md_text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _md_table(t: Table) -> list[str]:
@@ -92,9 +101,9 @@ def to_markdown(doc: Doc) -> str:
     for block in doc.blocks:
         match block:
             case Heading(level, text):
-                out.append("#" * level + " " + text)
+                out.append("#" * level + " " + _md_text(text))
             case Paragraph(text):
-                out.append(text)
+                out.append(_md_text(text))
             case Table():
                 out.extend(_md_table(block))
             case Image(name, alt):

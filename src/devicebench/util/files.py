@@ -1,0 +1,35 @@
+"""Writing a file the way every file the project writes is written: whole or not at all, never through
+a link it did not make.
+
+A report folder is the user's, and another user (or a planted link) may own what is in it:
+`compare --out DIR` once followed a symlink at DIR/report_run.json and overwrote the file it pointed at.
+A new temporary file in the same folder, then a rename over the name, replaces a link itself (rename
+does not follow it) and leaves the old file whole if the write fails half-way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`path` holds `text` whole afterwards, written to a new file beside it and renamed into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
