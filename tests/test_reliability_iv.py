@@ -5,13 +5,17 @@ beyond loopback without auth). In-process where possible; no training run."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
+from devicebench.config.settings import load_dotenv_file, load_settings
 from devicebench.errors import UsageError
 from devicebench.plan.spec import load_plan
 from devicebench.pricing.prices import load_prices
+from servers import QUICK_MATMUL, devicebench_env, one_error_line, run_cli
 
 # ------------------------------------------------------------------------- 5: a key written twice
 
@@ -76,3 +80,115 @@ def test_a_control_character_is_refused_in_one_line_naming_its_line(tmp_path: Pa
     msg = str(err.value)
     assert "\n" not in msg, msg
     assert "line 4: not valid YAML (control character U+0007 is not allowed)" in msg, msg
+
+
+# ------------------------------------------------------------ 10: what a `.env` may put in the environment
+
+
+def _dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    path = tmp_path / ".env"
+    path.write_text(text)
+    monkeypatch.setenv("DEVICEBENCH_DOTENV", str(path))
+    for name in ("A", "B", "C", "PYTHONPATH", "LD_PRELOAD", "PYTHONSTARTUP", "PYTHONUNBUFFERED"):
+        monkeypatch.delenv(name, raising=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name", ["PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "LD_PRELOAD", "LD_LIBRARY_PATH"]
+)
+def test_a_dotenv_may_not_steer_the_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.delenv(name, raising=False)
+    path = _dotenv(tmp_path, monkeypatch, f"A=1\n{name}={tmp_path}\n")
+    with pytest.raises(UsageError) as err:
+        load_dotenv_file()
+    msg = str(err.value)
+    assert msg.startswith(f"settings file {path}: {name} steers the interpreter") and "\n" not in msg, msg
+    assert name not in os.environ and "A" not in os.environ, "nothing of a refused file is merged"
+
+
+def test_a_dotenv_keeps_its_harmless_settings_and_its_expansion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _dotenv(tmp_path, monkeypatch, "A=1\nB=${A}2\nC=${NOT_SET_ANYWHERE:-d}${A}\nPYTHONUNBUFFERED=1\n")
+    load_dotenv_file()
+    assert (os.environ["B"], os.environ["C"], os.environ["PYTHONUNBUFFERED"]) == ("12", "d1", "1")
+
+
+def test_a_dotenv_that_expands_without_end_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1,000 characters, then 100 of them: 100,000 (the old code built it, and then 100 times that)
+    path = _dotenv(tmp_path, monkeypatch, "A=" + "x" * 1000 + "\nB=" + "${A}" * 100 + "\nC=${B}${B}\n")
+    started = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        load_dotenv_file()
+    assert time.monotonic() - started < 1
+    msg = str(err.value)
+    assert msg == f"settings file {path}: B is 100,000 characters once expanded; a setting is at most 65,536"
+    assert "B" not in os.environ
+
+
+# ------------------------------------------------- 14: settings that fell into the generic error path
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"DEVICEBENCH_EXPERIMENT": "   "}, "setting DEVICEBENCH_EXPERIMENT is blank"),
+        ({"MLFLOW_EXPERIMENT_NAME": "\t"}, "setting MLFLOW_EXPERIMENT_NAME is blank"),
+        ({"DEVICEBENCH_OCI_METADATA_URL": "::::"}, "DEVICEBENCH_OCI_METADATA_URL='::::' is not an http://"),
+        ({"DEVICEBENCH_OCI_METADATA_URL": "ftp://h/x"}, "is not an http:// or https:// URL with a host"),
+        (
+            {"DEVICEBENCH_OCI_METADATA_URL": "http://h:99999/"},
+            "is not an http:// or https:// URL with a host",
+        ),
+    ],
+)
+def test_a_bad_setting_is_refused_by_name(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(UsageError) as err:
+        load_settings(env)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_a_good_metadata_url_is_kept() -> None:
+    url = "http://127.0.0.1:8080/opc/v2/instance/"
+    assert load_settings({"DEVICEBENCH_OCI_METADATA_URL": url}).oci_metadata_url == url
+
+
+def test_a_price_of_400_digits_is_refused_by_key(tmp_path: Path) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(f"version: 1\nshapes:\n  VM.X.1: {{usd_per_hour: {'9' * 400}, {PRICE}}}\n")
+    with pytest.raises(UsageError) as err:
+        load_prices(path)
+    assert str(err.value) == (
+        f"price table {path}: shapes[VM.X.1].usd_per_hour: a number of 400 digits is not a price; "
+        "expected a price per hour > 0"
+    )
+
+
+def test_a_dotenv_value_of_200000_characters_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _dotenv(tmp_path, monkeypatch, "A=" + "y" * 200_000 + "\n")
+    with pytest.raises(
+        UsageError, match=r"A is 200,000 characters once expanded; a setting is at most 65,536"
+    ):
+        load_settings()
+    assert "A" not in os.environ, path
+
+
+def test_an_experiment_id_with_no_experiment_is_refused_before_a_run_exists(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'x.db'}"
+    env = devicebench_env(uri, MLFLOW_EXPERIMENT_ID="99999")
+    proc = run_cli(["matmul", "--sizes", "64", "--repeats", "1", *QUICK_MATMUL], env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc.stderr)
+    assert "setting MLFLOW_EXPERIMENT_ID='99999': that experiment does not exist" in line, line
+    from mlflow.tracking import MlflowClient  # lazy: this file's other tests need no MLflow
+
+    client = MlflowClient(uri)
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []

@@ -13,20 +13,32 @@ import socket
 import tempfile
 import threading
 import urllib.parse
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from dotenv import dotenv_values
+from dotenv.variables import parse_variables
 
 from devicebench.errors import StoreUnavailable, UsageError
 from devicebench.schema import MAX_EXPERIMENT
+from devicebench.util.fmt import fmt_count
 from devicebench.util.redact import redact
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: the embedded SQLite store
 OCI_METADATA_URL = "http://169.254.169.254/opc/v2/instance/"
 MAX_SECONDS = 86_400.0  # no wait, timeout or interval is longer than a day; beyond, it is a typo
 DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+MAX_DOTENV_VALUE = 64 * 1024  # characters of one `.env` value after `${...}` expansion
+MAX_DOTENV_BYTES = 1024 * 1024  # a settings file is a few dozen lines
+# Variables that steer the interpreter, the dynamic loader or a shell: from a `.env` (a file in whatever
+# directory the command runs in) `PYTHONPATH=.` made every child import that directory's sitecustomize.py.
+STEERING_PREFIXES = ("PYTHON", "LD_", "DYLD_")
+STEERING_NAMES = frozenset({"PATH", "BASH_ENV", "ENV", "GCONV_PATH", "PERL5LIB", "PERL5OPT", "NODE_OPTIONS"})
+HARMLESS_PYTHON = frozenset(
+    {"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONFAULTHANDLER"}
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,25 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         # nan and inf parse, and a sender thread waiting 1e309 s crashes (it is not "store unreachable")
         raise UsageError(f"setting {name}={raw!r} must be a number of seconds from 0 to {MAX_SECONDS:.0f}")
     return value
+
+
+def _http_url(env: Mapping[str, str], name: str, default: str) -> str:
+    """An http(s) URL with a host, or the default when unset: `::::` failed only in the run, as a
+    ValueError from urllib."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(
+            f"setting {name}={redact(raw)[:200]!r} is not an http:// or https:// URL with a host"
+        )
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -111,19 +142,57 @@ def load_dotenv_file(env: Mapping[str, str] | None = None) -> Path | None:
     if choice and not path.is_file():
         raise UsageError(f"setting DEVICEBENCH_DOTENV={choice!r}: no such file")
     if path.is_file():
-        try:
-            values = dotenv_values(path)
-        except (UnicodeDecodeError, ValueError, OSError) as e:  # a binary or unreadable file
-            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else getattr(e, "strerror", None) or e
-            raise UsageError(
-                f"settings file {path}: cannot be read ({why}); fix it, or set DEVICEBENCH_DOTENV=none"
-            ) from None
-        for key, value in values.items():
+        for key, value in _dotenv_values(path).items():
             # Empty lines in a copied .env.example mean "unset", not "set to the empty string".
             if value and key not in os.environ:
                 os.environ[key] = value
         return path
     return None
+
+
+def _dotenv_values(path: Path) -> dict[str, str | None]:
+    """`path`'s variables, `${...}` expanded as python-dotenv does (the environment first, then the
+    file's earlier lines), each value at most MAX_DOTENV_VALUE characters, no variable that steers the
+    interpreter. Expanded by us, not by python-dotenv: it has no cap, and a 446-byte file whose lines
+    expand each other cost 6.2 GB and 30 s before exec failed with E2BIG."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_DOTENV_BYTES:
+            raise UsageError(
+                f"settings file {path}: {fmt_count(size)} bytes; a settings file is at most "
+                f"{fmt_count(MAX_DOTENV_BYTES)} bytes; fix it, or set DEVICEBENCH_DOTENV=none"
+            )
+        raw = dotenv_values(path, interpolate=False)
+    except (UnicodeDecodeError, ValueError, OSError) as e:  # a binary or unreadable file
+        why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else getattr(e, "strerror", None) or e
+        raise UsageError(
+            f"settings file {path}: cannot be read ({why}); fix it, or set DEVICEBENCH_DOTENV=none"
+        ) from None
+    values: dict[str, str | None] = {}
+    env = ChainMap(os.environ, values)  # the environment wins, as in python-dotenv without override
+    for key, value in raw.items():
+        if value is not None:
+            atoms = [atom.resolve(env) for atom in parse_variables(value)]
+            size = sum(len(a) for a in atoms)
+            if size > MAX_DOTENV_VALUE:
+                raise UsageError(
+                    f"settings file {path}: {key} is {fmt_count(size)} characters once expanded; "
+                    f"a setting is at most {fmt_count(MAX_DOTENV_VALUE)}"
+                )
+            value = "".join(atoms)
+        if value and _steers(key) and os.environ.get(key) != value:
+            raise UsageError(
+                f"settings file {path}: {key} steers the interpreter or the loader and is not taken from "
+                "a settings file; remove it, or set it in the environment if you mean it"
+            )
+        values[key] = value
+    return values
+
+
+def _steers(key: str) -> bool:
+    if key in HARMLESS_PYTHON:
+        return False
+    return key in STEERING_NAMES or key.startswith(STEERING_PREFIXES)
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -136,6 +205,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     experiment = (
         env.get("DEVICEBENCH_EXPERIMENT") or env.get("MLFLOW_EXPERIMENT_NAME") or "devicebench"
     ).strip()
+    if not experiment:  # `'   '`: MLflow refused the name '' only once a run was under way
+        name = "DEVICEBENCH_EXPERIMENT" if env.get("DEVICEBENCH_EXPERIMENT") else "MLFLOW_EXPERIMENT_NAME"
+        raise UsageError(f"setting {name} is blank; name an experiment, or leave it unset for 'devicebench'")
     if len(experiment) > MAX_EXPERIMENT:
         raise UsageError(
             f"setting DEVICEBENCH_EXPERIMENT is {len(experiment):,} characters; MLflow allows {MAX_EXPERIMENT}"
@@ -148,7 +220,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         experiment=experiment,
         data_dir=Path(env.get("DEVICEBENCH_DATA_DIR") or "data").expanduser(),
         spool_dir=Path(env.get("DEVICEBENCH_SPOOL_DIR") or state_home / "devicebench" / "spool").expanduser(),
-        oci_metadata_url=env.get("DEVICEBENCH_OCI_METADATA_URL") or OCI_METADATA_URL,
+        oci_metadata_url=_http_url(env, "DEVICEBENCH_OCI_METADATA_URL", OCI_METADATA_URL),
         oci_timeout_s=_float(env, "DEVICEBENCH_OCI_TIMEOUT_S", 0.5),
         store_timeout_s=_float(env, "DEVICEBENCH_STORE_TIMEOUT_S", 10.0),
         flush_interval_s=_float(env, "DEVICEBENCH_FLUSH_INTERVAL_S", 2.0),

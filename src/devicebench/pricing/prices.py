@@ -28,7 +28,7 @@ import yaml
 
 from devicebench.errors import UsageError
 from devicebench.schema import tag
-from devicebench.util.fmt import fmt_number, fmt_price
+from devicebench.util.fmt import fmt_count, fmt_number, fmt_price
 from devicebench.util.yamlfile import load_capped
 
 # A price table is a page of YAML; past this it is not one (a plan's cap is 1 MiB, a table needs far less).
@@ -335,6 +335,14 @@ def _cpu_fields(raw: dict, label: str, where: str) -> dict[str, Any]:
 def _price(value: Any, label: str, where: str, *, zero_ok: bool) -> float:
     """A price is a plain finite number: "2.0" in quotes, true, -1 and .inf are refused by name."""
     floor = ">= 0" if zero_ok else "> 0"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
+        # math.isfinite of a 400-digit integer raised OverflowError, which no check named
+        digits = len(str(abs(value)))
+        raise _err(
+            label,
+            where,
+            f"a number of {fmt_count(digits)} digits is not a price; expected a price per hour {floor}",
+        )
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _err(label, where, f"{value!r} is not a number; expected a price per hour {floor}")
     if value < 0 or (value == 0 and not zero_ok):

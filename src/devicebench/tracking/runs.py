@@ -29,6 +29,7 @@ from devicebench.tracking.store import (
     check_store,
     configure_mlflow_client,
     ensure_experiment,
+    given_experiment,
     store_error_hint,
 )
 from devicebench.tracking.tracker import MlflowTracker
@@ -103,7 +104,8 @@ def _open_run(
             client.set_tag(run_id, tag("workload"), workload)
             _name_attached_run(client, run_id, run_name)
             return run_id
-        experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or ensure_experiment(settings)
+        given = os.environ.get("MLFLOW_EXPERIMENT_ID", "").strip()
+        experiment_id = given_experiment(settings, given) if given else ensure_experiment(settings)
         with contextlib.redirect_stderr(sys.stderr):
             all_tags = resolve_tags(start_tags)
         return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id

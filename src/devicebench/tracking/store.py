@@ -247,3 +247,22 @@ def ensure_experiment(settings: Settings, name: str | None = None) -> str:
             f"{exp.experiment_id}) or choose another name with DEVICEBENCH_EXPERIMENT"
         )
     return exp.experiment_id
+
+
+def given_experiment(settings: Settings, experiment_id: str) -> str:
+    """`MLFLOW_EXPERIMENT_ID` (`mlflow run` and the suite set it) checked before a run is created in it:
+    an id with no experiment behind it ended the command in MLflow's own words, exit 1."""
+    client = MlflowClient(settings.tracking_uri)
+    try:
+        exp = client.get_experiment(experiment_id)
+    except MlflowException as e:
+        if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "BAD_REQUEST"):
+            raise
+        exp = None
+    if exp is None or exp.lifecycle_stage == "deleted":
+        why = "is deleted" if exp is not None else "does not exist"
+        raise UsageError(
+            f"setting MLFLOW_EXPERIMENT_ID={experiment_id[:100]!r}: that experiment {why} in the tracking "
+            f"store {redact(settings.tracking_uri)}; unset it (DEVICEBENCH_EXPERIMENT names one) or fix it"
+        )
+    return exp.experiment_id
