@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -402,3 +404,29 @@ def test_skip_unavailable_lists_gpu_runs_as_skipped(
     client = MlflowClient(mlflow_server.url)
     exp = client.get_experiment_by_name(experiment_name)
     assert len(client.search_runs([exp.experiment_id], "tags.mlflow.parentRunId != ''")) == 1
+
+
+def test_four_suites_starting_at_once_on_a_fresh_store_all_get_its_experiment(tmp_path: Path) -> None:
+    """Issue 40, item 2: four suites at once on a fresh SQLite store all died in MLflow's schema
+    migration (`duplicate column name: step`) when the plan's experiment was created before the store's
+    locked creation. Four processes run a suite's start (prepare_store) at once, as four suites do."""
+    code = (
+        "import dataclasses\nfrom devicebench.config.settings import load_settings\n"
+        "from devicebench.plan.suite import prepare_store\n"
+        "print(prepare_store(dataclasses.replace(load_settings(), experiment='four')))\n"
+    )
+    env = devicebench_env(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err.strip().splitlines()[-1:] for _, err in outs]
+    assert len({out.strip() for out, _ in outs}) == 1, "one experiment, the same id for all four"

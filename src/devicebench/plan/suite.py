@@ -146,14 +146,12 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     settings = load_settings()
     if plan.experiment:
         settings = dataclasses.replace(settings, experiment=plan.experiment)
-    preflight_store(settings)
-    configure_mlflow_client(settings)
     started = time.monotonic()
     params = {"plan": str(plan.path), "name": plan.name, "runs": len(plan.runs), "baseline": plan.baseline}
     if resume:
         check_resumable(settings, plan, resume)
-    else:  # once, before any child: a fresh SQLite store migrated in parallel breaks
-        ensure_experiment(settings)
+    else:
+        prepare_store(settings)
     with run_context(
         settings, "suite", params, run_name=f"suite {plan.name}", run_id=resume or None
     ) as parent:
@@ -185,11 +183,23 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     return 1 if outcome.failed or report_code else 0
 
 
+def prepare_store(settings: Any) -> str:
+    """The store made ready and the plan's experiment created, once, before any child: the store under
+    its inter-process lock first (check_store), then the experiment. Four suites started at once on a
+    fresh SQLite store all died in MLflow's schema migration when the experiment was created first."""
+    preflight_store(settings)
+    configure_mlflow_client(settings)
+    check_store(settings)
+    return ensure_experiment(settings)
+
+
 def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
     """Refuse `--resume RUN_ID` unless it names a suite parent run of this very plan.
 
     Resuming attaches to the run and retags it: given an ordinary matmul run, the run was rewritten as
     a suite and the whole plan ran under it, in that run's experiment."""
+    preflight_store(settings)
+    configure_mlflow_client(settings)
     check_store(settings)
     try:
         run = MlflowClient(settings.tracking_uri).get_run(run_id)
