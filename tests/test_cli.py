@@ -67,3 +67,23 @@ def test_an_absent_gpu_leaves_a_failed_run_on_the_embedded_store(tmp_path: Path)
     (run,) = runs_of(uri, "cli")
     assert run.info.status == "FAILED"
     assert ABSENT_GPU_SAYS.match(run.data.tags["devicebench.error"])
+
+
+@pytest.mark.parametrize("flags", [["--bogus", "1"], ["--sizes", "0"]])
+def test_a_flag_refused_under_mlflow_run_says_why_on_the_run_mlflow_made(
+    tmp_path: Path, flags: list[str]
+) -> None:
+    """Issue 40, item 17: `mlflow run . -e matmul -P bogus=1` (or sizes=0) left a FAILED run with MLflow's
+    random name and nothing saying why. `mlflow run` makes the run and hands its id to the command
+    (MLFLOW_RUN_ID); the command's one-line refusal now reaches that run, which ends FAILED."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("x")).info.run_id
+    proc = run_cli(["matmul", *flags], devicebench_env(uri, MLFLOW_RUN_ID=run_id), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    run = client.get_run(run_id)
+    line = proc.stderr.strip().removeprefix("devicebench: error: ")
+    assert run.data.tags["devicebench.error"] == line and run.data.tags["devicebench.workload"] == "matmul"
+    assert run.info.status == "FAILED"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -28,7 +29,14 @@ from devicebench.config.workloads import CONFIGS, WorkloadConfig
 from devicebench.errors import Interrupted, SpooledError, UsageError
 from devicebench.host.job import worker_rank
 from devicebench.pricing.prices import Pricing, pricing_for
-from devicebench.schema import TRAINING_WORKLOADS, UNSET_WORDS, WORKLOADS, check_device_spelling
+from devicebench.schema import (
+    MAX_TAG_VALUE,
+    TRAINING_WORKLOADS,
+    UNSET_WORDS,
+    WORKLOADS,
+    check_device_spelling,
+    tag,
+)
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import exiting
 from devicebench.util.redact import redact
@@ -91,6 +99,30 @@ def _closest_flag(extras: Sequence[str], flags: dict[str, str]) -> str:
             if close:
                 return f"; did you mean {flags[close[0]]}?"
     return ""
+
+
+def _explain_mlflow_run(message: str, argv: Sequence[str] | None) -> None:
+    """Under `mlflow run` (MLFLOW_RUN_ID set) MLflow made the run before this command started: a flag
+    refused here left it FAILED under a random name with nothing saying why (`-P bogus=1`). The run is
+    tagged with its workload and the one line, and ended FAILED; a run already explained (a refusal
+    inside a run, which ends it itself) is left as it is."""
+    run_id = os.environ.get("MLFLOW_RUN_ID", "").strip()
+    if not run_id or worker_rank():
+        return
+    # lazy: MLflow only under `mlflow run`, after a refused flag (a bad flag elsewhere never loads it)
+    from mlflow.tracking import MlflowClient
+
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    with contextlib.suppress(Exception):  # the refusal's own line is what matters; the store may be down
+        client = MlflowClient()
+        run = client.get_run(run_id)
+        if tag("error") in run.data.tags:
+            return
+        client.set_tag(run_id, tag("error"), redact(message)[:MAX_TAG_VALUE])
+        if words:
+            client.set_tag(run_id, tag("workload"), words[0])
+        if run.info.status == "RUNNING":
+            client.set_terminated(run_id, "FAILED")
 
 
 def _fail(message: str, code: int, error: BaseException | None = None) -> int:
@@ -281,7 +313,10 @@ def _main(argv: Sequence[str] | None) -> int:
             parser.print_help(sys.stderr)
             return 2
         return handler(args)
-    except (UsageError, SpooledError, Interrupted) as e:
+    except UsageError as e:
+        _explain_mlflow_run(str(e), argv)
+        return _fail(str(e), e.exit_code, e)
+    except (SpooledError, Interrupted) as e:
         return _fail(str(e), e.exit_code, e)
     except KeyboardInterrupt as e:
         return _fail("interrupted by Ctrl-C", 130, e)
