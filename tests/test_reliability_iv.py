@@ -5,16 +5,23 @@ beyond loopback without auth). In-process where possible; no training run."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import dataclasses
+import http.server
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from devicebench.config.settings import load_dotenv_file, load_settings
-from devicebench.errors import UsageError
+from devicebench.errors import StoreUnavailable, UsageError
 from devicebench.plan.spec import load_plan
 from devicebench.pricing.prices import load_prices
+from devicebench.tracking.store import check_store
 from servers import QUICK_MATMUL, devicebench_env, one_error_line, run_cli
 
 # ------------------------------------------------------------------------- 5: a key written twice
@@ -192,3 +199,56 @@ def test_an_experiment_id_with_no_experiment_is_refused_before_a_run_exists(tmp_
 
     client = MlflowClient(uri)
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+
+
+# ------------------------------------------------------------------- 12: credentials in a tracking URI
+
+
+@contextlib.contextmanager
+def _http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A one-thread HTTP server on 127.0.0.1 for the length of a `with`; its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _BasicAuthStore(http.server.BaseHTTPRequestHandler):
+    """Answers the store probe 200 for alice with the password `p@ss w`, 401 for anything else."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        auth = self.headers.get("Authorization") or ""
+        good = auth == "Basic " + base64.b64encode(b"alice:p@ss w").decode()
+        self.send_response(200 if good else 401)
+        body = b'{"experiments": []}' if good else b"{}"
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _store_settings(uri: str) -> object:
+    return dataclasses.replace(load_settings({}), tracking_uri=uri, store_timeout_s=2.0)
+
+
+def test_credentials_in_a_tracking_uri_reach_the_server_and_no_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    with _http_server(_BasicAuthStore) as base:
+        good = base.replace("http://", "http://alice:p%40ss%20w@")
+        check_store(_store_settings(good))  # was "not reachable (Name or service not known)"
+        bad = base.replace("http://", "http://alice:wrong-secret@")
+        with pytest.raises(StoreUnavailable) as err:
+            check_store(_store_settings(bad))
+    msg = str(err.value)
+    assert "refused the credentials (HTTP 401)" in msg and "wrong-secret" not in msg, msg

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import logging
 import os
 import sqlite3
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -45,12 +47,30 @@ def _auth_header() -> dict[str, str]:
     return {}
 
 
+def _uri_credentials(uri: str) -> tuple[str, dict[str, str]]:
+    """`uri` without its `user:password@`, and that pair as a Basic Authorization header. MLflow's client
+    (requests) sends credentials written in the URI; urllib took `alice:pw@127.0.0.1` for a host name
+    and called a running server "not reachable (Name or service not known)"."""
+    parts = urllib.parse.urlsplit(uri)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
+        return uri, {}
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    bare = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+    return bare, {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+
+
 def _check_http_store(uri: str, timeout_s: float) -> None:
-    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
+    bare, uri_auth = _uri_credentials(uri)
+    url = bare.rstrip("/") + "/api/2.0/mlflow/experiments/search"
     body = json.dumps({"max_results": 1}).encode()
-    req = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json", **_auth_header()}, method="POST"
-    )
+    headers = {
+        "Content-Type": "application/json",
+        **uri_auth,
+        **_auth_header(),
+    }  # the settings win, as in MLflow
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s):
             return
@@ -63,8 +83,8 @@ def _check_http_store(uri: str, timeout_s: float) -> None:
         raise StoreUnavailable(
             f"tracking server {redact(uri)} answered HTTP {e.code} to a test request"
         ) from None
-    except (OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
+    except (OSError, ValueError, http.client.HTTPException) as e:  # InvalidURL: a space in the host
+        reason = redact(str(getattr(e, "reason", e)))
         raise StoreUnavailable(
             f"tracking store {redact(uri)} is not reachable ({reason}); start it (make server) or fix MLFLOW_TRACKING_URI"
         ) from None
