@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from devicebench.config.settings import load_dotenv_file, load_settings
+from devicebench.config.settings import load_dotenv_file, load_settings, preflight_store
 from devicebench.errors import StoreUnavailable, UsageError
 from devicebench.plan.spec import load_plan
 from devicebench.pricing.prices import load_prices
 from devicebench.tracking.store import check_store
-from servers import QUICK_MATMUL, devicebench_env, one_error_line, run_cli
+from servers import QUICK_MATMUL, devicebench_env, one_error_line, pg_available, run_cli
 
 # ------------------------------------------------------------------------- 5: a key written twice
 
@@ -252,3 +252,19 @@ def test_credentials_in_a_tracking_uri_reach_the_server_and_no_output(
             check_store(_store_settings(bad))
     msg = str(err.value)
     assert "refused the credentials (HTTP 401)" in msg and "wrong-secret" not in msg, msg
+
+
+# --------------------------------------------------------------- 13: a login PostgreSQL refuses at once
+
+
+def test_a_postgres_login_refused_at_once_is_named_at_once() -> None:
+    if not pg_available():
+        pytest.skip("PostgreSQL is not answering on 127.0.0.1:5432")
+    uri = "postgresql://nosuchrole:topsecret@127.0.0.1:5432/test"
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as err:
+        preflight_store(_store_settings(uri))  # was "did not answer within 10 s", after ~15 s
+    assert time.monotonic() - started < 3
+    msg = str(err.value)
+    assert 'the server refused the login (role "nosuchrole" does not exist)' in msg, msg
+    assert "topsecret" not in msg and err.value.exit_code == 2

@@ -358,9 +358,11 @@ def _preflight_database(uri: str, default_port: int, timeout_s: float) -> None:
 
 
 def _preflight_postgres_database(uri: str, timeout_s: float) -> None:
-    """Name a PostgreSQL database that does not exist: MLflow retried one for 10 s, printing 25 lines
-    of warnings, and then said only that the store "did not answer". The server is up (checked above);
-    the driver is asked once. Any other refusal is left to the store probe, which names it."""
+    """Name a PostgreSQL database that does not exist, or a login the server refuses (no such role, a
+    wrong password, no pg_hba.conf entry): MLflow retried for 10-15 s, printing 25 lines of warnings,
+    and then said only that the store "did not answer". The server is up (checked above); the driver is
+    asked once. What the server did not refuse itself (a driver's own complaint) is left to the store
+    probe, which names it."""
     try:
         import psycopg as driver  # lazy: optional (the `server` extra); SQLAlchemy 2.1's for postgresql://
     except ImportError:
@@ -378,4 +380,10 @@ def _preflight_postgres_database(uri: str, timeout_s: float) -> None:
             raise StoreUnavailable(
                 f"tracking store {redact(uri)}: the database {name!r} does not exist on that server; "
                 f"create it (createdb {name}) or fix MLFLOW_TRACKING_URI"
+            ) from None
+        if "FATAL:" in text or "authentication failed" in text:  # the server answered, and said no
+            cause = redact(text.rpartition("FATAL:")[2].strip() or text)[:300]
+            raise StoreUnavailable(
+                f"tracking store {redact(uri)}: the server refused the login ({cause}); "
+                "fix the user or password in MLFLOW_TRACKING_URI"
             ) from None
