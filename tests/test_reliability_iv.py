@@ -268,3 +268,37 @@ def test_a_postgres_login_refused_at_once_is_named_at_once() -> None:
     msg = str(err.value)
     assert 'the server refused the login (role "nosuchrole" does not exist)' in msg, msg
     assert "topsecret" not in msg and err.value.exit_code == 2
+
+
+# ------------------------------------------------------ 19: the metadata probe's time limit is the whole
+
+
+class _DrippingMetadata(http.server.BaseHTTPRequestHandler):
+    """Headers at once, then a byte of its body every 0.1 s: each read is within any per-read timeout,
+    the whole is not. It stops by itself after 40 bytes (4 s) or when the client has gone."""
+
+    def do_GET(self) -> None:
+        body = b'{"shape": "VM.X.1", "region": "r"}' + b" " * 6
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            for i in range(len(body)):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(0.1)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_metadata_answer_that_drips_is_cut_at_the_setting() -> None:
+    from devicebench.host.device import (
+        oci_metadata,
+    )  # lazy: imports torch, which this file's other tests need not
+
+    with _http_server(_DrippingMetadata) as base:
+        started = time.monotonic()
+        assert oci_metadata(f"{base}/opc/v2/instance/", 0.5) == {}
+        took = time.monotonic() - started  # was the whole drip, 4 s
+    assert took < 1.0, took
