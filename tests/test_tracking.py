@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings, load_settings
-from devicebench.errors import StoreUnavailable
+from devicebench.errors import Interrupted, StoreUnavailable
 from devicebench.tracking.protocol import MemoryTracker
 from devicebench.tracking.runs import run_context
 from servers import MlflowServer
@@ -80,6 +82,27 @@ def test_an_exception_marks_the_run_failed_with_a_one_line_error(
     assert run.info.status == "FAILED"
     assert run.data.tags["devicebench.error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB"
     assert run.data.metrics["train/loss"] == 2.0, "metrics logged before the failure are kept"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_run_whose_signal_was_swallowed_ends_killed_not_finished(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str, signum: int
+) -> None:
+    """Issue 40, item 1: a signal landing in the warm-up raised inside a finaliser or weakref callback,
+    whose exception Python prints ("Exception ignored in ...") and drops; the run went on and ended
+    FINISHED with its throughput 4-25x low. Here the body swallows it; the run still ends KILLED."""
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    with pytest.raises(Interrupted) as err, run_context(s, "cifar", {"batch_size": 4}) as t:
+        run_id = t.run_id
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(1)  # the handler raises here
+        except (KeyboardInterrupt, Interrupted):
+            pass  # as a weakref callback's caller drops it
+        t.log_metrics({"throughput/train_samples_per_s": 14.0})
+    assert err.value.exit_code == 128 + signum
+    run = MlflowClient(mlflow_server.url).get_run(run_id)
+    assert run.info.status == "KILLED" and "its figures are not kept" in run.data.tags["devicebench.error"]
 
 
 def test_params_already_logged_by_mlflow_run_are_not_rewritten(

@@ -24,7 +24,7 @@ from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
 from devicebench.schema import tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
-from devicebench.tracking.signals import ending, install_signal_handlers
+from devicebench.tracking.signals import ending, install_signal_handlers, received
 from devicebench.tracking.store import (
     check_store,
     configure_mlflow_client,
@@ -83,6 +83,13 @@ def run_context(
         _finish(tracker, "FAILED", one_line(e))
         raise
     else:
+        swallowed = received()
+        if swallowed is not None:  # its exception was dropped on the way up: the figures are not a result
+            interrupted = Interrupted(swallowed)
+            _finish(
+                tracker, "KILLED", f"{interrupted}; the run went on after it, so its figures are not kept"
+            )
+            raise interrupted
         if not _finish(tracker, "FINISHED", None):
             raise _spooled_error(settings, tracker)
 
