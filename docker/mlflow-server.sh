@@ -18,7 +18,12 @@
 #   MLFLOW_SERVER_ENABLE_JOB_EXECUTION  MLflow's background job runner      default false
 #                                  (GenAI scorers and trace jobs; devicebench uses none, and with a
 #                                  SQL store it starts ~10 huey consumer processes of ~250 MB each)
+#   MLFLOW_PUBLISHED_ON            where clients reach it from, when not MLFLOW_HOST: compose sets
+#                                  it to MLFLOW_BIND (in a container MLFLOW_HOST is always 0.0.0.0)
 #   MLFLOW_AUTH                    true: switch on MLflow's basic-auth app   default false
+#                                  (required when the server is reachable beyond loopback)
+#   MLFLOW_ALLOW_UNAUTHENTICATED   true: serve beyond loopback without auth anyway (anyone who can
+#                                  reach the port reads, changes and deletes every run); default false
 #     with MLFLOW_AUTH=true:
 #     MLFLOW_AUTH_ADMIN_USERNAME     admin user created on first start   default admin
 #     MLFLOW_AUTH_ADMIN_PASSWORD     its password; required, at least 12 characters, and never the
@@ -140,6 +145,19 @@ EOF
     false | 0 | no | off | "") ;;
     *) die "MLFLOW_AUTH must be true or false, got '$MLFLOW_AUTH'" ;;
 esac
+
+# Beyond loopback without auth, anyone who reaches the port can read, change and delete every run:
+# refused unless auth is on, or MLFLOW_ALLOW_UNAUTHENTICATED=true says so (and then said loudly).
+exposed_on="${MLFLOW_PUBLISHED_ON:-$MLFLOW_HOST}"
+if [[ -z "${app_args[*]}" && ! "$exposed_on" =~ ^(127\.[0-9.]+|::1|\[::1\]|localhost)$ ]]; then
+    allow_unauthenticated="${MLFLOW_ALLOW_UNAUTHENTICATED:-false}"
+    case "${allow_unauthenticated,,}" in
+        true | 1 | yes)
+            echo "mlflow-server: WARNING: serving on ${exposed_on} WITHOUT AUTHENTICATION (MLFLOW_ALLOW_UNAUTHENTICATED=true): anyone who reaches the port can read, change and delete every run" >&2
+            ;;
+        *) die "reachable on ${exposed_on} (beyond loopback) without authentication: set MLFLOW_AUTH=true, or MLFLOW_ALLOW_UNAUTHENTICATED=true to serve so anyway" ;;
+    esac
+fi
 
 [[ "$MLFLOW_BACKEND_STORE_URI" != postgresql* ]] || make_private_dir
 # The store's URI reaches `mlflow server` (which reads MLFLOW_BACKEND_STORE_URI itself) and the schema

@@ -205,6 +205,20 @@ def test_bad_settings_are_refused_with_one_line(tmp_path: Path, settings: dict[s
     assert next(iter(settings)) in proc.stderr
 
 
+def test_beyond_loopback_without_auth_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:
+    """Issue 40: MLFLOW_HOST=0.0.0.0 (or compose's MLFLOW_BIND, as MLFLOW_PUBLISHED_ON) with auth off
+    served every run to anyone who reached the port; MLFLOW_ALLOW_UNAUTHENTICATED=true is the opt-out."""
+    for exposed in (
+        {"MLFLOW_HOST": "0.0.0.0"},
+        {"MLFLOW_HOST": "0.0.0.0", "MLFLOW_PUBLISHED_ON": "10.0.0.5"},
+    ):
+        env = script_env(MLFLOW_BACKEND_STORE_URI=f"sqlite:///{tmp_path / 'never.db'}", **exposed)
+        proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "beyond loopback" in proc.stderr and "MLFLOW_ALLOW_UNAUTHENTICATED=true" in proc.stderr
+        assert not (tmp_path / "never.db").exists(), "it touched the store before refusing"
+
+
 def test_script_is_the_only_place_the_server_command_is_written() -> None:
     script = SCRIPT.read_text()
     assert script.count("exec mlflow server") == 1
