@@ -5,14 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from devicebench.config.settings import load_settings
 from devicebench.errors import UsageError
 from devicebench.plan.spec import load_plan
-from devicebench.plan.suite import _run_items, unavailable_reason
+from devicebench.plan.suite import _run_items, check_resumable, unavailable_reason
+from devicebench.tracking.locks import release, try_lock
 from servers import ABSENT_GPU, MlflowServer, devicebench_env, run_cli, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,6 +374,7 @@ def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
     assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED", "FINISHED"]
     assert all(r.data.tags["devicebench.suite"] == f"tiny:{parent.info.run_id}" for r in children)
     assert parent.data.metrics["suite/failed"] == 1.0
+    assert float(parent.data.tags["devicebench.suite.alive"]) > 0, "the suite said it was alive while it ran"
 
     resumed = run_cli(["suite", str(path), "--resume", parent.info.run_id], env, cwd=tmp_path)
     assert resumed.returncode == 1
@@ -430,3 +434,44 @@ def test_four_suites_starting_at_once_on_a_fresh_store_all_get_its_experiment(tm
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err.strip().splitlines()[-1:] for _, err in outs]
     assert len({out.strip() for out, _ in outs}) == 1, "one experiment, the same id for all four"
+
+
+def test_resume_of_a_suite_still_running_is_refused_on_this_host_and_from_another(tmp_path: Path) -> None:
+    """Issue 40, item 3: `suite --resume` of a suite still running re-ran, from another spool (a second
+    host sharing the store), the items the live suite had not finished: twice side by side. From the
+    same spool it died with a raw `OSError: [Errno 39] Directory not empty`."""
+    path = write(
+        tmp_path,
+        """
+        name: live
+        runs:
+          - entry: matmul
+            params: {sizes: 32, backends: numpy}
+        report: false
+        """,
+    )
+    env = devicebench_env(
+        f"sqlite:///{tmp_path / 'mlflow.db'}", DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool")
+    )
+    settings = load_settings(env)
+    client = MlflowClient(settings.tracking_uri)
+    run_id = client.create_run(
+        client.create_experiment("x"), tags={"devicebench.workload": "suite"}
+    ).info.run_id
+    client.log_param(run_id, "name", "live")
+    plan = load_plan(path)
+    client.set_tag(run_id, "devicebench.suite.alive", str(int(time.time())))  # another host, just now
+    with pytest.raises(UsageError, match=r"is a suite still running: its suite was alive \d+ s ago") as err:
+        check_resumable(settings, plan, run_id)
+    assert err.value.param == "resume"
+    client.set_tag(run_id, "devicebench.suite.alive", str(int(time.time()) - 3600))  # that suite died
+    check_resumable(settings, plan, run_id)
+    lock = tmp_path / "spool" / run_id / "lock"
+    lock.parent.mkdir(parents=True)
+    fd = try_lock(lock)  # this host's live suite holds its journal
+    try:
+        with pytest.raises(UsageError, match=r"still running on this host \(process \d+\)"):
+            check_resumable(settings, plan, run_id)
+    finally:
+        release(fd)
+    check_resumable(settings, plan, run_id)

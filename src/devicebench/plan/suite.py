@@ -8,13 +8,16 @@ crosses in one documented contract (`handoff.py`). Reading and checking the plan
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,8 @@ from devicebench.plan.handoff import Handoff, child_env
 from devicebench.plan.spec import Plan, PlannedRun
 from devicebench.report.links import read_report_run, settings_link_lines, ui_start_command, venv_command
 from devicebench.schema import tag
+from devicebench.tracking.journal import spool_root
+from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.runs import run_context
 from devicebench.tracking.store import check_store, configure_mlflow_client, ensure_experiment
@@ -164,9 +169,10 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
             flush=True,
         )
         done = _finished_items(settings, parent.run_id) if resume else set()
-        outcome = _run_items(
-            plan, done, lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item)
-        )
+        with alive(settings, parent.run_id):
+            outcome = _run_items(
+                plan, done, lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item)
+            )
         parent.log_metrics(
             {
                 "suite/finished": outcome.finished,
@@ -181,6 +187,50 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
     _print_summary(plan, outcome, time.monotonic() - started, settings.tracking_uri)
     _print_links(settings, experiment_id, report_out)
     return 1 if outcome.failed or report_code else 0
+
+
+ALIVE_EVERY_S = 30.0  # a running suite says so on its parent run this often
+ALIVE_WINDOW_S = 3 * ALIVE_EVERY_S  # a parent seen alive this recently is a suite still running
+
+
+@contextmanager
+def alive(settings: Any, run_id: str) -> Iterator[None]:
+    """While the plan's items run, the parent run's `suite.alive` tag holds the time, renewed every
+    ALIVE_EVERY_S: a `--resume` from another host (sharing the store, not the spool) can tell a suite
+    still running from one that died RUNNING. A store that blinks only skips a beat."""
+    stop = threading.Event()
+    client = MlflowClient(settings.tracking_uri)
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                client.set_tag(run_id, tag("suite.alive"), str(int(time.time())))
+            if stop.wait(ALIVE_EVERY_S):
+                return
+
+    thread = threading.Thread(target=beat, name="suite-alive", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def _still_running(settings: Any, run: Any) -> str | None:
+    """Why a suite's parent run is still being run, or None: its journal's lock held in this spool
+    (this host), or its `suite.alive` renewed within ALIVE_WINDOW_S (another host)."""
+    lock = spool_root(settings) / run.info.run_id / "lock"
+    if lock.exists():
+        fd = try_lock(lock)
+        if fd is None:
+            return f"its suite is still running on this host ({holder(lock)})"
+        release(fd)
+    seen = run.data.tags.get(tag("suite.alive"), "")
+    ago = time.time() - float(seen) if seen.replace(".", "", 1).isdigit() else None
+    if run.info.status == "RUNNING" and ago is not None and ago < ALIVE_WINDOW_S:
+        return f"its suite was alive {fmt_duration(max(ago, 0))} ago (on another host sharing the store)"
+    return None
 
 
 def prepare_store(settings: Any) -> str:
@@ -216,6 +266,12 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
         what = f"a {workload} run" if workload else "not a devicebench run"
         raise UsageError(
             f"run {run_id} is {what}, not a suite's parent run; give the parent run id a suite printed",
+            param="resume",
+        )
+    running = _still_running(settings, run)
+    if running:
+        raise UsageError(
+            f"run {run_id} is a suite still running: {running}; resume it only once that suite has stopped",
             param="resume",
         )
     if run.data.params.get("name") != plan.name:
