@@ -180,7 +180,7 @@ def _dotenv_values(path: Path) -> dict[str, str | None]:
                     f"a setting is at most {fmt_count(MAX_DOTENV_VALUE)}"
                 )
             value = "".join(atoms)
-        if value and _steers(key) and os.environ.get(key) != value:
+        if value and _steers(key) and key not in os.environ:  # set here, it would take effect
             raise UsageError(
                 f"settings file {path}: {key} steers the interpreter or the loader and is not taken from "
                 "a settings file; remove it, or set it in the environment if you mean it"
