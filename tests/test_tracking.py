@@ -15,9 +15,11 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings, load_settings
 from devicebench.errors import Interrupted, StoreUnavailable
+from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import MemoryTracker
+from devicebench.tracking.replay import sync_spool
 from devicebench.tracking.runs import run_context
-from servers import MlflowServer
+from servers import MlflowServer, devicebench_env
 
 
 def settings_for(uri: str, tmp_path: Path, experiment: str, **extra: str) -> Settings:
@@ -298,3 +300,30 @@ def test_replaying_a_model_twice_logs_it_once(
     assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [
         {"path": "per_class.json", "type": "table"}
     ]
+
+
+def test_sync_makes_a_run_the_store_lost_again_from_its_journal(tmp_path: Path) -> None:
+    """Issue 40, item 18: the store's database dropped mid-run and made anew empty; `sync` answered
+    "Run ... not found" on every try although the journal holds every operation (sent or not). The run
+    is made again in the configured experiment, tagged with the id it replaces, whole."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    settings = load_settings(devicebench_env(uri, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool")))
+    MlflowClient(uri).create_experiment(settings.experiment)  # the store made anew: no runs
+    lost = "0123456789abcdef0123456789abcdef"
+    journal = Journal(tmp_path / "spool", lost, uri)
+    for op in (
+        {"op": "tags", "values": {"devicebench.workload": "cifar"}},
+        {"op": "params", "values": {"epochs": "2"}},
+        {"op": "metrics", "values": {"time/train_s": 3.5}, "step": None, "ts": 1_700_000_000_000},
+        {"op": "end", "status": "FINISHED", "ts": 1_700_000_005_000},
+    ):
+        journal.append(op)
+    journal.flush()
+    Journal.mark_sent(journal.dir, 4)  # all four had reached the database that was dropped
+    journal.close()
+    assert sync_spool(settings).replayed == 1
+    exp = MlflowClient(uri).get_experiment_by_name(settings.experiment)
+    (run,) = MlflowClient(uri).search_runs([exp.experiment_id])
+    assert run.data.tags["devicebench.replayed_from"] == lost and run.data.params["epochs"] == "2"
+    assert run.data.metrics["time/train_s"] == 3.5 and run.info.status == "FINISHED"
+    assert not (tmp_path / "spool" / lost).exists(), "replayed once: the journal is gone"

@@ -191,10 +191,12 @@ class Journal:
         self.close()
 
     @staticmethod
-    def read(run_dir: Path) -> tuple[int, list[dict[str, Any]], bool]:
-        """(acknowledged sequence number, operations not yet acknowledged, whether an end record exists)."""
+    def read(run_dir: Path, from_start: bool = False) -> tuple[int, list[dict[str, Any]], bool]:
+        """(acknowledged sequence number, operations not yet acknowledged, whether an end record exists);
+        `from_start`: every operation, acknowledged or not (a run the store lost is made again whole)."""
         sent_file = run_dir / "sent"
         sent = int(sent_file.read_text()) if sent_file.exists() else 0
+        since = 0 if from_start else sent
         ops = []
         ended = False
         path = run_dir / "ops.jsonl"
@@ -204,6 +206,6 @@ class Journal:
                     with contextlib.suppress(json.JSONDecodeError):  # a torn last line from a kill
                         op = json.loads(line)
                         ended = ended or op["op"] == "end"
-                        if op["seq"] > sent:
+                        if op["seq"] > since:
                             ops.append(op)
         return sent, ops, ended

@@ -17,6 +17,7 @@ from typing import Any
 
 import mlflow
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings
@@ -117,14 +118,14 @@ def sync_spool(settings: Settings) -> SyncOutcome:
     if not root.is_dir():
         return out
     for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        _sync_journal(run_dir, out, settings.tracking_uri)
+        _sync_journal(run_dir, out, settings.tracking_uri, settings.experiment)
     return out
 
 
-def sync_journal(run_dir: Path, tracking_uri: str) -> SyncOutcome:
+def sync_journal(run_dir: Path, tracking_uri: str, experiment: str = "devicebench") -> SyncOutcome:
     """Replay one run's journal if its writer is gone (what a job launcher does for a rank it lost)."""
     out = SyncOutcome()
-    _sync_journal(run_dir, out, tracking_uri)
+    _sync_journal(run_dir, out, tracking_uri, experiment)
     return out
 
 
@@ -137,7 +138,7 @@ def store_uri(journalled: str, configured: str) -> str | None:
     return None if is_redacted(journalled) or MASK in journalled else journalled
 
 
-def _sync_journal(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
+def _sync_journal(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment: str) -> None:
     """Replay one journal folder if its writer is gone; count what happened in `out`."""
     try:
         fd = try_lock(run_dir / "lock")
@@ -156,7 +157,7 @@ def _sync_journal(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
         return
     try:
         if (run_dir / "run.json").is_file():
-            _replay(run_dir, out, tracking_uri)
+            _replay(run_dir, out, tracking_uri, experiment)
         elif run_dir.name.startswith(Journal.NEW_PREFIX):  # its process died before its run existed
             shutil.rmtree(run_dir, ignore_errors=True)
     finally:
@@ -177,7 +178,28 @@ def _read_journal(run_dir: Path) -> tuple[str, str, list[dict[str, Any]], bool]:
     return run_id, uri, ops, ended
 
 
-def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
+def _recreated(
+    client: Any, run_dir: Path, run_id: str, experiment: str
+) -> tuple[str, list[dict[str, Any]]] | None:
+    """A run the store no longer has (its database dropped and made anew mid-run): a new run in
+    `experiment`, tagged with the id it replaces, and every operation of the journal from its first,
+    sent before or not; None for a run the store has. `sync` answered "Run ... not found" on every try
+    although the journal held all it needed."""
+    try:
+        client.get_run(run_id)
+        return None
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+    _, ops, _ = Journal.read(run_dir, from_start=True)
+    exp = client.get_experiment_by_name(experiment)
+    experiment_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
+    start = next((op["ts"] for op in ops if "ts" in op), None)
+    new = client.create_run(experiment_id, start_time=start, tags={tag("replayed_from"): run_id})
+    return new.info.run_id, ops
+
+
+def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment: str) -> None:
     """Send a dead process's journal (we hold its lock), one acknowledged operation at a time.
 
     A journal that cannot be read is named and left where it is; the others are still replayed."""
@@ -199,6 +221,14 @@ def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str) -> None:
     client = MlflowClient(uri)
     try:
         mlflow.set_tracking_uri(uri)
+        recreated = _recreated(client, run_dir, run_id, experiment)
+        if recreated is not None:
+            print(
+                f"devicebench: run {run_id} is not in the store {redact(uri)} (its database replaced?): "
+                f"made again as run {recreated[0]} from its journal",
+                file=sys.stderr,
+            )
+            run_id, ops = recreated
         for op in ops:  # one at a time so `sent` advances with each acknowledged operation
             send_ops(client, run_id, [op], run_dir)
             Journal.mark_sent(run_dir, op["seq"])
