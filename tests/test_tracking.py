@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings, load_settings
-from devicebench.errors import Interrupted, StoreUnavailable
+from devicebench.errors import Interrupted, SpoolUnwritable, StoreUnavailable
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import MemoryTracker
 from devicebench.tracking.replay import sync_spool
@@ -327,3 +328,24 @@ def test_sync_makes_a_run_the_store_lost_again_from_its_journal(tmp_path: Path) 
     assert run.data.tags["devicebench.replayed_from"] == lost and run.data.params["epochs"] == "2"
     assert run.data.metrics["time/train_s"] == 3.5 and run.info.status == "FINISHED"
     assert not (tmp_path / "spool" / lost).exists(), "replayed once: the journal is gone"
+
+
+def test_a_spool_that_fills_while_staging_an_artifact_is_one_line_and_a_failed_run(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """Issue 40, item 15: a spool disk that filled during a run (the check before it held) gave a raw
+    `OSError 28` while staging an artifact; now the journal's one line, and the run ends FAILED."""
+
+    class FullDisk:
+        def savefig(self, path: Path, **_: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    with (
+        pytest.raises(SpoolUnwritable, match=r"^the spool folder .* cannot be written \(No space left"),
+        run_context(s, "cifar", {}) as t,
+    ):
+        run_id = t.run_id
+        t.log_figure(FullDisk(), "loss.png")
+    run = MlflowClient(mlflow_server.url).get_run(run_id)
+    assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["devicebench.error"]

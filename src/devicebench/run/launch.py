@@ -37,10 +37,10 @@ from devicebench.errors import Interrupted, UsageError
 from devicebench.host.device import check_processes
 from devicebench.host.job import JOB_DIR, worker_rank
 from devicebench.schema import MAX_TAG_VALUE, tag
-from devicebench.tracking.journal import write_atomic
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.replay import sync_journal
 from devicebench.util.children import SAFE_PATH
+from devicebench.util.files import write_text_atomic
 from devicebench.util.redact import redact
 
 RUN_FILE = "run.json"
@@ -53,7 +53,7 @@ _PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken 
 
 def record_run(run_id: str) -> None:
     """Rank 0, as soon as its run exists: the launcher ends it FAILED if the job fails later."""
-    write_atomic(Path(os.environ[JOB_DIR]) / RUN_FILE, json.dumps({"run_id": run_id}))
+    write_text_atomic(Path(os.environ[JOB_DIR]) / RUN_FILE, json.dumps({"run_id": run_id}))
 
 
 def record_failure(error: BaseException | None, message: str, code: int) -> None:
@@ -65,7 +65,7 @@ def record_failure(error: BaseException | None, message: str, code: int) -> None
     peer = any(s in message or s == kind for s in _PEER_SIGNS) or kind in ("DistNetworkError", "DistError")
     report = {"rank": rank, "code": code, "message": message, "time": time.time(), "peer": peer}
     with contextlib.suppress(OSError):
-        write_atomic(Path(os.environ[JOB_DIR]) / f"rank-{rank}.json", json.dumps(report))
+        write_text_atomic(Path(os.environ[JOB_DIR]) / f"rank-{rank}.json", json.dumps(report))
 
 
 # --------------------------------------------------------------------------------------------- launcher

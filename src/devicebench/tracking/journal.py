@@ -19,22 +19,12 @@ from devicebench.config.settings import Settings
 from devicebench.errors import SpoolUnwritable, UsageError
 from devicebench.tracking.locks import release as release_lock
 from devicebench.tracking.locks import try_lock
+from devicebench.util.files import write_text_atomic
 from devicebench.util.redact import redact
 
 # The least free space a journal starts with: a run's operations and staged artifacts (models
 # excluded) take tens of KiB to a few MiB. A spool on a full disk is refused before the run exists.
 MIN_FREE_BYTES = 4 << 20
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError:
-        with contextlib.suppress(OSError):  # no empty `run.json.tmp` left behind by a full disk
-            tmp.unlink()
-        raise
 
 
 def unwritable(folder: Path, error: OSError) -> SpoolUnwritable:
@@ -135,7 +125,7 @@ class Journal:
         meta = self.dir / "run.json"
         if not meta.exists():  # never the password: `sync` takes it from the store it is pointed at
             try:
-                write_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": redact(tracking_uri)}))
+                write_text_atomic(meta, json.dumps({"run_id": run_id, "tracking_uri": redact(tracking_uri)}))
             except OSError as e:
                 raise unwritable(self.dir, e) from None
 
@@ -173,7 +163,7 @@ class Journal:
     def mark_sent(run_dir: Path, seq: int) -> None:
         """The one writer of `sent`, atomic: a kill leaves the old mark or the new one, never half of it.
         `sync` calls it on journals whose writer is gone (it holds their lock, not a `Journal`)."""
-        write_atomic(run_dir / "sent", str(seq))
+        write_text_atomic(run_dir / "sent", str(seq))
 
     def close(self, release: bool = True) -> None:
         """Close the journal; `release` hands it to `sync` (False while a sender thread may still write)."""

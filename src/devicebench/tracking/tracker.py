@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from devicebench.config.settings import Settings
 from devicebench.schema import MAX_TAG_VALUE, tag
 from devicebench.tracking.artifacts import portable_model, save_model, upload_model
-from devicebench.tracking.journal import Journal, spool_root
+from devicebench.tracking.journal import Journal, spool_root, unwritable
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.sender import Sender
 
@@ -69,9 +69,14 @@ class MlflowTracker:
         return path
 
     def _log_file(self, artifact_file: str, write: Callable[[Path], object], table: bool = False) -> None:
-        """The one way a file becomes an artifact: staged in the journal by `write`, then queued."""
-        path = self._stage(artifact_file)
-        write(path)
+        """The one way a file becomes an artifact: staged in the journal by `write`, then queued. A spool
+        that fills while staging is the journal's one line (a raw `OSError 28` before), and the run
+        ends FAILED."""
+        try:
+            path = self._stage(artifact_file)
+            write(path)
+        except OSError as e:
+            raise unwritable(self.journal.dir, e) from None
         rel = path.relative_to(self.journal.files)
         parent = str(rel.parent) if str(rel.parent) != "." else None
         op = {"op": "artifact", "path": str(Path("files") / rel), "artifact_path": parent}
