@@ -20,6 +20,7 @@ from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import MemoryTracker
 from devicebench.tracking.replay import sync_spool
 from devicebench.tracking.runs import run_context
+from devicebench.tracking.store import store_error_hint
 from servers import MlflowServer, devicebench_env
 
 
@@ -349,3 +350,15 @@ def test_a_spool_that_fills_while_staging_an_artifact_is_one_line_and_a_failed_r
         t.log_figure(FullDisk(), "loss.png")
     run = MlflowClient(mlflow_server.url).get_run(run_id)
     assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["devicebench.error"]
+
+
+def test_a_run_the_store_lost_is_not_called_unreachable() -> None:
+    """Issue 40, item 18: with the store's database dropped mid-run, the run's end said the store was
+    unreachable (it answered: the run was gone); the line now says what happened."""
+    uri = "http://alice:secret@127.0.0.1:5000"
+    said = store_error_hint(uri, "RESOURCE_DOES_NOT_EXIST: Run 'abc' not found")
+    assert said == (
+        "the tracking store http://alice:***@127.0.0.1:5000 no longer has this run (was its database dropped "
+        "or replaced?)"
+    )
+    assert store_error_hint(uri, "Connection refused") is None

@@ -91,10 +91,9 @@ def run_workload(
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
         line = _lead_with_figures(tracker, name, str(device), world.size, result, costs, price)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
-        print(
-            f"{PROG}: {name} run {tracker.run_id} finished on {on} -> {redact(settings.tracking_uri)}",
-            file=sys.stderr,
-        )
+        run_id = tracker.run_id
+    # said once the run has ended FINISHED: a run whose end did not reach the store says only that
+    print(f"{PROG}: {name} run {run_id} finished on {on} -> {redact(settings.tracking_uri)}", file=sys.stderr)
     print(line, flush=True)  # the last thing the command (and `mlflow run`'s entry point) prints
     return 0
 

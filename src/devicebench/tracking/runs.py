@@ -144,8 +144,8 @@ def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:
     why = store_error_hint(settings.tracking_uri, tracker.last_error or "")
     why = why or f"tracking store {redact(settings.tracking_uri)} unreachable"
     return SpooledError(
-        f"{why} at the end of run {tracker.run_id}: "
-        f"results spooled to {tracker.journal.dir}; replay with `devicebench sync`"
+        f"{why} at the end of run {tracker.run_id}: results spooled to {tracker.journal.dir}; replay "
+        "with `devicebench sync` (it makes a run the store lost again)"
     )
 
 

@@ -221,9 +221,18 @@ def store_full_hint(uri: str, error: str) -> str | None:
     return f"the tracking store {redact(uri)} is full (its disk has no space left)"
 
 
+def run_gone_hint(uri: str, error: str) -> str | None:
+    """For a store that no longer has the run (its database dropped or made anew mid-run), a sentence
+    saying so: it was reported as "unreachable", blaming a server that answered."""
+    if "RESOURCE_DOES_NOT_EXIST" not in error and "not found" not in error.lower():
+        return None
+    return f"the tracking store {redact(uri)} no longer has this run (was its database dropped or replaced?)"
+
+
 def store_error_hint(uri: str, error: str) -> str | None:
-    """What a store error means, in one sentence, where we know: a locked SQLite store, a full disk."""
-    return sqlite_busy_hint(uri, error) or store_full_hint(uri, error)
+    """What a store error means, in one sentence, where we know: a locked SQLite store, a full disk, a
+    run the store lost."""
+    return sqlite_busy_hint(uri, error) or store_full_hint(uri, error) or run_gone_hint(uri, error)
 
 
 def configure_mlflow_client(settings: Settings) -> None:
