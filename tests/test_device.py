@@ -305,3 +305,16 @@ def test_bf16_on_a_gpu_older_than_ampere_is_refused_even_where_torch_emulates_it
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
     assert check_precision("bf16", torch.device("cuda", 0)) == torch.bfloat16
     require_native_bf16(torch.device("cpu"), "dtypes")  # the CPU's bf16 is what it is: measured as such
+
+
+def test_oci_metadata_keeps_only_names_as_oci_spells_them() -> None:
+    """Issue 40, item 11: the metadata answer's shape, region and domain were stored as they came, so
+    escape codes, matplotlib's `$...$` and `=cmd` reached a run's tags (and a report's chart titles)."""
+    hostile = {
+        "shape": "VM.GPU.A10.1\x1b]0;owned\x07",
+        "canonicalRegionName": '=HYPERLINK("http://evil.example")',
+        "availabilityDomain": "AD $x^{$",
+        "shapeConfig": {"ocpus": 15.0, "memoryInGBs": 240.0},
+    }
+    with fake_oci_metadata(lambda: hostile) as url:
+        assert oci_metadata(url, 2.0) == {"oci.ocpus": "15.0", "oci.memory_gb": "240.0"}

@@ -228,9 +228,9 @@ def oci_metadata(url: str, timeout_s: float) -> dict[str, str]:
         return {}
     config = doc.get("shapeConfig") if isinstance(doc.get("shapeConfig"), dict) else {}
     out = {
-        "oci.shape": doc.get("shape"),
-        "oci.region": doc.get("canonicalRegionName") or doc.get("region"),
-        "oci.availability_domain": doc.get("availabilityDomain"),
+        "oci.shape": _name(doc.get("shape")),
+        "oci.region": _name(doc.get("canonicalRegionName") or doc.get("region")),
+        "oci.availability_domain": _name(doc.get("availabilityDomain")),
         "oci.ocpus": _positive(config.get("ocpus"), MAX_OCPUS),
         "oci.memory_gb": _positive(config.get("memoryInGBs"), MAX_MEMORY_GB),
     }
@@ -263,6 +263,15 @@ def _fetch_metadata(url: str, deadline: float, answer: list[bytes]) -> None:
 # TB): an answer beyond is not a size, and priced as one it made a $2.65e306/h run.
 MAX_OCPUS = 4096.0
 MAX_MEMORY_GB = 65536.0
+
+
+_OCI_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")  # VM.GPU.A10.1, us-phoenix-1, Uocm:PHX-AD-1
+
+
+def _name(value: object) -> str | None:
+    """A shape, region or availability domain from the metadata answer as OCI spells them, or None:
+    escape codes, `$...$` (matplotlib's mathtext) or `=cmd` in an answer never reach a run's tags."""
+    return value if isinstance(value, str) and _OCI_NAME.fullmatch(value) else None
 
 
 def _positive(value: object, most: float) -> float | None:
