@@ -113,6 +113,8 @@ def _explain_mlflow_run(message: str, argv: Sequence[str] | None) -> None:
     from mlflow.tracking import MlflowClient
 
     words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # a store gone since `mlflow run` made
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")  # the run costs seconds, not minutes
     with contextlib.suppress(Exception):  # the refusal's own line is what matters; the store may be down
         client = MlflowClient()
         run = client.get_run(run_id)
