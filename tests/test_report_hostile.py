@@ -6,6 +6,7 @@ function that reads a server's answer (read/rest.record_fields), so the rule is 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def hostile() -> list[RunRecord]:
         served(1, "cpu", 100.0, "line\rbreak <script>alert(1)</script>", "k1"),
         served(2, "cuda:0", 900.0, "line\rbreak <script>alert(1)</script>", "k1"),
         served(3, "cpu", 100.0, "host-a\n# heading", "k2"),
-        served(4, "cuda:0", 700.0, "host-b", "k2"),
+        served(4, "cuda:0", 700.0, EVIL_NAME, "k2"),  # a host label that is a live Markdown link
     ]
 
 
@@ -88,8 +89,9 @@ def test_run_data_reaches_every_output_as_text(tmp_path: Path) -> None:
         for bad in ("\x1b", "\x07", "\u202e", "\r"):
             assert bad not in text, (name, repr(bad))
     for text in (md, shown["note"]):
-        assert "](http" not in text and "](javascript" not in text and "<script" not in text
-        assert "\n# heading" not in text, "a tag's newline made a line of its own"
+        assert re.search(r"(?<!\\)\]\((http|javascript)", text) is None, "a live link or image"
+        assert "\\[link\\](javascript:alert(1))" in text, "the label shown, its brackets escaped"
+        assert "<script" not in text and "\n# heading" not in text, "raw HTML, or a line of its own"
     assert "<script" not in html and "\\x1b]0;owned-title" in html
     csv = (tmp_path / "r" / "runs.csv").read_text()
     assert "'=HYPERLINK" in csv and ",=HYPERLINK" not in csv and ",-0.5," in csv, "numbers stay numbers"
@@ -100,7 +102,7 @@ def test_a_pair_across_two_hosts_says_so_first() -> None:
     judged = judge(compare(hostile()))
     across = next(p for p in judged.comp.pairs if p.base.hosts != p.other.hosts)
     assert judged.of(across)[0].startswith(
-        "the sides ran on different hosts (cpu: host-a\\x0a# heading; cuda:0: host-b)"
+        "the sides ran on different hosts (cpu: host-a\\x0a# heading; cuda:0: ![x]"
     )
     same = next(p for p in judged.comp.pairs if p.base.hosts == p.other.hosts)
     assert not judged.of(same)[0].startswith("the sides ran on different hosts")

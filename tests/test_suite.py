@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -474,4 +475,9 @@ def test_resume_of_a_suite_still_running_is_refused_on_this_host_and_from_anothe
             check_resumable(settings, plan, run_id)
     finally:
         release(fd)
+    with pytest.raises(
+        UsageError, match=r"died on this host with its journal unsent; run `devicebench sync` first"
+    ):
+        check_resumable(settings, plan, run_id)  # resuming onto that journal was the raw Errno 39
+    shutil.rmtree(lock.parent)  # what sync does once it has sent it
     check_resumable(settings, plan, run_id)

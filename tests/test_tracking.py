@@ -90,12 +90,18 @@ def test_an_exception_marks_the_run_failed_with_a_one_line_error(
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_run_whose_signal_was_swallowed_ends_killed_not_finished(
-    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str, signum: int
+    mlflow_server: MlflowServer,
+    tmp_path: Path,
+    experiment_name: str,
+    signum: int,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Issue 40, item 1: a signal landing in the warm-up raised inside a finaliser or weakref callback,
     whose exception Python prints ("Exception ignored in ...") and drops; the run went on and ended
     FINISHED with its throughput 4-25x low. Here the body swallows it; the run still ends KILLED."""
     s = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    saved = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
+    request.addfinalizer(lambda: [signal.signal(n, h) for n, h in saved.items()])  # pytest's own back
     with pytest.raises(Interrupted) as err, run_context(s, "cifar", {"batch_size": 4}) as t:
         run_id = t.run_id
         try:
@@ -307,7 +313,8 @@ def test_replaying_a_model_twice_logs_it_once(
 def test_sync_makes_a_run_the_store_lost_again_from_its_journal(tmp_path: Path) -> None:
     """Issue 40, item 18: the store's database dropped mid-run and made anew empty; `sync` answered
     "Run ... not found" on every try although the journal holds every operation (sent or not). The run
-    is made again in the configured experiment, tagged with the id it replaces, whole."""
+    is made again in the configured experiment, tagged with the id it replaces, whole, when asked
+    (`sync --recreate-lost`); unasked it stays spooled, with the line that says how."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings = load_settings(devicebench_env(uri, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool")))
     MlflowClient(uri).create_experiment(settings.experiment)  # the store made anew: no runs
@@ -323,7 +330,9 @@ def test_sync_makes_a_run_the_store_lost_again_from_its_journal(tmp_path: Path) 
     journal.flush()
     Journal.mark_sent(journal.dir, 4)  # all four had reached the database that was dropped
     journal.close()
-    assert sync_spool(settings).replayed == 1
+    kept = sync_spool(settings)  # unasked: this may be another store (a relative path elsewhere)
+    assert (kept.replayed, kept.pending) == (0, 1) and (tmp_path / "spool" / lost).exists()
+    assert sync_spool(settings, recreate_lost=True).replayed == 1
     exp = MlflowClient(uri).get_experiment_by_name(settings.experiment)
     (run,) = MlflowClient(uri).search_runs([exp.experiment_id])
     assert run.data.tags["devicebench.replayed_from"] == lost and run.data.params["epochs"] == "2"

@@ -217,15 +217,35 @@ def alive(settings: Any, run_id: str) -> Iterator[None]:
         thread.join(timeout=5)
 
 
+def _journal_here(settings: Any, run_id: str) -> str:
+    """The run's journal in this spool: "live" (its lock held: the suite runs on this host), "left" (its
+    suite died here with it unsent), or "" (none here)."""
+    lock = spool_root(settings) / run_id / "lock"
+    try:
+        fd = try_lock(lock) if lock.exists() else -1
+    except OSError:  # the folder went as we looked: a suite that just ended and sent everything
+        return ""
+    if fd is None:
+        return "live"
+    if fd < 0:
+        return ""
+    release(fd)
+    return "left"
+
+
 def _still_running(settings: Any, run: Any) -> str | None:
     """Why a suite's parent run is still being run, or None: its journal's lock held in this spool
-    (this host), or its `suite.alive` renewed within ALIVE_WINDOW_S (another host)."""
-    lock = spool_root(settings) / run.info.run_id / "lock"
-    if lock.exists():
-        fd = try_lock(lock)
-        if fd is None:
-            return f"its suite is still running on this host ({holder(lock)})"
-        release(fd)
+    (this host), or its `suite.alive` renewed within ALIVE_WINDOW_S (another host). A journal this
+    spool holds unsent, its suite gone, must be sent first: resuming onto it failed with Errno 39."""
+    here = _journal_here(settings, run.info.run_id)
+    if here == "live":
+        return f"its suite is still running on this host ({holder(spool_root(settings) / run.info.run_id / 'lock')})"
+    if here == "left":
+        raise UsageError(
+            f"run {run.info.run_id}: its suite died on this host with its journal unsent; run `devicebench "
+            "sync` first, then resume it",
+            param="resume",
+        )
     seen = run.data.tags.get(tag("suite.alive"), "")
     ago = time.time() - float(seen) if seen.replace(".", "", 1).isdigit() else None
     if run.info.status == "RUNNING" and ago is not None and ago < ALIVE_WINDOW_S:

@@ -107,7 +107,7 @@ def _explain_mlflow_run(message: str, argv: Sequence[str] | None) -> None:
     tagged with its workload and the one line, and ended FAILED; a run already explained (a refusal
     inside a run, which ends it itself) is left as it is."""
     run_id = os.environ.get("MLFLOW_RUN_ID", "").strip()
-    if not run_id or worker_rank():
+    if not run_id or worker_rank() is not None:
         return
     # lazy: MLflow only under `mlflow run`, after a refused flag (a bad flag elsewhere never loads it)
     from mlflow.tracking import MlflowClient
@@ -121,7 +121,7 @@ def _explain_mlflow_run(message: str, argv: Sequence[str] | None) -> None:
         if tag("error") in run.data.tags:
             return
         client.set_tag(run_id, tag("error"), redact(message)[:MAX_TAG_VALUE])
-        if words:
+        if words and words[0] in WORKLOADS:
             client.set_tag(run_id, tag("workload"), words[0])
         if run.info.status == "RUNNING":
             client.set_terminated(run_id, "FAILED")
@@ -221,6 +221,14 @@ def _run_tuned(args: argparse.Namespace) -> int:
 
 def _add_sync(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sync", help="replay runs spooled while the tracking store was unreachable")
+    p.add_argument(
+        "--recreate-lost",
+        "--recreate_lost",
+        dest="recreate_lost",
+        action="store_true",
+        help="make a spooled run the store no longer has (its database dropped or replaced) again, in "
+        "DEVICEBENCH_EXPERIMENT, from its journal; only for the store that lost it",
+    )
     p.set_defaults(handler=_run_sync)
 
 
@@ -228,7 +236,7 @@ def _run_sync(args: argparse.Namespace) -> int:
     from devicebench.tracking.replay import sync_spool  # lazy: MLflow (~1 s), for this command alone
 
     settings = load_settings()
-    out = sync_spool(settings)
+    out = sync_spool(settings, recreate_lost=getattr(args, "recreate_lost", False))
     died = f" ({out.died} ended FAILED: process died)" if out.died else ""
     live = f", {out.live} live run(s) skipped" if out.live else ""
     broken = f", {out.broken} corrupt journal(s) skipped" if out.broken else ""

@@ -193,7 +193,7 @@ def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
     send everything) is replayed first, so nothing it measured is lost and nothing stays RUNNING."""
     journal = settings.spool_dir / run_id
     if journal.is_dir():
-        sync_journal(journal, settings.tracking_uri, settings.experiment)
+        sync_journal(journal, settings.tracking_uri)
     try:
         client = MlflowClient(settings.tracking_uri)
         client.set_tag(run_id, tag("error"), f"{who}: {failure.reason}"[:MAX_TAG_VALUE])

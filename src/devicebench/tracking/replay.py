@@ -28,6 +28,7 @@ from devicebench.tracking.journal import Journal
 from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.store import configure_mlflow_client
+from devicebench.util.files import write_text_atomic
 from devicebench.util.redact import MASK, is_redacted, redact
 
 DIED_WITHOUT_END = "process died (no end record)"
@@ -101,7 +102,7 @@ def _end_dead_run(client: Any, run_id: str, run_dir: Path) -> bool:
     return True
 
 
-def sync_spool(settings: Settings) -> SyncOutcome:
+def sync_spool(settings: Settings, recreate_lost: bool = False) -> SyncOutcome:
     """Replay every spooled run whose process is gone to its store, exactly once.
 
     A journal whose lock is held belongs to a run still going (or to another `sync`): it is skipped and
@@ -118,14 +119,14 @@ def sync_spool(settings: Settings) -> SyncOutcome:
     if not root.is_dir():
         return out
     for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        _sync_journal(run_dir, out, settings.tracking_uri, settings.experiment)
+        _sync_journal(run_dir, out, settings.tracking_uri, settings.experiment if recreate_lost else "")
     return out
 
 
-def sync_journal(run_dir: Path, tracking_uri: str, experiment: str = "devicebench") -> SyncOutcome:
+def sync_journal(run_dir: Path, tracking_uri: str) -> SyncOutcome:
     """Replay one run's journal if its writer is gone (what a job launcher does for a rank it lost)."""
     out = SyncOutcome()
-    _sync_journal(run_dir, out, tracking_uri, experiment)
+    _sync_journal(run_dir, out, tracking_uri, "")
     return out
 
 
@@ -181,22 +182,42 @@ def _read_journal(run_dir: Path) -> tuple[str, str, list[dict[str, Any]], bool]:
 def _recreated(
     client: Any, run_dir: Path, run_id: str, experiment: str
 ) -> tuple[str, list[dict[str, Any]]] | None:
-    """A run the store no longer has (its database dropped and made anew mid-run): a new run in
-    `experiment`, tagged with the id it replaces, and every operation of the journal from its first,
-    sent before or not; None for a run the store has. `sync` answered "Run ... not found" on every try
-    although the journal held all it needed."""
+    """A run the store no longer has (its database dropped and made anew mid-run), made again when the
+    user asked (`sync --recreate-lost`, `experiment` set): a new run in `experiment`, tagged with the id
+    it replaces, to be sent every operation of the journal from its first (sent before or not). Its id
+    is written into the journal before anything is sent, so an interrupted replay goes on into the same
+    run next time. None for a run the store has; RunLost where it was not asked to make it again: a
+    store that is not the one that lost it (a relative SQLite path from another folder) must not get it."""
     try:
         client.get_run(run_id)
         return None
     except MlflowException as e:
         if e.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
+    if not experiment:
+        raise RunLost(run_id)
     _, ops, _ = Journal.read(run_dir, from_start=True)
     exp = client.get_experiment_by_name(experiment)
     experiment_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
     start = next((op["ts"] for op in ops if "ts" in op), None)
     new = client.create_run(experiment_id, start_time=start, tags={tag("replayed_from"): run_id})
-    return new.info.run_id, ops
+    meta = json.loads((run_dir / "run.json").read_text())
+    write_text_atomic(
+        run_dir / "run.json", json.dumps({**meta, "run_id": new.info.run_id, "replayed_from": run_id})
+    )
+    Journal.mark_sent(run_dir, 0)
+    # links from metrics to a model of the lost database cannot be made again; the model itself is re-logged
+    return new.info.run_id, [op for op in ops if op["op"] != "link"]
+
+
+class RunLost(Exception):
+    """A spooled run the store does not have, and `sync` was not asked to make it again."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"the store has no run {run_id} (its database dropped or replaced, or this is another store); "
+            "`devicebench sync --recreate-lost` makes it again from its journal, in DEVICEBENCH_EXPERIMENT"
+        )
 
 
 def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment: str) -> None:

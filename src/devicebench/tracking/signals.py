@@ -1,5 +1,5 @@
-"""How a run's process meets signals: a SIGTERM ends the run KILLED, except once the run or the process is
-already on its way out. Torch- and MLflow-free: the CLI marks its own exit with `exiting` before it has
+"""How a run's process meets signals: a SIGTERM or Ctrl-C ends the run KILLED, except once the run or the
+process is already on its way out (then a second Ctrl-C is still obeyed). Torch- and MLflow-free: the CLI marks its own exit with `exiting` before it has
 imported either.
 """
 
@@ -17,6 +17,7 @@ from devicebench.errors import Interrupted
 _FINISHING = threading.Event()
 _DEFAULT_EXCEPTHOOK: list[Any] = []
 _RECEIVED: list[int] = []  # the signals that interrupted this run, whether or not their exception got out
+_PATIENCE: list[int] = []  # a Ctrl-C while the run was ending: the next one is not ignored
 
 
 def install_signal_handlers() -> None:
@@ -33,6 +34,12 @@ def install_signal_handlers() -> None:
 
     def handler(signum: int, _frame: Any) -> None:
         if _FINISHING.is_set():
+            if signum == signal.SIGINT and _PATIENCE:  # a second Ctrl-C: the user will not wait
+                raise KeyboardInterrupt
+            if signum == signal.SIGINT:
+                _PATIENCE.append(signum)
+                print("devicebench: still sending the run's last figures; Ctrl-C again leaves them spooled "
+                      "(devicebench sync sends them)", file=sys.stderr)  # fmt: skip
             return
         _RECEIVED.append(signum)
         if signum == signal.SIGINT:
@@ -41,9 +48,11 @@ def install_signal_handlers() -> None:
 
     _FINISHING.clear()  # a new run in this process: a signal interrupts it again
     _RECEIVED.clear()
+    _PATIENCE.clear()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # `devicebench ... &` from a script
+            signal.signal(signal.SIGINT, handler)
     if sys.excepthook is not _quiet_peer_gone:
         _DEFAULT_EXCEPTHOOK[:] = [sys.excepthook]
         sys.excepthook = _quiet_peer_gone

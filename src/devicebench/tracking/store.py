@@ -224,7 +224,7 @@ def store_full_hint(uri: str, error: str) -> str | None:
 def run_gone_hint(uri: str, error: str) -> str | None:
     """For a store that no longer has the run (its database dropped or made anew mid-run), a sentence
     saying so: it was reported as "unreachable", blaming a server that answered."""
-    if "RESOURCE_DOES_NOT_EXIST" not in error and "not found" not in error.lower():
+    if "RESOURCE_DOES_NOT_EXIST" not in error or "Run '" not in error:
         return None
     return f"the tracking store {redact(uri)} no longer has this run (was its database dropped or replaced?)"
 

@@ -1,5 +1,6 @@
-"""Writing a file the way every file the project writes is written: whole or not at all, never through
-a link it did not make.
+"""Writing a file whole or not at all, never through a link it did not make: the report's run file, a
+journal's run.json and `sent` mark, a job's rank files (the report's own files are made in a new
+folder and renamed into place; a journal's ops file is appended to in its own 0700 spool folder).
 
 A report folder is the user's, and another user (or a planted link) may own what is in it:
 `compare --out DIR` once followed a symlink at DIR/report_run.json and overwrote the file it pointed at.
@@ -21,7 +22,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~UMASK)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -30,6 +31,11 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def _umask() -> int:
+    """The process's umask, read once at import: setting it to read it is not thread-safe (the journal's
+    sender writes from a thread, and a file made meanwhile would be world-writable)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+UMASK = _umask()

@@ -42,7 +42,7 @@ def across_hosts(pair: Pair) -> str | None:
     run on two hosts) may be the comparison the user wants, but it is not one device against another on
     one host: the line says which hosts, first, so no table shows it as a plain speedup."""
     base, other = set(pair.base.hosts), set(pair.other.hosts)
-    if base == other:
+    if base == other or pair.base.shape != pair.other.shape:  # two shapes: two machines, and labelled so
         return None
     return (
         f"the sides ran on different hosts ({pair.base.device}: {', '.join(sorted(base))}; {pair.other.device}: "

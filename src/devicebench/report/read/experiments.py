@@ -46,7 +46,7 @@ def resolve_experiments(client: Any, names: Sequence[str]) -> dict[str, str]:
             except MlflowException:
                 exp = None
         if exp is None or exp.lifecycle_stage == "deleted":
-            known = sorted(e.name for e in client.search_experiments(max_results=50))
+            known = sorted(visible(e.name) for e in client.search_experiments(max_results=50))
             hint = f"; known: {', '.join(known)}" if known else "; the store has no experiments yet"
             raise UsageError(f"unknown experiment {name!r}{hint}", param="experiment")
         out[exp.experiment_id] = visible(exp.name)

@@ -77,7 +77,7 @@ def image(blocks: list[Block], name: str, alt: str) -> None:
 
 # what makes run data live Markdown: a link or an image (`![x](http://...)`, `[a](javascript:...)`) needs
 # brackets, raw HTML angle brackets; the report's own Markdown uses none of them outside its images
-_MD_LIVE = str.maketrans({"[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;"})
+_MD_LIVE = str.maketrans({"\\": "\\\\", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;"})
 
 
 def _md_text(text: str) -> str:
