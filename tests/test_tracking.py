@@ -102,6 +102,9 @@ def test_a_run_whose_signal_was_swallowed_ends_killed_not_finished(
     s = settings_for(mlflow_server.url, tmp_path, experiment_name)
     saved = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
     request.addfinalizer(lambda: [signal.signal(n, h) for n, h in saved.items()])  # pytest's own back
+    # a terminal where Ctrl-C works: a test run started in the background (`make test &`, some CI) has
+    # SIGINT ignored, and a run leaves an ignored SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with pytest.raises(Interrupted) as err, run_context(s, "cifar", {"batch_size": 4}) as t:
         run_id = t.run_id
         try:
@@ -371,3 +374,18 @@ def test_a_run_the_store_lost_is_not_called_unreachable() -> None:
         "or replaced?)"
     )
     assert store_error_hint(uri, "Connection refused") is None
+
+
+def test_a_run_leaves_an_ignored_ctrl_c_ignored(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str, request: pytest.FixtureRequest
+) -> None:
+    """`devicebench ... &` from a script starts with SIGINT ignored; a Ctrl-C meant for the shell must not
+    end that run KILLED."""
+    saved = signal.getsignal(signal.SIGINT)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, saved))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with run_context(settings_for(mlflow_server.url, tmp_path, experiment_name), "cifar", {}) as t:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        run_id = t.run_id
+    assert MlflowClient(mlflow_server.url).get_run(run_id).info.status == "FINISHED"
