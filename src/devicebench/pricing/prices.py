@@ -395,10 +395,11 @@ def pricing_for(
             param="illustrative_price",
         )
     override = price_per_hour or setting_price
+    by_hand = Pricing(
+        override=override, override_source=ILLUSTRATIVE if price_per_hour and illustrative else OVERRIDE
+    )
     if override and not (cpu_shape or gpu_shape):  # a number given: no table to read
-        return Pricing(
-            override=override, override_source=ILLUSTRATIVE if price_per_hour and illustrative else OVERRIDE
-        )
+        return by_hand
     shapes = {"cpu_shape": cpu_shape or DEFAULT_CPU_SHAPE, "gpu_shape": gpu_shape}
     flags = {"whole_shape": whole_shape, "illustrative": illustrative}
     if prices_path:
@@ -414,9 +415,7 @@ def pricing_for(
         return Pricing(missing=f"no price table ({DEFAULT_LABEL} not found; set DEVICEBENCH_PRICES)", **flags)
     _check_shapes(table, cpu_shape, gpu_shape)  # the ones the user named; a default may be absent
     if override:  # the shapes were checked; the number given still prices the run
-        return Pricing(
-            override=override, override_source=ILLUSTRATIVE if price_per_hour and illustrative else OVERRIDE
-        )
+        return by_hand
     return Pricing(table=table, **shapes, **flags)
 
 

@@ -35,6 +35,7 @@ COMPUTE_BOUND_SPEEDUP = 5.0
 BARELY = 2.0  # against the CPU at its best, a GPU less than 2x faster barely helps this model
 HELD_BACK_SHARE = 0.25  # a GPU side that waited for data this much was measured through its loader
 TIE = (0.9, 1.1)  # against the CPU at its best, a speedup in this band is no gain either way
+MADE_UP = " (illustrative prices, not real ones)"  # after every verdict bought with a made-up price
 
 
 def across_hosts(pair: Pair) -> str | None:
@@ -148,7 +149,7 @@ def price_performance(pair: Pair) -> str | None:
     """Is the faster side worth its price (below); a verdict bought with a made-up price says so."""
     text = _price_performance(pair)
     if text and (pair.base.price.illustrative or pair.other.price.illustrative):
-        return f"{text} (illustrative prices, not real ones)"
+        return text + MADE_UP
     return text
 
 
@@ -182,7 +183,7 @@ def break_even(side: Side) -> str | None:
         f"break-even: a GPU of {p.gpu_shape} ({fmt_money(p.gpu_hourly, p.currency)}/h) must {verb} "
         f"{fmt_x(p.gpu_hourly / p.hourly.median)} faster than this CPU ({price_said(side)}) to cost less"
     )
-    return f"{line} (illustrative prices, not real ones)" if p.illustrative else line
+    return line + MADE_UP if p.illustrative else line
 
 
 def _price_performance(pair: Pair) -> str | None:

@@ -130,14 +130,19 @@ def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None
 UNIT_OF_TIME = {"epoch": "epoch", GFLOP: "product", "run": "run"}  # what a deadline is per, by cost unit
 
 
-def unit_time(side: Side) -> float | None:
-    """How long one unit of the side's work took (median): an epoch of training, one product at the
-    side's headline matmul point, or the whole run; what `compare --deadline` is held against."""
+def unit_time_stat(side: Side) -> Stat | None:
+    """How long one unit of the side's work took, over its repeats: an epoch of training, one product at
+    the side's headline matmul point, or the whole run (its unit is `side_cost(side).unit`)."""
     c = side_cost(side)
     if c.unit == GFLOP:
         v = side.matmul.get(c.point) if c.point else None
-        return v["time"].median if v and "time" in v else None
-    stat = epoch_time(side) if c.unit == "epoch" else side.metrics.get(TOTAL_S)
+        return v.get("time") if v else None
+    return epoch_time(side) if c.unit == "epoch" else side.metrics.get(TOTAL_S)
+
+
+def unit_time(side: Side) -> float | None:
+    """The median of `unit_time_stat`: what `compare --deadline` is held against."""
+    stat = unit_time_stat(side)
     return stat.median if stat else None
 
 

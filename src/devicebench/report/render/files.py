@@ -17,6 +17,7 @@ from devicebench.report.render.charts import write_charts
 from devicebench.report.render.content import build_doc
 from devicebench.report.render.document import to_html, to_markdown
 from devicebench.report.render.runs_csv import write_csv
+from devicebench.util.files import UMASK
 
 
 def write_report(judged: Judgement, out: Path, meta: dict[str, str]) -> list[Path]:
@@ -48,9 +49,7 @@ def _write_all(judged: Judgement, folder: Path, meta: dict[str, str]) -> list[st
 
 def _into_place(tmp: Path, out: Path, names: list[str]) -> None:
     """Rename the finished folder to `out`; into an existing `out`, move each file (an atomic rename)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; a report folder is as readable as any other
+    tmp.chmod(0o777 & ~UMASK)  # mkdtemp makes it 0700; a report folder is as readable as any other
     if not out.exists():
         tmp.rename(out)
         return

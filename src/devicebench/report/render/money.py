@@ -12,14 +12,13 @@ from devicebench.report.model.cost import (
     UNIT_OF_TIME,
     PairCost,
     SideCost,
-    epoch_time,
     ranked,
     side_cost,
     unit_time,
+    unit_time_stat,
 )
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
-from devicebench.schema import TOTAL_S
 from devicebench.util.fmt import NONE, fmt_amount, fmt_money, fmt_s, fmt_stat_s, fmt_x
 
 Describe = Callable[[Side], str]  # a side's config as the report spells it (labels.describe)
@@ -65,13 +64,12 @@ def _one_source(source: str, shape: str) -> str:
 
 
 def time_text(side: Side, c: SideCost) -> str:
-    """The time one unit of work took: a matmul product at its point, an epoch, or the whole run."""
+    """The time one unit of work took (model/cost.unit_time_stat): a matmul product at its point (the
+    median), an epoch or the whole run (with the repeats' range)."""
+    stat = unit_time_stat(side)
     if c.unit == GFLOP:
-        v = side.matmul.get(c.point) if c.point else None
-        return f"{fmt_s(v['time'].median)} at n={c.point[2]}" if v and "time" in v and c.point else NONE
-    if c.unit == "epoch":
-        return fmt_stat_s(epoch_time(side))
-    return fmt_stat_s(side.metrics.get(TOTAL_S))
+        return f"{fmt_s(stat.median)} at n={c.point[2]}" if stat and c.point else NONE
+    return fmt_stat_s(stat)
 
 
 def _cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, str]:
