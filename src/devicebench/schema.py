@@ -15,8 +15,10 @@ from collections.abc import Sequence
 
 from devicebench.errors import UsageError
 
-WORKLOADS = ("matmul", "cifar", "unet")
-TRAINING_WORKLOADS = ("cifar", "unet")  # the ones that train: CPU tuning, FLOPs, the best-CPU speedup
+WORKLOADS = ("matmul", "cifar", "unet", "model", "infer")
+# the ones that train: CPU tuning, FLOPs, the best-CPU speedup (`model`: any torchvision or user's model)
+TRAINING_WORKLOADS = ("cifar", "unet", "model")
+SERVING_WORKLOADS = ("infer",)  # the ones that serve a model: latency percentiles, throughput per batch
 TAG_PREFIX = "devicebench."
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
@@ -36,6 +38,9 @@ TRAIN_RATE = "throughput/train_samples_per_s"  # a job's: every rank's samples /
 EVAL_RATE = "throughput/eval_samples_per_s"
 TRAIN_TFLOPS = "throughput/train_tflops"
 FLOPS_PER_SAMPLE = "flops/train_per_sample"  # forward + backward, counted once (train/summary.py)
+FORWARD_FLOPS = (
+    "flops/forward_per_sample"  # the forward alone (model, infer): the x of "for my kind of model"
+)
 PEAK_TFLOPS = "util/peak_tflops"  # the datasheet's dense peak for the dtype the run computed in
 PEAK_FRACTION = "util/peak_fraction"
 # Learning
@@ -46,6 +51,15 @@ ACCURACY = "eval/accuracy"  # cifar; per class: class_accuracy_key
 MIOU = "eval/miou"  # unet; per class: class_iou_key
 DICE = "eval/dice"
 PIXEL_ACCURACY = "eval/pixel_accuracy"
+# Serving (infer): one request is a batch of 1, copied in, run and copied out, timed end to end
+SERVE_P50 = "serve/latency_p50_s"
+SERVE_P90 = "serve/latency_p90_s"
+SERVE_P99 = "serve/latency_p99_s"
+SERVE_RATE = "throughput/serve_samples_per_s"  # the best over the batch sizes; each: serve_batch_key
+SERVE_TFLOPS = "throughput/serve_tflops"
+SERVE_BATCH = "serve/best_batch_size"  # where SERVE_RATE was measured
+HTTP_P50 = "serve/http/latency_p50_s"  # the same requests through `mlflow models serve` (optional)
+HTTP_P99 = "serve/http/latency_p99_s"
 # Memory, bytes
 PEAK_BYTES = "memory/peak_bytes"  # the device allocator's peak (GPU)
 PEAK_RSS_BYTES = "memory/peak_rss_bytes"  # the process's
@@ -54,6 +68,7 @@ COST_USD = "cost/usd"
 COST_PER_HOUR = "cost/usd_per_hour"
 COST_PER_EPOCH = "cost/usd_per_epoch"
 COST_PER_1K = "cost/usd_per_1k_samples"
+COST_PER_MILLION = "cost/usd_per_million"  # infer: a million predictions at the best batch size
 GFLOP_PER_USD = "cost/gflop_per_usd"  # matmul; per point: matmul_key(backend, dtype, "gflop_per_usd")
 # A job of several processes (train/summary.py); each rank's own figures: rank_key
 WORLD_SIZE = "dist/world_size"
@@ -122,6 +137,21 @@ def matmul_point_key(backend: str, dtype: str, size: int, figure: str) -> str:
 def phase_time_key(phase: str) -> str:
     """`time/<phase>_s`: a phase's seconds read generically (`train` is TRAIN_S, `eval` EVAL_S)."""
     return f"time/{phase}_s"
+
+
+SERVE_FIGURES = ("samples_per_s", "latency_p50_s")
+
+
+def serve_batch_key(batch_size: int, figure: str) -> str:
+    """`serve/bs<N>/<figure>`: infer's throughput (and latency of one batch) at one batch size, a plain
+    metric so that the search that finds the run returns it; also logged as `serve/<figure>` with
+    step = batch size, which the MLflow UI draws against the batch size."""
+    return f"serve/bs{int(batch_size)}/{figure}"
+
+
+def serve_series_key(figure: str) -> str:
+    """`serve/<figure>`: the same figure stepped by batch size (the UI's chart against the batch)."""
+    return f"serve/{figure}"
 
 
 def class_accuracy_key(class_name: str) -> str:

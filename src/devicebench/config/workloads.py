@@ -342,8 +342,212 @@ class UNetConfig:
             )
 
 
-WorkloadConfig = MatmulConfig | CifarConfig | UNetConfig  # what a run is asked to do, whichever workload
-CONFIGS: dict[str, type[WorkloadConfig]] = {"matmul": MatmulConfig, "cifar": CifarConfig, "unet": UNetConfig}
+MAX_INPUT_SIDE = 8192  # an input larger than 8192×8192 is a typo, not a model's input
+MAX_CHANNELS = 64
+
+
+def parse_input(text: str, param_name: str = "input") -> tuple[int, int, int]:
+    """`CxHxW` (`3x224x224`) as (C, H, W): one sample's shape, the batch dimension left out."""
+    parts = text.strip().lower().replace("×", "x").split("x")
+    try:
+        c, h, w = (int(p) for p in parts)
+    except ValueError:
+        raise UsageError(
+            f"{text!r} is not a shape; expected CxHxW with positive integers, e.g. 3x224x224",
+            param=param_name,
+        ) from None
+    if not (1 <= c <= MAX_CHANNELS and 1 <= h <= MAX_INPUT_SIDE and 1 <= w <= MAX_INPUT_SIDE):
+        raise UsageError(
+            f"{text!r} is out of range; expected CxHxW with 1 <= C <= {MAX_CHANNELS} and "
+            f"1 <= H, W <= {MAX_INPUT_SIDE}, e.g. 3x224x224",
+            param=param_name,
+        )
+    return c, h, w
+
+
+def check_model_spec(spec: str, param_name: str = "model") -> None:
+    """The form of a `model` value, before torch: a torchvision name, or `module.path:factory` /
+    `path/to/file.py:factory`. Whether the name exists or the factory imports is checked by the
+    workload before its run is created (workloads/model.py, `check`)."""
+    text = spec.strip()
+    if not text:
+        raise UsageError("is empty; give a torchvision model name or module.path:factory", param=param_name)
+    if ":" in text:
+        module, _, factory = text.rpartition(":")
+        if not module or not factory.isidentifier():
+            raise UsageError(
+                f"{spec!r} is not module.path:factory (or path/to/file.py:factory) with a function name "
+                "after the colon",
+                param=param_name,
+            )
+    elif "/" in text or text.endswith(".py") or "." in text:
+        raise UsageError(
+            f"{spec!r} names a file or module but no factory; write it as {text}:factory (a callable "
+            "returning an nn.Module), or give a torchvision model name",
+            param=param_name,
+        )
+
+
+def _model_spec() -> str:
+    return param(
+        "resnet18",
+        "a torchvision model name (resnet18, vit_b_16, ...; no weights downloaded) or your own as "
+        "module.path:factory or path/to/file.py:factory (a callable returning an nn.Module)",
+    )
+
+
+def _input_shape() -> str:
+    return param("3x224x224", "one sample's shape CxHxW (3x224x224); the batch dimension is left out")
+
+
+def _num_classes() -> int:
+    return param(
+        0,
+        "classes of the model's head (0 = the data folder's classes, else 1000 for a torchvision "
+        "classifier, 21 for a segmentation model)",
+        min=0,
+        max=100_000,
+    )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """`devicebench model`'s parameters: any torchvision model or the user's own, trained as cifar trains
+    (the same loop, precisions, tuning, FLOPs and share of peak); names that mean what cifar's mean are
+    cifar's."""
+
+    device: str = _train_device()
+    model: str = _model_spec()
+    input: str = _input_shape()
+    num_classes: int = _num_classes()
+    epochs: int = param(1, "passes over the training set", min=1, max=MAX_EPOCHS)
+    batch_size: int = param(32, "images per optimizer step, train and test", min=1)
+    lr: float = param(0.01, "SGD learning rate", above=0)
+    momentum: float = param(0.9, "SGD momentum", min=0, max=1)
+    seed: int = _train_seed()
+    precision: str = _precision()
+    channels_last: bool = _channels_last()
+    compile: bool = param(
+        False, "wrap the model in torch.compile (compiled before timing, logged as time/compile_s)"
+    )
+    data: str = param(
+        "synthetic",
+        "synthetic: random images of the input's shape held on the device (no loader cost); "
+        "imagefolder: data_dir/train and data_dir/val in ImageFolder layout through a DataLoader",
+        choices=("synthetic", "imagefolder"),
+    )
+    data_dir: str = param(
+        "",
+        "directory holding train/ and val/, one subfolder of images per class (auto: DEVICEBENCH_DATA_DIR)",
+        key=False,
+        unset="auto",
+    )
+    num_workers: int = param(
+        2, "DataLoader worker processes (data=imagefolder only; at most 4 per usable core)", min=0
+    )
+    train_limit: int = param(
+        0, "train on the first N images only (0 = all; synthetic: 512)", min=0, max=10_000_000
+    )
+    test_limit: int = param(0, "test on the first N images only (0 = all; synthetic: 128)", min=0)
+    log_every: int = param(50, "log the mean training loss every N mini-batches", min=1, key=False)
+    system_metrics: bool = _system_metrics()
+    price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
+    cpu_shape: str = _cpu_shape()
+    price_shape: str = _price_shape()
+    cpu_threads: int = _cpu_threads()
+
+    def validate(self) -> None:
+        _check_lr(self.lr)
+        check_workers(self.num_workers)
+        check_model_spec(self.model)
+        parse_input(self.input)
+        if self.data == "imagefolder" and not self.data_dir and not os.environ.get("DEVICEBENCH_DATA_DIR"):
+            raise DataUnavailable(
+                "data=imagefolder needs data_dir: a directory holding train/ and val/ in ImageFolder "
+                "layout (or DEVICEBENCH_DATA_DIR)",
+                param="data_dir",
+            )
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return parse_input(self.input)
+
+    @property
+    def loader(self) -> str:
+        """How the run is fed, in cifar's words: synthetic data sits on the device (no workers)."""
+        return "dataloader" if self.data == "imagefolder" else "tensor"
+
+
+@dataclass(frozen=True)
+class InferConfig:
+    """`devicebench infer`'s parameters: serving figures for a logged model (`model_uri`) or a model
+    built by name (`model`), on one device."""
+
+    device: str = param("cpu", "where the model serves: cpu, cuda, cuda:N, mps or auto")
+    model_uri: str = param(
+        "",
+        "a logged model: models:/<model id> or runs:/<run id>/<path> (none: build `model` untrained)",
+        unset="none",
+    )
+    model: str = _model_spec()
+    input: str = param(
+        "",
+        "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)",
+        unset="auto",
+    )
+    num_classes: int = _num_classes()
+    batch_sizes: tuple[int, ...] = param(
+        (1, 8, 32), "batch sizes whose throughput is measured", min=1, max=65536
+    )
+    requests: int = param(
+        1000,
+        "batch-1 requests timed for the latency percentiles (p99 rests on the slowest 1 %)",
+        min=100,
+        max=1_000_000,
+    )
+    warmup: int = param(20, "untimed requests (and batches per size) before timing", min=1, max=10_000)
+    min_time_s: float = param(
+        1.0, "time each batch size's throughput over at least this long", min=0, max=600, key=False
+    )
+    precision: str = _precision()
+    channels_last: bool = _channels_last()
+    seed: int = _train_seed()
+    price_per_hour: float = _price_per_hour()
+    illustrative_price: bool = _illustrative_price()
+    cpu_shape: str = _cpu_shape()
+    price_shape: str = _price_shape()
+    cpu_threads: int = _cpu_threads()
+
+    def validate(self) -> None:
+        if self.model_uri:
+            check_model_uri(self.model_uri)
+        else:
+            check_model_spec(self.model)
+        if self.input:
+            parse_input(self.input)
+
+
+MODEL_URI_SCHEMES = ("models:/", "runs:/")
+
+
+def check_model_uri(uri: str) -> None:
+    """The form of a model URI; whether it exists is asked of the store before the run is created."""
+    if not uri.startswith(MODEL_URI_SCHEMES) or uri.rstrip("/") in MODEL_URI_SCHEMES:
+        raise UsageError(
+            f"{uri!r} is not a model URI; expected models:/<model id> or runs:/<run id>/<path>",
+            param="model_uri",
+        )
+
+
+WorkloadConfig = MatmulConfig | CifarConfig | UNetConfig | ModelConfig | InferConfig
+CONFIGS: dict[str, type[WorkloadConfig]] = {
+    "matmul": MatmulConfig,
+    "cifar": CifarConfig,
+    "unet": UNetConfig,
+    "model": ModelConfig,
+    "infer": InferConfig,
+}
 
 
 def not_work() -> frozenset[str]:

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
     from devicebench.host.distributed import World
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A logged model loaded for serving (tracking/artifacts.py loads it; a workload never imports
+    MLflow): the module on the CPU, one sample's shape from its signature where it has one, its URI."""
+
+    module: Any  # a torch.nn.Module
+    input_shape: tuple[int, ...] | None
+    uri: str
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,7 @@ class Context:
     data_root: Path
     progress: bool
     world: World | None = None  # this rank's place in a torchrun job; None: a single process
+    served: LoadedModel | None = None  # infer's logged model, loaded (and so checked) before its run
 
     def __post_init__(self) -> None:
         """A bare `cuda` from a caller of the Python API gets its index here, as the CLI's does in

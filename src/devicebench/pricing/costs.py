@@ -19,6 +19,7 @@ from devicebench.schema import (
     COST_PER_1K,
     COST_PER_EPOCH,
     COST_PER_HOUR,
+    COST_PER_MILLION,
     COST_USD,
     GFLOP_PER_USD,
     matmul_key,
@@ -54,6 +55,8 @@ def log_costs(
         best = headline_gflop_per_usd(per_point)
         if best is not None:
             logged[GFLOP_PER_USD] = best
+    elif workload == "infer":
+        logged.update(serving_costs(hourly, getattr(result, "serve_samples_per_s", math.nan)))
     else:
         logged.update(
             training_costs(
@@ -81,6 +84,14 @@ def training_costs(hourly: float, train_s: float, samples_per_s: float, epochs: 
     if _finite_positive(samples_per_s):
         out[COST_PER_1K] = hourly * 1000.0 / samples_per_s / SECONDS_PER_HOUR
     return out
+
+
+def serving_costs(hourly: float, samples_per_s: float) -> dict[str, float]:
+    """`cost/usd_per_million`: a million predictions at the run's best throughput, the device kept busy
+    (a server busy half the time pays twice this per prediction)."""
+    if not _finite_positive(samples_per_s):
+        return {}
+    return {COST_PER_MILLION: hourly * 1e6 / samples_per_s / SECONDS_PER_HOUR}
 
 
 def matmul_costs(hourly: float, points: Sequence[Any]) -> dict[int, dict[str, float]]:

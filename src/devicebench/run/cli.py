@@ -269,6 +269,8 @@ COMMANDS: dict[str, str] = {
     "matmul": "NumPy on the CPU vs torch on any device: GFLOP/s per matrix size and dtype",
     "cifar": "the PyTorch CIFAR-10 tutorial network, measured on any device",
     "unet": "a UNet on a 300/100 sample of Pascal VOC 2012, measured on any device",
+    "model": "your model: any torchvision model or your own module:factory, trained on any device",
+    "infer": "serving figures for a logged model: latency p50/p90/p99 and throughput per batch size",
     "compare": "compare CPU and GPU runs side by side: speedups, why, regressions",
     "suite": "run an experiment plan (experiments/*.yaml), then its report",
     "sync": "replay runs spooled while the tracking store was unreachable",

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
-from devicebench.schema import COST_PER_EPOCH, GFLOP_PER_USD, glance_key, headline_point
+from devicebench.schema import COST_PER_EPOCH, COST_PER_MILLION, GFLOP_PER_USD, glance_key, headline_point
 from devicebench.util.fmt import (
     fmt_amount,
     fmt_count,
@@ -32,7 +32,7 @@ from devicebench.util.fmt import (
 )
 
 SEP = " · "
-SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s"}
+SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s", "model": "img/s"}
 
 
 def _finite(x: Any) -> bool:
@@ -73,6 +73,13 @@ def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> di
             out["rel_error"] = best.rel_error
         if GFLOP_PER_USD in costs:
             out["gflop_per_usd"] = costs[GFLOP_PER_USD]
+    elif workload == "infer":
+        out["latency_p50_s"] = getattr(result, "p50_s", math.nan)
+        out["latency_p99_s"] = getattr(result, "p99_s", math.nan)
+        out["serve_samples_per_s"] = getattr(result, "serve_samples_per_s", math.nan)
+        out["serve_batch_size"] = getattr(result, "best_batch", math.nan)
+        if COST_PER_MILLION in costs:
+            out["usd_per_million"] = costs[COST_PER_MILLION]
     else:
         out["train_s"] = getattr(result, "train_s", math.nan)
         out["train_samples_per_s"] = getattr(result, "train_samples_per_s", math.nan)
@@ -96,6 +103,12 @@ def summary_line(
             parts += [f"{fmt_s(g['time_s'])} per product", f"{fmt_count(g['gflops'])} GFLOP/s"]
         if "rel_error" in g:
             parts.append(f"rel err {fmt_rel_error(g['rel_error'])}")
+    elif workload == "infer":
+        if "latency_p50_s" in g:
+            parts.append(f"p50 {fmt_s(g['latency_p50_s'])} · p99 {fmt_s(g.get('latency_p99_s'))} per request")
+        if "serve_samples_per_s" in g:
+            at = f" at batch {int(g['serve_batch_size'])}" if "serve_batch_size" in g else ""
+            parts.append(f"{fmt_count(g['serve_samples_per_s'])} predictions/s{at}")
     else:
         if "train_s" in g:
             parts.append(f"train {fmt_s(g['train_s'])}")
@@ -109,6 +122,8 @@ def summary_line(
     phrase = price_phrase(price)
     if "usd_per_epoch" in g:
         parts.append(f"{fmt_money(g['usd_per_epoch'])}/epoch ({phrase})")
+    elif "usd_per_million" in g:
+        parts.append(f"{fmt_money(g['usd_per_million'])}/M predictions ({phrase})")
     elif "gflop_per_usd" in g:
         parts.append(f"{fmt_amount(g['gflop_per_usd'])} GFLOP per $ ({phrase})")
     elif isinstance(price, str):

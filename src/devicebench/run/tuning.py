@@ -95,12 +95,13 @@ def thread_counts(cores: int) -> list[int]:
     return sorted(counts, reverse=True)
 
 
-def settings(workload: str, cores: int) -> list[Setting]:
-    """Every trial, in the order they run: threads × feeding, duplicates removed."""
+def settings(workload: str, cores: int, in_memory: bool = False) -> list[Setting]:
+    """Every trial, in the order they run: threads × feeding, duplicates removed. `in_memory`: the run's
+    data is already on the device (the `model` workload's synthetic data), so only threads vary."""
     out: list[Setting] = []
     for threads in thread_counts(cores):
-        feeds = [("tensor", 0)] if workload == "cifar" else []
-        feeds += [("dataloader", w) for w in (0, 2, cores - threads) if w >= 0]
+        feeds = [("tensor", 0)] if workload == "cifar" or in_memory else []
+        feeds += [] if in_memory else [("dataloader", w) for w in (0, 2, cores - threads) if w >= 0]
         for loader, workers in dict.fromkeys(feeds):
             out.append(Setting(threads, loader, workers))
     return out
@@ -148,7 +149,7 @@ def tune(
     prints each as it ends."""
     if workload not in TUNABLE:
         raise UsageError(f"tuning trains {' and '.join(TUNABLE)}, not {workload}", param="workload")
-    todo = settings(workload, cores)
+    todo = settings(workload, cores, getattr(cfg, "data", "") == "synthetic" and workload == "model")
     search = _Search(workload, cfg, data_root, budget_s)
     for i, setting in enumerate(todo, start=1):
         slots = len(todo) - i + 1 + CONFIRM  # the trials still to run, this one and the second runs included

@@ -23,7 +23,7 @@ from devicebench.config.naming import run_name
 from devicebench.config.settings import Settings
 from devicebench.config.workloads import WorkloadConfig
 from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
-from devicebench.host.context import Context
+from devicebench.host.context import Context, LoadedModel
 from devicebench.host.cpu import cpu_budget, peak_rss_bytes, set_cpu_threads, usable_cores
 from devicebench.host.device import activate, device_name, host_fingerprint, resolve_device
 from devicebench.host.distributed import World
@@ -35,6 +35,7 @@ from devicebench.run import tuning
 from devicebench.run.launch import check_job, launch, record_run
 from devicebench.run.run_line import glance_metrics, summary_line
 from devicebench.schema import NOTE_TAG, TOTAL_S, tag
+from devicebench.tracking.artifacts import load_logged_model
 from devicebench.tracking.protocol import Tracker, null_tracker, one_line
 from devicebench.tracking.runs import run_context
 from devicebench.tracking.tracker import MlflowTracker
@@ -62,6 +63,7 @@ def run_workload(
         return _launch_job(name, cfg, settings, module)
     if rank:
         return _work_as_rank(module, cfg, settings)
+    served = _checked_before_run(module, cfg)
     with _open_run(name, cfg, settings, module, world_size, tuned[0] if tuned else None) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
@@ -77,7 +79,7 @@ def run_workload(
         host = _log_host(tracker, device, settings, cfg)
         if world.distributed:
             tracker.set_tags({tag("dist.backend"): world.backend(device)})
-        ctx = Context(device=device, data_root=settings.data_dir, progress=progress_enabled(), world=world)
+        ctx = Context(device, settings.data_dir, progress_enabled(), world, served)
         try:
             result = _work(module, cfg, ctx, tracker)
         finally:
@@ -96,6 +98,18 @@ def run_workload(
     print(f"{PROG}: {name} run {run_id} finished on {on} -> {redact(settings.tracking_uri)}", file=sys.stderr)
     print(line, flush=True)  # the last thing the command (and `mlflow run`'s entry point) prints
     return 0
+
+
+def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | None:
+    """What must hold before a run is created, so that its failure leaves no run: the workload's own
+    `check` (the `model` workload's model builds and takes its input), and a model URI to serve names a
+    logged model, which is loaded here, once (an `infer` run's model)."""
+    uri = getattr(cfg, "model_uri", "")
+    served = load_logged_model(uri) if uri else None
+    check = getattr(module, "check", None)
+    if check is not None and served is None:
+        check(cfg)
+    return served
 
 
 def _tune(

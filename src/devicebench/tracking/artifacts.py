@@ -26,6 +26,7 @@ from typing import Any
 import mlflow
 import numpy as np
 from mlflow.entities import LoggedModelStatus, Metric
+from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.store.artifact import artifact_repository_registry
 from mlflow.types import TensorSpec
@@ -33,6 +34,8 @@ from mlflow.types.schema import Schema
 from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
 
 import devicebench
+from devicebench.errors import UsageError
+from devicebench.host.context import LoadedModel
 
 _REPO_CACHE_SIZE = 8  # runs whose repository is kept; a process sends to one or two runs at a time
 _REPOS: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -201,3 +204,21 @@ def log_saved_model(client: Any, run_id: str, path: Path, name: str) -> str:
     model = _pytorch_flavor().load_model(str(path))
     info = mlflow.models.Model.load(str(path))
     return upload_model(run_id, model, name, info.signature)
+
+
+def load_logged_model(uri: str) -> LoadedModel:
+    """The logged model at `uri` (`models:/<id>`, `runs:/<run>/<path>`) on the CPU, with one sample's
+    shape from its signature; a URI that names no model is one line naming `model_uri`."""
+    try:
+        info = mlflow.models.get_model_info(uri)
+        with _quiet_mlflow():
+            module = _pytorch_flavor().load_model(uri, map_location="cpu")
+    except (MlflowException, OSError) as e:
+        said = " ".join(str(getattr(e, "message", e)).split())[:300]
+        raise UsageError(f"no loadable model at {uri}: {said}", param="model_uri") from None
+    shape = None
+    inputs = info.signature.inputs if info.signature is not None else None
+    if inputs is not None and inputs.is_tensor_spec():
+        dims = inputs.inputs[0].shape
+        shape = tuple(int(d) for d in dims[1:]) if dims and all(d > 0 for d in dims[1:]) else None
+    return LoadedModel(module.eval(), shape, uri)
