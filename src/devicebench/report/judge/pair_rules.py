@@ -18,8 +18,8 @@ from devicebench.report.model.best_cpu import cpu_setting
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.report.read.records import RunRecord
-from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION
-from devicebench.util.fmt import fmt_money, fmt_percent, fmt_quality, fmt_share, fmt_x
+from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION, SERVE_P99
+from devicebench.util.fmt import fmt_money, fmt_percent, fmt_quality, fmt_s, fmt_share, fmt_x
 from devicebench.util.stats import Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
@@ -146,8 +146,10 @@ def loader_bound(pair: Pair) -> str | None:
 
 
 def price_performance(pair: Pair) -> str | None:
-    """Is the faster side worth its price (below); a verdict bought with a made-up price says so."""
-    text = _price_performance(pair)
+    """Is the faster side worth its price (below); a verdict bought with a made-up price says so. A
+    served model is answered by `serving`: its cost is per prediction at full throughput, not per the
+    request time its headline speedup compares."""
+    text = _serving(pair) if pair.workload == "infer" else _price_performance(pair)
     if text and (pair.base.price.illustrative or pair.other.price.illustrative):
         return text + MADE_UP
     return text
@@ -166,8 +168,34 @@ def price_said(side: Side) -> str:
 
 
 def _verb(pair: Pair) -> str:
-    return {"matmul": "computes this product"}.get(
+    return {"matmul": "computes this product", "infer": "serves this model"}.get(
         pair.workload, "trains this" if pair.is_cpu_gpu else "runs this"
+    )
+
+
+def _p99(side: Side) -> str:
+    s = side.metrics.get(SERVE_P99)
+    return f"p99 {fmt_s(s.median if s else None)}"
+
+
+def _serving(pair: Pair) -> str | None:
+    """Where to serve this model: the side that costs less per million predictions (each at its best
+    batch size, kept busy), and what a caller waits on each (p99 of a batch-1 request), e.g. "serve on
+    the CPU: p99 3.80 ms against 1.20 ms on the A10, at 0.10× its cost per million predictions"."""
+    base, other = pair.base, pair.other
+    rate = pair.speedups.get("serve_throughput")
+    if rate is None:
+        return None
+    name = {id(s): s.device_name or s.device for s in (base, other)}
+    pace = f"{name[id(other)]} serves {fmt_x(rate)} the predictions a second of {name[id(base)]}"
+    ratio = pair.cost_ratio
+    if ratio is None or ratio == 1.0:
+        return f"{pace}; {_p99(other)} against {_p99(base)}"
+    cheap, dear = (other, base) if ratio < 1 else (base, other)
+    share = ratio if ratio < 1 else 1.0 / ratio
+    return (
+        f"serve on the {'CPU' if cheap.is_cpu else name[id(cheap)]}: {_p99(cheap)} against "
+        f"{_p99(dear)} on {name[id(dear)]}, at {fmt_x(share)} its cost per million predictions ({pace})"
     )
 
 
@@ -178,7 +206,7 @@ def break_even(side: Side) -> str | None:
     p = side.price
     if not side.is_cpu or p.hourly is None or p.hourly.median <= 0 or p.gpu_hourly is None:
         return None
-    verb = "compute this product" if side.workload == "matmul" else "train this"
+    verb = {"matmul": "compute this product", "infer": "serve this model"}.get(side.workload, "train this")
     line = (
         f"break-even: a GPU of {p.gpu_shape} ({fmt_money(p.gpu_hourly, p.currency)}/h) must {verb} "
         f"{fmt_x(p.gpu_hourly / p.hourly.median)} faster than this CPU ({price_said(side)}) to cost less"

@@ -20,10 +20,21 @@ from dataclasses import dataclass
 
 from devicebench.report.model.price import number
 from devicebench.report.model.sides import Side, param_order, work_key
-from devicebench.schema import COST_PER_1K, COST_PER_EPOCH, COST_USD, TOTAL_S, TRAIN_S, gflops, headline_point
+from devicebench.schema import (
+    COST_PER_1K,
+    COST_PER_EPOCH,
+    COST_PER_MILLION,
+    COST_USD,
+    SERVE_RATE,
+    TOTAL_S,
+    TRAIN_S,
+    gflops,
+    headline_point,
+)
 from devicebench.util.stats import Stat
 
 GFLOP = "GFLOP"  # the matmul unit of work
+MILLION = "M predictions"  # the serving unit of work (infer): a million predictions at the best batch
 
 
 def epoch_time(side: Side) -> Stat | None:
@@ -81,6 +92,8 @@ def side_cost(side: Side) -> SideCost:
         return SideCost(GFLOP, per_gflop(side, point), point=point)
     if COST_PER_EPOCH in side.metrics:
         return SideCost("epoch", _median(side, COST_PER_EPOCH), _median(side, COST_PER_1K))
+    if side.workload == "infer":
+        return SideCost(MILLION, _median(side, COST_PER_MILLION))
     return SideCost("run", _median(side, COST_USD))
 
 
@@ -127,7 +140,8 @@ def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None
     )
 
 
-UNIT_OF_TIME = {"epoch": "epoch", GFLOP: "product", "run": "run"}  # what a deadline is per, by cost unit
+# what a deadline is per, by cost unit
+UNIT_OF_TIME = {"epoch": "epoch", GFLOP: "product", "run": "run", MILLION: "million predictions"}
 
 
 def unit_time_stat(side: Side) -> Stat | None:
@@ -137,6 +151,9 @@ def unit_time_stat(side: Side) -> Stat | None:
     if c.unit == GFLOP:
         v = side.matmul.get(c.point) if c.point else None
         return v.get("time") if v else None
+    if c.unit == MILLION:
+        rate = side.metrics.get(SERVE_RATE)
+        return Stat(1e6 / rate.median, 1e6 / rate.hi, 1e6 / rate.lo, rate.n) if rate and rate.lo > 0 else None
     return epoch_time(side) if c.unit == "epoch" else side.metrics.get(TOTAL_S)
 
 

@@ -14,11 +14,29 @@ from devicebench.report.model.best_cpu import fastest_cpu, throughput
 from devicebench.report.model.cost import PairCost, pair_cost
 from devicebench.report.model.crossover import in_crossover
 from devicebench.report.model.sides import Side, param_order
-from devicebench.schema import EVAL_S, TOTAL_S, TRAIN_RATE, TRAIN_S, TRAINING_WORKLOADS, headline_point
+from devicebench.schema import (
+    EVAL_S,
+    SERVE_P50,
+    SERVE_P99,
+    SERVE_RATE,
+    TOTAL_S,
+    TRAIN_RATE,
+    TRAIN_S,
+    TRAINING_WORKLOADS,
+    headline_point,
+)
 
 Point = tuple[str, str, int]  # a matmul point: (backend, dtype, size)
 Range = tuple[float, float]
-TIMES = (("train", TRAIN_S), ("eval", EVAL_S), ("total", TOTAL_S))  # speedups[name] from each time
+# speedups[name] from each time: training's, evaluation's, the whole run's, a served request's (p50, p99)
+TIMES = (
+    ("train", TRAIN_S),
+    ("eval", EVAL_S),
+    ("total", TOTAL_S),
+    ("latency", SERVE_P50),
+    ("latency_p99", SERVE_P99),
+)
+RATES = (("throughput", TRAIN_RATE), ("serve_throughput", SERVE_RATE))  # other's rate / base's
 
 
 @dataclass(frozen=True)
@@ -26,15 +44,17 @@ class Figures:
     """How much faster `other` did the work of `base`: base time / other time per phase (and the
     throughput ratio), and for matmul per common point, with the range of the headline figure."""
 
-    speedups: Mapping[str, float]  # train, eval, total, throughput, matmul (at `matmul_point`)
+    # train, eval, total, latency(_p99), (serve_)throughput, matmul (at `matmul_point`)
+    speedups: Mapping[str, float]
     speedup_range: Range | None
     matmul: Mapping[Point, float]  # (backend on base, dtype, size) -> torch on other: speedup there
     matmul_point: Point | None  # where speedups["matmul"] was read: torch's largest size, float32
 
     @property
     def headline(self) -> float | None:
-        """The one number: matmul at its headline point, else training time, else the whole run's."""
-        for key in ("matmul", "train", "total"):
+        """The one number: matmul at its headline point, else training time, else a served request's,
+        else the whole run's."""
+        for key in ("matmul", "train", "latency", "total"):
             if key in self.speedups:
                 return self.speedups[key]
         return None
@@ -46,9 +66,10 @@ def _time_figures(base: Side, other: Side) -> tuple[dict[str, float], Range | No
         a, b = base.metrics.get(metric), other.metrics.get(metric)
         if a and b and b.median > 0:
             speedups[name] = a.median / b.median
-    a, b = base.metrics.get(TRAIN_RATE), other.metrics.get(TRAIN_RATE)
-    if a and b and a.median > 0:
-        speedups["throughput"] = b.median / a.median
+    for name, metric in RATES:
+        a, b = base.metrics.get(metric), other.metrics.get(metric)
+        if a and b and a.median > 0:
+            speedups[name] = b.median / a.median
     key = base.time_metric()
     if key and key in other.metrics:
         a, b = base.metrics[key], other.metrics[key]

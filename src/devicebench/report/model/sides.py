@@ -23,15 +23,21 @@ from devicebench.schema import (
     COST_PER_1K,
     COST_PER_EPOCH,
     COST_PER_HOUR,
+    COST_PER_MILLION,
     COST_USD,
     DATA_WAIT_S,
     EVAL_RATE,
     EVAL_S,
+    FORWARD_FLOPS,
     GFLOP_PER_USD,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
     PEAK_RSS_BYTES,
+    SERVE_P50,
+    SERVE_P90,
+    SERVE_P99,
+    SERVE_RATE,
     TOTAL_S,
     TRAIN_RATE,
     TRAIN_S,
@@ -46,22 +52,29 @@ JOB_PARAMS = frozenset({"global_batch_size"})
 NOT_WORK = not_work() | JOB_PARAMS
 
 TIME_METRICS = (TRAIN_S, EVAL_S, TOTAL_S, DATA_WAIT_S)
-THROUGHPUT_METRICS = (TRAIN_RATE, EVAL_RATE)
+THROUGHPUT_METRICS = (TRAIN_RATE, EVAL_RATE, SERVE_RATE)
+SERVE_METRICS = (SERVE_P50, SERVE_P90, SERVE_P99)  # infer: a request's latency at batch 1
 QUALITY_METRICS = (ACCURACY, MIOU)
 MEMORY_METRICS = (PEAK_BYTES, PEAK_RSS_BYTES)
-UTIL_METRICS = (PEAK_FRACTION, TRAIN_TFLOPS)  # the share of the device's peak
+UTIL_METRICS = (
+    PEAK_FRACTION,
+    TRAIN_TFLOPS,
+    FORWARD_FLOPS,
+)  # the share of the device's peak; the model's size
 # what the run side logs where it knew a price (issue 17); absent: no price, never a zero
 COST_METRICS = (
     COST_USD,
     COST_PER_HOUR,
     COST_PER_EPOCH,
     COST_PER_1K,
+    COST_PER_MILLION,
     GFLOP_PER_USD,
 )
 # data-parallel jobs: the upper bound on the share of training spent in all-reduce, and its time
 DIST_METRICS = (COMM_SHARE, ALLREDUCE_S)
 SUMMARY_METRICS = (
     TIME_METRICS
+    + SERVE_METRICS
     + THROUGHPUT_METRICS
     + QUALITY_METRICS
     + MEMORY_METRICS
@@ -116,8 +129,9 @@ class Side:
         return sorted({r.host for r in self.runs})
 
     def time_metric(self) -> str | None:
-        """The headline time: training where there is one, else the whole run."""
-        for key in (TRAIN_S, TOTAL_S):
+        """The headline time: training where there is one, a request's (p50) for serving, else the whole
+        run."""
+        for key in (TRAIN_S, SERVE_P50, TOTAL_S):
             if key in self.metrics:
                 return key
         return None

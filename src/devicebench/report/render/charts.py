@@ -18,7 +18,7 @@ from devicebench.report.model.pairs import Pair
 from devicebench.report.model.scaling import Series
 from devicebench.report.model.sides import Side
 from devicebench.report.render.labels import describe, varying_params
-from devicebench.schema import gflops
+from devicebench.schema import FORWARD_FLOPS, gflops
 from devicebench.util.fmt import fmt_percent, fmt_x
 from devicebench.util.stats import quantile
 
@@ -26,6 +26,8 @@ SPEEDUP_PNG = "speedup_by_workload.png"
 GFLOPS_PNG = "matmul_gflops.png"
 COST_PNG = "cost_vs_time.png"
 SCALING_PNG = "scaling.png"
+SIZE_PNG = "speedup_vs_flops.png"
+SIZED = ("model", "infer")  # the workloads whose runs log their model's forward FLOPs
 
 
 def _plt() -> Any:
@@ -247,6 +249,82 @@ def _log_log(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
     ax.legend(fontsize=7)
 
 
+def _flops(side: Side) -> float | None:
+    s = side.metrics.get(FORWARD_FLOPS)
+    return s.median if s and s.median > 0 else None
+
+
+def _model_name(side: Side) -> str:
+    """`resnet18`, or a factory's function name (`mymodel.py:build` → `build`)."""
+    return side.params.get("model", "?").rpartition(":")[2] or "?"
+
+
+def size_points(pairs: Sequence[Pair], unpaired: Sequence[Side]) -> dict[str, list[tuple[float, float, str]]]:
+    """The speedup-against-size chart's series: (forward GFLOP per sample, speedup, model) for training
+    as configured, training against the CPU at its best, and serving (throughput at each side's best
+    batch); and CPU sides with no GPU side yet, at speedup 0 (drawn along the bottom)."""
+    series: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for p in pairs:
+        flops = _flops(p.base) or _flops(p.other)
+        if not p.is_cpu_gpu or p.workload not in SIZED or flops is None:
+            continue
+        name = _model_name(p.base)
+        if p.workload == "model" and p.speedups.get("train"):
+            series["training, as configured"].append((flops / 1e9, p.speedups["train"], name))
+            if p.best_cpu is not None and p.best_cpu is not p.base and p.best_cpu_speedup:
+                series["training, against the CPU at its best"].append(
+                    (flops / 1e9, p.best_cpu_speedup, name)
+                )
+        elif p.workload == "infer" and p.speedups.get("serve_throughput"):
+            series["serving (predictions/s)"].append((flops / 1e9, p.speedups["serve_throughput"], name))
+    for s in unpaired:
+        if s.is_cpu and s.workload in SIZED and (flops := _flops(s)) is not None:
+            series["CPU only: no GPU side yet"].append((flops / 1e9, 0.0, f"{_model_name(s)} ({s.workload})"))
+    return dict(series)
+
+
+MARKERS = {
+    "training, as configured": "o",
+    "training, against the CPU at its best": "s",
+    "serving (predictions/s)": "^",
+    "CPU only: no GPU side yet": "x",
+}
+
+
+def size_chart(pairs: Sequence[Pair], unpaired: Sequence[Side], path: Path) -> bool:
+    """Speedup against the model's forward FLOPs per sample, one point per model and question: the
+    answer to "for my kind of model". CPU-only models sit on the bottom edge, named, until a GPU ran them."""
+    series = size_points(pairs, unpaired)
+    if not series:
+        return False
+    plt = _plt()
+    from matplotlib.transforms import blended_transform_factory  # lazy: with pyplot (above)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bottom = blended_transform_factory(ax.transData, ax.transAxes)
+    for label, points in series.items():
+        xs = [x for x, _, _ in points]
+        if label.startswith("CPU only"):
+            ax.scatter(xs, [0.04] * len(xs), marker="x", color="grey", label=label, transform=bottom)
+            for i, (x, _, name) in enumerate(points):
+                ax.annotate(name, (x, 0.07 + 0.05 * (i % 3)), xycoords=bottom, fontsize=7, color="grey")
+            continue
+        ax.scatter(xs, [y for _, y, _ in points], marker=MARKERS[label], label=label, alpha=0.8)
+        for i, (x, y, name) in enumerate(points):
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4 + 8 * (i % 2)), fontsize=7)
+    if any(not k.startswith("CPU only") for k in series):
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_yscale("log")
+    ax.set_xscale("log")
+    ax.set_xlabel("model size: forward GFLOP per sample")
+    ax.set_ylabel("GPU speedup over the CPU")
+    ax.set_title("Speedup against the model's size")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(plt, fig, path)
+    return True
+
+
 def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
     """Write every chart that has data; returns file name → title, in report order."""
     charts: dict[str, str] = {}
@@ -256,6 +334,8 @@ def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
         charts[GFLOPS_PNG] = "GFLOP/s against matrix size per device and dtype"
     if cost_time_chart(comp.all_sides, out / COST_PNG):
         charts[COST_PNG] = "cost per epoch against time per epoch per device and shape"
+    if size_chart(comp.pairs, comp.unpaired, out / SIZE_PNG):
+        charts[SIZE_PNG] = "speedup against the model's forward GFLOP per sample (training and serving)"
     if scaling_chart(comp.scaling, out / SCALING_PNG, varying_params(comp.all_sides)):
         charts[SCALING_PNG] = "throughput against world size per config and device model, with the ideal line"
     for i, grid in enumerate(comp.grids, 1):

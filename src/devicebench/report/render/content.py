@@ -26,6 +26,7 @@ from devicebench.report.render.tables import (
     REGRESSION_COLUMNS,
     SCALING_COLUMNS,
     SELECTION_COLUMNS,
+    SERVING_COLUMNS,
     UNFINISHED_COLUMNS,
     UNPAIRED_COLUMNS,
     WORK,
@@ -153,6 +154,16 @@ def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) ->
         paragraph(doc, f"{side.workload} {describe(side, varying)}: {line}")
 
 
+def _serving(doc: list[Block], comp: Comparison, varying: Varying) -> None:
+    """Every served side: a request's latency at batch 1 (p50, p90, p99 over its runs), the most
+    predictions a second and at which batch, and what a million cost there."""
+    sides = [s for s in comp.all_sides if s.workload == "infer"]
+    if not sides:
+        return
+    heading(doc, 2, "Serving (batch-1 requests, end to end)")
+    _table(doc, SERVING_COLUMNS, [SideItem(s, describe(s, varying)) for s in sides])
+
+
 def _matmul(doc: list[Block], comp: Comparison) -> None:
     items = matmul_items(comp)
     if not items:
@@ -223,6 +234,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     _speedups(doc, judged, varying)
     _scaling(doc, judged, varying)
     _price_performance(doc, judged, varying)
+    _serving(doc, comp, varying)
     _matmul(doc, comp)
     _quality(doc, comp, varying)
     _unpaired(doc, comp, varying)

@@ -16,12 +16,13 @@ from devicebench.config.fields import is_keyed, to_params
 from devicebench.config.naming import SEP, SHORT
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.model.sides import NOT_WORK, Side
-from devicebench.schema import TOTAL_S, TRAIN_S
+from devicebench.schema import SERVE_P50, TOTAL_S, TRAIN_S
 from devicebench.util.fmt import NONE
 
 # What each headline time measures, for the column that shows it (sides.Side.time_metric's choices)
 TIMED = {
     TRAIN_S: "training, all epochs",
+    SERVE_P50: "one request, batch 1 (p50)",
     TOTAL_S: "whole run (setup, data, work, logging)",
 }
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from devicebench.pricing.prices import priced_as
 from devicebench.report.model.cost import (
     GFLOP,
+    MILLION,
     UNIT_OF_TIME,
     PairCost,
     SideCost,
@@ -23,7 +24,7 @@ from devicebench.util.fmt import NONE, fmt_amount, fmt_money, fmt_s, fmt_stat_s,
 
 Describe = Callable[[Side], str]  # a side's config as the report spells it (labels.describe)
 
-UNITS = {"epoch": "epochs", GFLOP: "GFLOP", "run": "runs"}
+UNITS = {"epoch": "epochs", GFLOP: "GFLOP", "run": "runs", MILLION: "M predictions"}
 
 
 def work_text(side: Side) -> str:

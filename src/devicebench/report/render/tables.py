@@ -24,7 +24,20 @@ from devicebench.report.model.sides import Side
 from devicebench.report.read.records import RunRecord
 from devicebench.report.render import money
 from devicebench.report.render.labels import timed_label
-from devicebench.schema import ACCURACY, MIOU, PEAK_BYTES, PEAK_RSS_BYTES, TOTAL_S, gflops
+from devicebench.schema import (
+    ACCURACY,
+    FORWARD_FLOPS,
+    MIOU,
+    PEAK_BYTES,
+    PEAK_RSS_BYTES,
+    SERVE_BATCH,
+    SERVE_P50,
+    SERVE_P90,
+    SERVE_P99,
+    SERVE_RATE,
+    TOTAL_S,
+    gflops,
+)
 from devicebench.util.fmt import (
     NONE,
     fmt_bytes,
@@ -266,6 +279,31 @@ UNPAIRED_COLUMNS: tuple[Column[SideItem], ...] = (
     Column("time", "time", lambda r: fmt_stat_s(r.side.metrics.get(r.side.time_metric() or ""))),
     Column("timed", "what is timed", lambda r: timed_label(r.side.time_metric())),
     Column("run_ids", "run ids", lambda r: _run_ids(r.side)),
+)
+
+
+def _best_batch(side: Side) -> str:
+    """`1,234/s at batch 32`: the side's best serving rate and where it was measured."""
+    rate = side.metrics.get(SERVE_RATE)
+    batch = side.runs[0].metrics.get(SERVE_BATCH)
+    at = f" at batch {int(batch)}" if batch else ""
+    return f"{fmt_rate(rate)}/s{at}" if rate else NONE
+
+
+def _gflop_text(side: Side) -> str:
+    s = side.metrics.get(FORWARD_FLOPS)
+    return fmt_gflops(s.median / 1e9) if s else NONE
+
+
+SERVING_COLUMNS: tuple[Column[SideItem], ...] = (
+    Column("config", "config", lambda r: r.config),
+    Column("side", "side", lambda r: r.side.label),
+    Column("p50", "p50", lambda r: fmt_stat_s(r.side.metrics.get(SERVE_P50))),
+    Column("p90", "p90", lambda r: fmt_stat_s(r.side.metrics.get(SERVE_P90))),
+    Column("p99", "p99", lambda r: fmt_stat_s(r.side.metrics.get(SERVE_P99))),
+    Column("throughput", "predictions (best batch)", lambda r: _best_batch(r.side)),
+    Column("cost", "per M predictions", lambda r: money.cost_per_unit_text(r.side)),
+    Column("gflop", "GFLOP per prediction", lambda r: _gflop_text(r.side)),
 )
 
 
