@@ -109,6 +109,16 @@ def env_file(name: str, content: bytes, setting: str) -> Callable[[Path], dict[s
     return setup
 
 
+def source_file(name: str, text: str) -> Callable[[Path], dict[str, str]]:
+    """A setup that writes a Python file (a user's model factory) into the case directory."""
+
+    def setup(tmp: Path) -> dict[str, str]:
+        (tmp / name).write_text(text)
+        return {}
+
+    return setup
+
+
 def deleted_experiment(tmp: Path) -> dict[str, str]:
     from mlflow.tracking import MlflowClient
 
@@ -165,6 +175,46 @@ CASES = [
     Case("matmul-unknown-flag", (*M, "--colour", "red"), "unrecognized arguments: --colour"),
     # matmul: the device does not exist here (the run exists and must end FAILED)
     Case("matmul-cuda-7", (*M, "--device", "cuda:7"), "'cuda:7' requested", run="failed"),
+    # model and infer (issue 38): refused before any run exists
+    Case(
+        "model-unknown-name",
+        ("model", "--model", "resnt18"),
+        "--model: unknown torchvision model 'resnt18'; closest: resnet18",
+    ),
+    Case(
+        "model-factory-without-colon",
+        ("model", "--model", "mine.py"),
+        "--model: 'mine.py' names a file or module but no factory",
+    ),
+    Case(
+        "model-module-raises",
+        ("model", "--model", "{tmp}/boom.py:build"),
+        "--model: importing",
+        setup=source_file("boom.py", "raise RuntimeError('boom')\n"),
+    ),
+    Case(
+        "model-factory-returns-int",
+        ("model", "--model", "{tmp}/int.py:build"),
+        "returned int, not a torch.nn.Module",
+        setup=source_file("int.py", "def build():\n    return 42\n"),
+    ),
+    Case("model-malformed-input", ("model", "--input", "3x224"), "--input: '3x224' is not a shape"),
+    Case(
+        "model-input-the-model-rejects",
+        ("model", "--model", "vit_b_16", "--input", "3x64x64"),
+        "--input: vit_b_16 does not take 3x64x64 inputs",
+    ),
+    Case("infer-batch-size-zero", ("infer", "--batch_sizes", "1,0"), "--batch_sizes: '0' is out of range"),
+    Case(
+        "infer-missing-model-uri",
+        ("infer", "--model_uri", "models:/m-0123456789abcdef"),
+        "--model_uri: no loadable model at models:/m-0123456789abcdef",
+    ),
+    Case(
+        "infer-not-a-model-uri",
+        ("infer", "--model_uri", "s3://bucket/model"),
+        "--model_uri: 's3://bucket/model' is not a model URI",
+    ),
     # cifar
     Case(
         "cifar-zero-epochs",

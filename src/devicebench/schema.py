@@ -58,8 +58,6 @@ SERVE_P99 = "serve/latency_p99_s"
 SERVE_RATE = "throughput/serve_samples_per_s"  # the best over the batch sizes; each: serve_batch_key
 SERVE_TFLOPS = "throughput/serve_tflops"
 SERVE_BATCH = "serve/best_batch_size"  # where SERVE_RATE was measured
-HTTP_P50 = "serve/http/latency_p50_s"  # the same requests through `mlflow models serve` (optional)
-HTTP_P99 = "serve/http/latency_p99_s"
 # Memory, bytes
 PEAK_BYTES = "memory/peak_bytes"  # the device allocator's peak (GPU)
 PEAK_RSS_BYTES = "memory/peak_rss_bytes"  # the process's
@@ -139,18 +137,17 @@ def phase_time_key(phase: str) -> str:
     return f"time/{phase}_s"
 
 
-SERVE_FIGURES = ("samples_per_s", "latency_p50_s")
-
-
 def serve_batch_key(batch_size: int, figure: str) -> str:
-    """`serve/bs<N>/<figure>`: infer's throughput (and latency of one batch) at one batch size, a plain
+    """`serve/bs<N>/<figure>`: infer's `samples_per_s` and `batch_p50_s` (the median time of one batch,
+    copies included) at one batch size, a plain
     metric so that the search that finds the run returns it; also logged as `serve/<figure>` with
     step = batch size, which the MLflow UI draws against the batch size."""
     return f"serve/bs{int(batch_size)}/{figure}"
 
 
 def serve_series_key(figure: str) -> str:
-    """`serve/<figure>`: the same figure stepped by batch size (the UI's chart against the batch)."""
+    """`serve/<figure>`: the same figure stepped by batch size (the UI's chart against the batch); its
+    figures are never SERVE_P50's name (`latency_p50_s`), which a stepped series would overwrite."""
     return f"serve/{figure}"
 
 

@@ -172,7 +172,7 @@ def _log(tracker: Tracker, r: InferResult, device: torch.device, dtype: str) -> 
     """The percentiles, each batch size's figures (flat, and stepped by batch size for the UI's chart),
     the best rate and where, peak memory and the share of the device's peak."""
     for b in sorted(r.samples_per_s):
-        figures = {"samples_per_s": r.samples_per_s[b], "latency_p50_s": r.batch_latency_s[b]}
+        figures = {"samples_per_s": r.samples_per_s[b], "batch_p50_s": r.batch_latency_s[b]}
         tracker.log_metrics({serve_batch_key(b, k): v for k, v in figures.items()})
         tracker.log_metrics({serve_series_key(k): v for k, v in figures.items()}, step=b)
     util, util_tags = utilization_metrics(

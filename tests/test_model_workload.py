@@ -1,0 +1,171 @@
+"""Your model (issue 38): `devicebench model` trains a torchvision model by name and a user's own factory
+from a file (on JPEGs in ImageFolder layout through a real DataLoader), `devicebench infer` serves the
+logged model from its `models:/` URI, and `compare` reads both back: a serving table, the speedup
+against model size chart with its CPU-only points. One embedded store for the module; every command is
+a real `devicebench` process (a fork of the warm zygote).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from devicebench.schema import (
+    COST_PER_MILLION,
+    FLOPS_PER_SAMPLE,
+    FORWARD_FLOPS,
+    PEAK_FRACTION,
+    SERVE_P50,
+    SERVE_P90,
+    SERVE_P99,
+    SERVE_RATE,
+    TRAIN_RATE,
+    serve_batch_key,
+)
+from devicebench.train.summary import forward_flops_per_sample, meta_model
+from servers import devicebench_env, run_cli
+
+FACTORY = """
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def build(num_classes=10):
+    return Tiny(num_classes)
+"""
+QUIET = ("--cpu_threads", "1", "--price_per_hour", "1.0")
+
+
+def _images(root: Path) -> None:
+    """Two classes of four JPEGs each in train/ and val/: torchvision's ImageFolder layout."""
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for k, colour in enumerate(((200, 30, 30), (30, 30, 200))):
+            folder = root / split / f"class{k}"
+            folder.mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (20 + i, 24), colour).save(folder / f"{i}.jpg")
+
+
+class Store:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.uri = f"sqlite:///{tmp / 'mlflow.db'}"
+        self.env = devicebench_env(self.uri, DEVICEBENCH_EXPERIMENT="your-model")
+
+    def run(self, *args: str) -> str:
+        proc = run_cli(list(args), self.env, cwd=self.tmp, timeout_s=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.strip().splitlines()[-1]
+
+    def runs(self, workload: str) -> list:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.uri)
+        exp = client.get_experiment_by_name("your-model")
+        found = client.search_runs([exp.experiment_id], f"tags.`devicebench.workload` = '{workload}'")
+        return sorted(found, key=lambda r: r.info.start_time)
+
+    def model_id(self, run_id: str) -> str:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.uri)
+        exp = client.get_experiment_by_name("your-model")
+        models = client.search_logged_models([exp.experiment_id], f"source_run_id = '{run_id}'")
+        assert len(models) == 1
+        return models[0].model_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    s = Store(tmp_path_factory.mktemp("model"))
+    (s.tmp / "mine").mkdir()
+    (s.tmp / "mine" / "tiny.py").write_text(FACTORY)
+    _images(s.tmp / "images")
+    s.run("model", "--model", "resnet18", "--input", "3x32x32", "--batch_size", "8", "--train_limit", "16",
+          "--test_limit", "8", "--num_classes", "10", *QUIET)  # fmt: skip
+    s.run("model", "--model", "mine/tiny.py:build", "--input", "3x16x16", "--data", "imagefolder",
+          "--data_dir", str(s.tmp / "images"), "--batch_size", "4", "--num_workers", "1", *QUIET)  # fmt: skip
+    yield s
+
+
+def test_a_torchvision_model_and_a_factory_finish_with_their_figures(store: Store) -> None:
+    resnet, tiny = store.runs("model")
+    for run in (resnet, tiny):
+        assert run.info.status == "FINISHED"
+        for key in (FORWARD_FLOPS, FLOPS_PER_SAMPLE, TRAIN_RATE, PEAK_FRACTION):
+            assert run.data.metrics[key] > 0, key
+    assert resnet.data.params["model"] == "resnet18" and resnet.data.params["input"] == "3x32x32"
+    # forward and training FLOPs are counted alike: training is about 3 forwards (backward ~2)
+    ratio = resnet.data.metrics[FLOPS_PER_SAMPLE] / resnet.data.metrics[FORWARD_FLOPS]
+    assert 2.5 < ratio < 3.5
+    assert tiny.data.tags["devicebench.data"] == "imagefolder"
+    assert tiny.data.params["num_workers"] == "1"
+
+
+def test_the_factory_model_loads_without_its_file(store: Store, tmp_path: Path) -> None:
+    """The factory's class is pickled by value: the logged model loads where `tiny.py` is not."""
+    import mlflow.pytorch
+
+    _, tiny = store.runs("model")
+    moved = tmp_path / "moved"
+    shutil.move(store.tmp / "mine", moved)
+    try:
+        mlflow.set_tracking_uri(store.uri)
+        model = mlflow.pytorch.load_model(f"models:/{store.model_id(tiny.info.run_id)}")
+        assert model(torch.zeros(2, 3, 16, 16)).shape == (2, 2)
+    finally:
+        shutil.move(moved, store.tmp / "mine")
+
+
+def test_infer_serves_the_logged_model_twice(store: Store) -> None:
+    """Both runs FINISH with their percentiles in order and each batch size's rate. How steady the p99
+    is between two fresh processes is `make bench`'s figure (benchmarks/bench_zoo.py, ±15 % on a quiet
+    host): under this suite's three workers on two cores a p99 measures the other workers too, so here
+    it is only held to the same order of magnitude."""
+    _, tiny = store.runs("model")
+    uri = f"models:/{store.model_id(tiny.info.run_id)}"
+    for _ in range(2):
+        line = store.run("infer", "--model_uri", uri, "--batch_sizes", "1,4", "--requests", "1000",
+                         "--min_time_s", "0.2", *QUIET)  # fmt: skip
+        assert "predictions/s at batch" in line and "/M predictions" in line
+    first, second = store.runs("infer")
+    for run in (first, second):
+        m = run.data.metrics
+        assert run.info.status == "FINISHED"
+        assert 0 < m[SERVE_P50] <= m[SERVE_P90] <= m[SERVE_P99]
+        assert m[SERVE_RATE] == max(m[serve_batch_key(b, "samples_per_s")] for b in (1, 4))
+        assert m[COST_PER_MILLION] > 0 and m[FORWARD_FLOPS] > 0
+        assert run.data.params["model_uri"] == uri
+    ratio = second.data.metrics[SERVE_P99] / first.data.metrics[SERVE_P99]
+    assert 0.2 <= ratio <= 5, f"p99 moved {ratio:.3f}x between two runs"
+
+
+def test_compare_shows_serving_and_the_size_chart(store: Store) -> None:
+    store.run("compare", "--out", str(store.tmp / "report"), "--no_log")
+    md = (store.tmp / "report" / "report.md").read_text()
+    assert "## Serving (batch-1 requests, end to end)" in md
+    assert "speedup_vs_flops.png" in md
+    assert (store.tmp / "report" / "speedup_vs_flops.png").stat().st_size > 1000
+
+
+def test_resnet18_forward_flops_are_twice_torchvisions_multiply_adds() -> None:
+    from torchvision.models import resnet18
+
+    flops = forward_flops_per_sample(meta_model(resnet18), (3, 224, 224))
+    assert flops == pytest.approx(2 * 1.814e9, rel=0.02)
