@@ -571,10 +571,11 @@ def test_search_is_partitioned_by_workload_without_losing_any() -> None:
         "tags.`devicebench.workload` = 'unet'",
     ]
     clauses = partitions(Query(experiments=("e",)))
-    assert len(clauses) == 4
+    assert len(clauses) == 6  # matmul, cifar, unet, model, infer, then everything else
     assert clauses[-1] == (
         "tags.`devicebench.workload` != 'matmul' and tags.`devicebench.workload` != 'cifar' and "
-        "tags.`devicebench.workload` != 'unet' and tags.`devicebench.workload` != 'report' and "
+        "tags.`devicebench.workload` != 'unet' and tags.`devicebench.workload` != 'model' and "
+        "tags.`devicebench.workload` != 'infer' and tags.`devicebench.workload` != 'report' and "
         "tags.`devicebench.workload` != 'suite'"
     )
 
