@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import load_settings, preflight_store
 from devicebench.errors import DeviceUnavailable, Interrupted, UsageError
-from devicebench.plan.handoff import Handoff, child_env
+from devicebench.plan.handoff import Handoff, child_env, store_mark
 from devicebench.plan.spec import Plan, PlannedRun
 from devicebench.report.links import read_report_run, settings_link_lines, ui_start_command, venv_command
 from devicebench.schema import tag
@@ -93,10 +93,13 @@ def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
             return done
 
 
-def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun) -> dict[str, str]:
+def _child_env(
+    parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun, store: str
+) -> dict[str, str]:
     # the child names its run (devicebench/config/naming.py); a repeated item says which repeat it is
     suffix = f"repeat {item.repeat}/{item.repeats}" if item.repeats > 1 else ""
-    return Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, suffix).env(os.environ)
+    handoff = Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, suffix, item.log_model, store)
+    return handoff.env(os.environ)
 
 
 # What a warm server imports once for all of a plan's runs (util/forkserver.py): the run's own module
@@ -108,6 +111,8 @@ WARM_MODULES = (
     "devicebench.workloads.unet",
     "torchvision",
     "mlflow.pytorch",
+    "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
+    "devicebench.tracking.artifacts:warm_model_logging",
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
 
@@ -213,7 +218,8 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
             check_resumable(settings, plan, resume)
         else:
             prepare_store(settings)
-        return _run_plan(plan, settings, params, resume, started, server)
+        store = store_mark(settings.tracking_uri, time.time())  # the runs need not check it again
+        return _run_plan(plan, settings, params, resume, started, server, store)
 
 
 def _run_plan(
@@ -223,6 +229,7 @@ def _run_plan(
     resume: str | None,
     started: float,
     server: ForkServer | None,
+    store: str,
 ) -> int:
     with run_context(
         settings, "suite", params, run_name=f"suite {plan.name}", run_id=resume or None
@@ -240,7 +247,7 @@ def _run_plan(
             outcome = _run_items(
                 plan,
                 done,
-                lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item),
+                lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item, store),
                 usable(server),
             )
         parent.log_metrics(

@@ -150,10 +150,13 @@ def _reap(answers: dict[int, socket.socket]) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m devicebench.util.forkserver FD MODULE...`: preload the modules, say `ready THREADS`, serve."""
+    """`python -m devicebench.util.forkserver FD MODULE...`: preload, say `ready THREADS`, then serve."""
     control = socket.socket(fileno=int(argv[0]))
-    for name in argv[1:]:
-        importlib.import_module(name)
+    for name in argv[1:]:  # `package.module`, or `package.module:function` to call once it is imported
+        module, _, function = name.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
     control.sendall(f"ready {threading.active_count()}\n".encode())
     serve(control)
     return 0
