@@ -151,7 +151,7 @@ def _start(argv: list[str], env: dict[str, str], server: ForkServer | None) -> A
     """The item's process: forked from the warm server where it can run the command, else a fresh
     interpreter."""
     target = module_of(argv) if server is not None else None
-    if server is not None and target is not None:
+    if server is not None and target is not None and server.serves(env):
         return server.start(*target, env, os.getcwd())
     # SIGTERM when the suite dies (even by SIGKILL): the child ends its run KILLED instead of training on
     return subprocess.Popen(

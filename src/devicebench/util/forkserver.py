@@ -242,10 +242,11 @@ class ForkServer:
 
     def __init__(self, preload: Sequence[str], env: Mapping[str, str]) -> None:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.env = dict(env)
         self.proc = subprocess.Popen(
             python_argv("-m", "devicebench.util.forkserver", str(theirs.fileno()), *preload),
             pass_fds=[theirs.fileno()],
-            env=dict(env),
+            env=self.env,
             stdin=subprocess.DEVNULL,
             preexec_fn=death_signal(signal.SIGTERM),
         )
@@ -268,15 +269,25 @@ class ForkServer:
             self._ready = int(line.split()[1])
         return self._ready
 
-    def start(self, module: str, args: Sequence[str], env: Mapping[str, str], cwd: str | Path) -> WarmChild:
-        """`python -m MODULE ARGS` as a fork: stdin from /dev/null, stdout to /dev/null, stderr piped back."""
+    def serves(self, env: Mapping[str, str]) -> bool:
+        """Whether a command with `env` runs here as it would cold: a fork keeps the server's `sys.path`,
+        which a fresh interpreter builds from PYTHONPATH (and PYTHONSAFEPATH) when it starts."""
+        return all(env.get(k) == self.env.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH", "PYTHONHOME"))
+
+    def start(
+        self, module: str, args: Sequence[str], env: Mapping[str, str], cwd: str | Path, stdout: bool = False
+    ) -> WarmChild:
+        """`python -m MODULE ARGS` as a fork: stdin from /dev/null, stdout to /dev/null (`stdout`: to the
+        stderr pipe too), stderr piped back."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDWR)
         request = {"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd)}
         try:
             socket.send_fds(
-                self.control, [json.dumps(request).encode()], [null, null, err_w, theirs.fileno()]
+                self.control,
+                [json.dumps(request).encode()],
+                [null, err_w if stdout else null, err_w, theirs.fileno()],
             )
         except OSError:
             os.close(err_r)
