@@ -10,6 +10,7 @@ MODULES = (
     "benchmarks.bench_cifar",
     "benchmarks.bench_overhead",
     "benchmarks.bench_compare",
+    "benchmarks.bench_fixed",
     "benchmarks.bench_zoo",
 )
 

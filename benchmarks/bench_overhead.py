@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,9 @@ from devicebench.data.synthetic import make_split
 from devicebench.host.context import Context
 from devicebench.host.timing import device_sync
 from devicebench.models.cifar_net import build_model
+from devicebench.plan.suite import warm_server
 from devicebench.tracking.protocol import null_tracker
+from devicebench.util.forkserver import ForkServer
 from devicebench.workloads.cifar import Config, run
 
 TARGET = 0.95
@@ -141,9 +144,12 @@ def ratio(case: Case, device: torch.device) -> tuple[float, float, float]:
 CHILD_TIMEOUT_S = 900  # one case in one process: ~20-70 s here; a hung child must not hang the bench
 
 
-def in_fresh_processes(case: Case, device_name: str) -> list[tuple[float, float, float]] | str:
-    """`ratio` of the case in `PROCESSES` fresh processes of this module, one after the other; or, where
-    one fails, what it said last (the bench goes on with the next case)."""
+def in_fresh_processes(
+    case: Case, device_name: str, server: ForkServer | None = None
+) -> list[tuple[float, float, float]] | str:
+    """`ratio` of the case in `PROCESSES` fresh processes of this module, one after the other (forked
+    from `server`, a plan's warm server, where given); or, where one fails, what it said last (the
+    bench goes on with the next case)."""
     argv = [
         sys.executable,
         "-m",
@@ -155,13 +161,19 @@ def in_fresh_processes(case: Case, device_name: str) -> list[tuple[float, float,
     results = []
     for _ in range(PROCESSES):
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+            if server is None:
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+                code, out, err = proc.returncode, proc.stdout, proc.stderr
+            else:  # forked as a plan forks its runs; its stdout comes back through its stderr pipe
+                child = server.start(argv[2], argv[3:], server.env, os.getcwd(), stdout=True)
+                _, out = child.communicate(CHILD_TIMEOUT_S)
+                code, err = child.returncode, out
         except subprocess.TimeoutExpired:
             return f"a process ran past {CHILD_TIMEOUT_S} s"
-        lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("ratio ")]
-        if proc.returncode != 0 or len(lines) != 1:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return f"a process failed (exit {proc.returncode}): {tail}"
+        lines = [ln.split() for ln in out.splitlines() if ln.startswith("ratio ")]
+        if code != 0 or len(lines) != 1:
+            tail = (err.strip().splitlines() or ["no output"])[-1]
+            return f"a process failed (exit {code}): {tail}"
         results.append((float(lines[0][1]), float(lines[0][2]), float(lines[0][3])))
     return results
 
@@ -209,14 +221,21 @@ def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
         else f"cpu, {torch.get_num_threads()} threads"
     )
     worst = 0
-    for case in cases:
-        results = in_fresh_processes(case, device_name)
-        if isinstance(results, str):
-            line, ok = f"overhead: {case.model} batch {case.batch} on {where}: FAILED: {results}", False
-        else:
-            line, ok = summary(case, where, results)
-        worst = max(worst, 0 if ok else 1)
-        print(line, flush=True)
+    root = str(Path(__file__).resolve().parents[1])  # this module, importable in the server's children
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    with warm_server(env) as server:
+        for case in cases:
+            for how, via in (("", None), (", forked from a plan's warm server", server)):
+                results = in_fresh_processes(case, device_name, via) if how == "" or via else "no server"
+                if isinstance(results, str):
+                    line, ok = (
+                        f"overhead: {case.model} batch {case.batch} on {where}{how}: FAILED: {results}",
+                        False,
+                    )
+                else:
+                    line, ok = summary(case, where + how, results)
+                worst = max(worst, 0 if ok else 1)
+                print(line, flush=True)
     return worst
 
 

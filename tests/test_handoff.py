@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from devicebench.plan.handoff import Handoff, child_env
+from devicebench.plan.handoff import STORE_CHECK_FRESH_S, Handoff, child_env, store_mark
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "devicebench"
 
@@ -48,3 +48,15 @@ def test_nothing_else_reads_or_writes_the_handoff_variables() -> None:
         if names.search(line)
     ]
     assert not stray, stray
+
+
+def test_a_run_skips_its_store_check_only_for_the_store_its_plan_just_checked() -> None:
+    uri = "postgresql://bench:secret@db/mlflow"
+    sent = Handoff("p", "1", "t:p", "i", "", log_model=False, store_checked=store_mark(uri, 1000.0))
+    got = Handoff.from_env(sent.env({}))
+    assert got == sent and not got.log_model
+    assert "secret" not in got.store_checked, "the mark names the store by digest, never its password"
+    assert got.store_is_checked(uri, now=1000.0 + STORE_CHECK_FRESH_S - 1)
+    assert not got.store_is_checked(uri, now=1000.0 + STORE_CHECK_FRESH_S + 1), "too long ago"
+    assert not got.store_is_checked("sqlite:///other.db", now=1001.0), "another store"
+    assert not Handoff("p", "1", "t:p", "i", "").store_is_checked(uri), "no mark: the run checks"

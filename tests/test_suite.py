@@ -52,6 +52,20 @@ def test_matrix_and_repeats_expand_in_order(tmp_path: Path) -> None:
     assert [r.index for r in plan.runs] == list(range(1, 10))
 
 
+def test_log_models_first_logs_each_configs_model_with_its_first_repeat_only(tmp_path: Path) -> None:
+    text = "name: t\nrepeats: 3\n{}runs: [{{entry: cifar, matrix: {{width: [1, 2]}}}}]\n"
+    first = load_plan(write(tmp_path, text.format("log_models: first\n")))
+    assert [(r.params["width"], r.repeat, r.log_model) for r in first.runs] == [
+        ("1", 1, True),
+        ("1", 2, False),
+        ("1", 3, False),
+        ("2", 1, True),
+        ("2", 2, False),
+        ("2", 3, False),
+    ]
+    assert all(r.log_model for r in load_plan(write(tmp_path, text.format(""))).runs)
+
+
 def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_path: Path) -> None:
     """The CPU as configured stays (the pair's first speedup); the tuned run is the second's baseline."""
     plan = load_plan(
@@ -179,6 +193,7 @@ LAUGHS = (
         ("name: t\nexperiment: [1, 2]\nruns: [{entry: matmul}]\n", "experiment: must be an experiment name"),
         (f"name: t\nexperiment: {'e' * 10_000}\nruns: [{{entry: matmul}}]\n", "experiment: must be"),
         ("name: t\ndescription: [a, b]\nruns: [{entry: matmul}]\n", "description: must be a string"),
+        ("name: t\nlog_models: some\nruns: [{entry: matmul}]\n", "log_models: 'some' is not allowed"),
     ],
 )
 def test_bad_plans_are_refused_with_one_line_naming_file_and_key(

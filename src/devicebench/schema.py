@@ -33,6 +33,13 @@ WARMUP_S = "time/warmup_s"  # before the clock: cuDNN autotuning, allocator, fir
 COMPILE_S = "time/compile_s"  # torch.compile's share of the warm-up
 TO_TARGET_S = "time/to_target_s"  # training seconds until test accuracy reached the target
 TOTAL_S = "time/total_s"  # the run's wall time, from the run's creation to its end
+# A run's fixed cost by phase (what it pays that is not its work), beside TOTAL_S
+START_S = "time/start_s"  # process start to the run's creation: interpreter, imports, flags, STORE_S
+STORE_S = "time/store_s"  # the store checked (unless its plan just did) and the run created
+HOST_S = "time/host_s"  # the device resolved and the host fingerprint logged
+ARTIFACTS_S = "time/artifacts_s"  # tables, figures and files staged, models logged
+PROCESS_S = "time/process_s"  # process start to the run's end, before END_S
+END_S = "time/end_s"  # what the run logged flushed to the store before it ends
 # Rates and the share of the device
 TRAIN_RATE = "throughput/train_samples_per_s"  # a job's: every rank's samples / the slowest rank's time
 EVAL_RATE = "throughput/eval_samples_per_s"

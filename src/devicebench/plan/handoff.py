@@ -9,7 +9,9 @@ removed on the way, because a child that inherited it would log into the parent 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,9 @@ SUITE = "DEVICEBENCH_SUITE"
 ITEM = "DEVICEBENCH_SUITE_ITEM"
 RUN_NAME = "DEVICEBENCH_RUN_NAME"
 EXPERIMENT = "MLFLOW_EXPERIMENT_ID"
+NO_MODEL = "DEVICEBENCH_NO_MODEL"  # "1": the plan logs this item's model with its first repeat only
+STORE_CHECKED = "DEVICEBENCH_STORE_CHECKED"  # "<unix time> <store digest>": when the suite checked it
+STORE_CHECK_FRESH_S = 900.0  # a check this recent stands for the run's own (same store, same plan)
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,8 @@ class Handoff:
     suite: str  # "<plan name>:<parent run id>": the tag the report filters a plan's runs by
     item: str  # the item's stable id: what `suite --resume` matches finished runs by
     run_name: str  # what the child adds to the name it gives its run (`repeat 2/3`), or ""
+    log_model: bool = True  # False: a later repeat of a plan that logs models for the first one only
+    store_checked: str = ""  # store_mark() of the store the suite checked and prepared, or ""
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
         """The child's environment: `base` without the parent's run, plus this handoff."""
@@ -44,6 +51,8 @@ class Handoff:
                 SUITE: self.suite,
                 ITEM: self.item,
                 RUN_NAME: self.run_name[:MAX_RUN_NAME],
+                NO_MODEL: "" if self.log_model else "1",
+                STORE_CHECKED: self.store_checked,
             }
         )
         return env
@@ -59,11 +68,33 @@ class Handoff:
             suite=environ[SUITE],
             item=environ.get(ITEM, ""),
             run_name=environ.get(RUN_NAME, ""),
+            log_model=environ.get(NO_MODEL, "") != "1",
+            store_checked=environ.get(STORE_CHECKED, ""),
         )
+
+    def store_is_checked(self, tracking_uri: str, now: float | None = None) -> bool:
+        """Whether the suite checked (and migrated) this very store within STORE_CHECK_FRESH_S, so the
+        run need not check it again (the SQLite schema check was ~3.4 s of each run under load)."""
+        when, _, digest = self.store_checked.partition(" ")
+        try:
+            age = (time.time() if now is None else now) - float(when)
+        except ValueError:
+            return False
+        return digest == _digest(tracking_uri) and 0 <= age <= STORE_CHECK_FRESH_S
 
     def tags(self) -> dict[str, str]:
         """The run tags that tie a child to its plan."""
         return {tag("suite"): self.suite, tag("suite.item"): self.item}
+
+
+def store_mark(tracking_uri: str, when: float) -> str:
+    """What a suite hands its runs once it has checked the store `tracking_uri` at `when`."""
+    return f"{when:.0f} {_digest(tracking_uri)}"
+
+
+def _digest(tracking_uri: str) -> str:
+    """The store named without its text: a URI may carry a password."""
+    return hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
 
 
 def child_env(base: Mapping[str, str]) -> dict[str, str]:

@@ -28,7 +28,20 @@ from devicebench.schema import TRAINING_WORKLOADS as TUNABLE
 from devicebench.util.children import python_argv
 from devicebench.util.yamlfile import load_capped
 
-PLAN_KEYS = {"name", "description", "experiment", "repeats", "skip_unavailable", "tune_cpu", "runs", "report"}
+PLAN_KEYS = {
+    "name",
+    "description",
+    "experiment",
+    "repeats",
+    "skip_unavailable",
+    "tune_cpu",
+    "log_models",
+    "runs",
+    "report",
+}
+# Which repeats of an item log their model: `all`, or `first` (each model ~1.5-2.5 s of a short run,
+# and repeats of one config train the same network; the figures are logged for every repeat)
+LOG_MODELS = ("all", "first")
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
 REPORT_KEYS = {"baseline", "threshold"}
 # Plans are a page of YAML; these caps turn a hostile or mistyped one into one line instead of minutes of
@@ -55,6 +68,7 @@ class PlannedRun:
     repeat: int
     repeats: int
     tune: bool = False  # the plan's tune_cpu, for a CPU run of a workload tuning knows (tuning.py)
+    log_model: bool = True  # False for a repeat after the first where the plan logs models so
 
     @property
     def item_id(self) -> str:
@@ -185,6 +199,9 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     for key, value in (("skip_unavailable", skip), ("tune_cpu", tune)):
         if not isinstance(value, bool):
             raise _err(path, key, "must be true or false")
+    log_models = doc.get("log_models", "all")
+    if log_models not in LOG_MODELS:
+        raise _err(path, "log_models", f"{log_models!r} is not allowed; allowed: {', '.join(LOG_MODELS)}")
     specs = doc.get("runs")
     if not isinstance(specs, list) or not specs:
         raise _err(path, "runs", "required, a non-empty list of {entry, params, matrix, repeats}")
@@ -193,7 +210,10 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     for i, spec in enumerate(specs):
         for values, repeats in _expand(spec, f"runs[{i}]", default_repeats, data, path):
             for r in range(1, repeats + 1):
-                planned.append(PlannedRun(len(planned) + 1, spec["entry"], values, r, repeats))
+                logs = log_models == "all" or r == 1
+                planned.append(
+                    PlannedRun(len(planned) + 1, spec["entry"], values, r, repeats, log_model=logs)
+                )
             if (
                 tune
                 and spec["entry"] in TUNABLE

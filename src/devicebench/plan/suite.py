@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import load_settings, preflight_store
 from devicebench.errors import DeviceUnavailable, Interrupted, UsageError
-from devicebench.plan.handoff import Handoff, child_env
+from devicebench.plan.handoff import Handoff, child_env, store_mark
 from devicebench.plan.spec import Plan, PlannedRun
 from devicebench.report.links import read_report_run, settings_link_lines, ui_start_command, venv_command
 from devicebench.schema import tag
@@ -38,6 +38,7 @@ from devicebench.tracking.runs import run_context
 from devicebench.tracking.store import check_store, configure_mlflow_client, ensure_experiment
 from devicebench.util.children import death_signal, python_argv
 from devicebench.util.fmt import fmt_duration
+from devicebench.util.forkserver import ForkServer, module_of
 from devicebench.util.redact import redact
 
 
@@ -92,34 +93,93 @@ def _finished_items(settings: Any, parent_run_id: str) -> set[str]:
             return done
 
 
-def _child_env(parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun) -> dict[str, str]:
+def _child_env(
+    parent_run_id: str, experiment_id: str, suite_tag: str, item: PlannedRun, store: str
+) -> dict[str, str]:
     # the child names its run (devicebench/config/naming.py); a repeated item says which repeat it is
     suffix = f"repeat {item.repeat}/{item.repeats}" if item.repeats > 1 else ""
-    return Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, suffix).env(os.environ)
+    handoff = Handoff(parent_run_id, experiment_id, suite_tag, item.item_id, suffix, item.log_model, store)
+    return handoff.env(os.environ)
 
 
-def _run_child(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run one plan item; when the suite itself is stopped, stop the child the same way and wait for it,
-    so its run ends KILLED with its metrics flushed instead of being left RUNNING by a SIGKILL."""
+# What a warm server imports once for all of a plan's runs (util/forkserver.py): the run's own module
+# (torch, MLflow), every workload, and torchvision whole (its models and torch._dynamo, ~2.3 s a process).
+WARM_MODULES = (
+    "devicebench.run.workload",
+    "devicebench.workloads.matmul",
+    "devicebench.workloads.cifar",
+    "devicebench.workloads.unet",
+    "torchvision",
+    "mlflow.pytorch",
+    "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
+    "devicebench.tracking.artifacts:warm_model_logging",
+)
+WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
+
+
+@contextmanager
+def warm_server(env: dict[str, str]) -> Iterator[ForkServer | None]:
+    """A fork server for the plan's runs, loading while the suite prepares the store; None where
+    WARM_ENV=0 asks for cold starts. A run started from it measures as a cold one (benchmarks/)."""
+    if os.environ.get(WARM_ENV, "1").strip() == "0":
+        yield None
+        return
+    server = ForkServer(WARM_MODULES, child_env(env))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def usable(server: ForkServer | None) -> ForkServer | None:
+    """The server once it has loaded and is safe to fork from (one thread); None, said once on stderr,
+    when it is not: the plan's runs then start cold, as they always could."""
+    if server is None:
+        return None
+    try:
+        threads = server.ready()
+    except OSError as e:
+        print(f"suite: no warm server ({one_line(e)}); the runs start cold", file=sys.stderr)
+        return None
+    if threads != 1:
+        print(f"suite: the warm server runs {threads} threads; the runs start cold", file=sys.stderr)
+        return None
+    return server
+
+
+def _start(argv: list[str], env: dict[str, str], server: ForkServer | None) -> Any:
+    """The item's process: forked from the warm server where it can run the command, else a fresh
+    interpreter."""
+    target = module_of(argv) if server is not None else None
+    if server is not None and target is not None and server.serves(env):
+        return server.start(*target, env, os.getcwd())
     # SIGTERM when the suite dies (even by SIGKILL): the child ends its run KILLED instead of training on
-    with subprocess.Popen(
+    return subprocess.Popen(
         argv,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=death_signal(signal.SIGTERM),
-    ) as proc:
+    )
+
+
+def _run_child(
+    argv: list[str], env: dict[str, str], server: ForkServer | None = None
+) -> subprocess.CompletedProcess:
+    """Run one plan item; when the suite itself is stopped, stop the child the same way and wait for it,
+    so its run ends KILLED with its metrics flushed instead of being left RUNNING by a SIGKILL."""
+    proc = _start(argv, env, server)
+    try:
+        _, stderr = proc.communicate()
+    except (Interrupted, KeyboardInterrupt) as e:
+        proc.send_signal(e.signum if isinstance(e, Interrupted) else signal.SIGINT)
         try:
-            _, stderr = proc.communicate()
-        except (Interrupted, KeyboardInterrupt) as e:
-            proc.send_signal(e.signum if isinstance(e, Interrupted) else signal.SIGINT)
-            try:
-                proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-            raise
+            proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
     return subprocess.CompletedProcess(argv, proc.returncode, None, stderr)
 
 
@@ -153,10 +213,24 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
         settings = dataclasses.replace(settings, experiment=plan.experiment)
     started = time.monotonic()
     params = {"plan": str(plan.path), "name": plan.name, "runs": len(plan.runs), "baseline": plan.baseline}
-    if resume:
-        check_resumable(settings, plan, resume)
-    else:
-        prepare_store(settings)
+    with warm_server(dict(os.environ)) as server:  # it loads while the store is checked
+        if resume:
+            check_resumable(settings, plan, resume)
+        else:
+            prepare_store(settings)
+        store = store_mark(settings.tracking_uri, time.time())  # the runs need not check it again
+        return _run_plan(plan, settings, params, resume, started, server, store)
+
+
+def _run_plan(
+    plan: Plan,
+    settings: Any,
+    params: dict[str, Any],
+    resume: str | None,
+    started: float,
+    server: ForkServer | None,
+    store: str,
+) -> int:
     with run_context(
         settings, "suite", params, run_name=f"suite {plan.name}", run_id=resume or None
     ) as parent:
@@ -171,7 +245,10 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
         done = _finished_items(settings, parent.run_id) if resume else set()
         with alive(settings, parent.run_id):
             outcome = _run_items(
-                plan, done, lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item)
+                plan,
+                done,
+                lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item, store),
+                usable(server),
             )
         parent.log_metrics(
             {
@@ -314,7 +391,12 @@ def _print_links(settings: Any, experiment_id: str, report_out: Path | None) -> 
         print(line)
 
 
-def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[str, str]]) -> Outcome:
+def _run_items(
+    plan: Plan,
+    done: set[str],
+    env_for: Callable[[PlannedRun], dict[str, str]],
+    server: ForkServer | None = None,
+) -> Outcome:
     """Each item in turn: kept if an earlier launch finished it, skipped if the plan allows that and this
     host lacks its device or the devices for its nproc, otherwise run in its own process; one progress
     line per item, with an ETA."""
@@ -336,7 +418,7 @@ def _run_items(plan: Plan, done: set[str], env_for: Callable[[PlannedRun], dict[
                 outcome.skipped.append(item)
                 continue
         t0 = time.monotonic()
-        proc = _run_child(item.argv(), env_for(item))
+        proc = _run_child(item.argv(), env_for(item), server)
         durations.append(time.monotonic() - t0)
         left = sum(durations) / len(durations) * (total - item.index)
         eta = f", ~{fmt_duration(left)} left" if item.index < total else ""

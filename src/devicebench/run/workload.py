@@ -34,10 +34,10 @@ from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_
 from devicebench.run import tuning
 from devicebench.run.launch import check_job, launch, record_run
 from devicebench.run.run_line import glance_metrics, summary_line
-from devicebench.schema import NOTE_TAG, TOTAL_S, tag
+from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, TOTAL_S, tag
 from devicebench.tracking.artifacts import load_logged_model
 from devicebench.tracking.protocol import Tracker, null_tracker, one_line
-from devicebench.tracking.runs import run_context
+from devicebench.tracking.runs import process_age_s, run_context
 from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.children import death_signal, python_argv
 from devicebench.util.redact import redact
@@ -75,8 +75,10 @@ def run_workload(
             tracker.log_table(tuned[1], "cpu_tuning.json")
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
+        host_t0 = time.perf_counter()
         world, device = _join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
         host = _log_host(tracker, device, settings, cfg)
+        host_s = time.perf_counter() - host_t0
         if world.distributed:
             tracker.set_tags({tag("dist.backend"): world.backend(device)})
         ctx = Context(device, settings.data_dir, progress_enabled(), world, served)
@@ -85,7 +87,9 @@ def run_workload(
         finally:
             world.leave()
         total_s = time.perf_counter() - started
-        tracker.log_metrics({TOTAL_S: total_s})
+        tracker.log_metrics(
+            {TOTAL_S: total_s, HOST_S: host_s, ARTIFACTS_S: tracker.artifacts_s, PROCESS_S: process_age_s()}
+        )
         usage = _usage(device, world.size, host, cfg)  # its memory is known now
         price = price_side(pricing, host, usage)
         log_price(tracker, price)
@@ -214,6 +218,8 @@ def _open_run(
         tags=tags,
         run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
         parent_run_id=(handoff and handoff.parent_run_id) or None,
+        log_models=handoff.log_model if handoff else True,
+        store_checked=bool(handoff and handoff.store_is_checked(settings.tracking_uri)),
     )
 
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import psutil
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.context.registry import resolve_tags
 
 from devicebench.config.naming import is_generated
 from devicebench.config.settings import Settings
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
-from devicebench.schema import tag
+from devicebench.schema import END_S, START_S, STORE_S, tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import ending, install_signal_handlers, received
@@ -45,26 +47,30 @@ def run_context(
     run_name: str | None = None,
     parent_run_id: str | None = None,
     run_id: str | None = None,
+    log_models: bool = True,
+    store_checked: bool = False,
 ) -> Iterator[MlflowTracker]:
     """Start (or attach to) a run; end it FINISHED, FAILED or KILLED.
 
     `run_id` attaches to a run that already exists; without it, `MLFLOW_RUN_ID` does (that is how
     `mlflow run` hands its run over), and without either a new run is created. The store is checked
-    before anything else, so an unreachable server costs seconds, not a training run.
+    before anything else, so an unreachable server costs seconds, not a training run; `store_checked`:
+    the plan that started this run checked and prepared this store moments ago (plan/handoff.py).
     """
     install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
-    check_store(settings)
+    store_t0 = time.perf_counter()
+    if not store_checked:
+        check_store(settings)
     configure_mlflow_client(settings)
     client = MlflowClient(settings.tracking_uri)
     start_tags = {tag("workload"): workload, **(tags or {})}
-    if parent_run_id:
-        start_tags["mlflow.parentRunId"] = parent_run_id
+    start_tags.update({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})
     # The journal exists (and is locked by this process) before the run does: a run that could not be
     # journalled would have no local trace if the store went away or the process were killed.
     journal = Journal.create(settings)
     run_id = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
     try:
-        tracker = MlflowTracker(settings, run_id, journal)
+        tracker = MlflowTracker(settings, run_id, journal, log_models)
     except BaseException as e:  # the journal could not be bound (a full disk): end the run here
         _end_without_journal(client, run_id, one_line(e))
         journal.remove()
@@ -72,6 +78,7 @@ def run_context(
     try:
         tracker.set_tags(start_tags)
         tracker.log_params(params)
+        tracker.log_metrics({STORE_S: time.perf_counter() - store_t0, START_S: process_age_s()})
         yield tracker
     except Interrupted as e:
         _finish(tracker, "KILLED", str(e))
@@ -149,7 +156,16 @@ def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:
     )
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (a run forked from a plan's warm server: since the fork)."""
+    return time.time() - psutil.Process().create_time()
+
+
 def _finish(tracker: MlflowTracker, status: str, error: str | None) -> bool:
+    if status == "FINISHED":  # the end's cost, measured on what it mostly is: flushing what was logged
+        t0 = time.perf_counter()
+        tracker.drain(tracker.settings.final_flush_s)
+        tracker.log_metrics({END_S: time.perf_counter() - t0})
     with ending():
         delivered = tracker.close(status, error)
     if not delivered and status != "FINISHED":

@@ -11,7 +11,7 @@ import contextlib
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,13 @@ from devicebench.tracking.sender import Sender
 class MlflowTracker:
     """A run in an MLflow store, written through a journal by one background sender thread."""
 
-    def __init__(self, settings: Settings, run_id: str, journal: Journal | None = None) -> None:
+    def __init__(
+        self, settings: Settings, run_id: str, journal: Journal | None = None, log_models: bool = True
+    ) -> None:
         self.settings = settings
         self.run_id = run_id
+        self.log_models = log_models  # False: a plan logs this config's model with its first repeat only
+        self.artifacts_s = 0.0  # seconds spent staging files and logging models: a run's fixed cost
         self.client = MlflowClient(settings.tracking_uri)
         if journal is None:
             journal = Journal(spool_root(settings), run_id, settings.tracking_uri)
@@ -73,14 +77,24 @@ class MlflowTracker:
         that fills while staging is the journal's one line (a raw `OSError 28` before), and the run
         ends FAILED."""
         try:
-            path = self._stage(artifact_file)
-            write(path)
+            with self._timed():
+                path = self._stage(artifact_file)
+                write(path)
         except OSError as e:
             raise unwritable(self.journal.dir, e) from None
         rel = path.relative_to(self.journal.files)
         parent = str(rel.parent) if str(rel.parent) != "." else None
         op = {"op": "artifact", "path": str(Path("files") / rel), "artifact_path": parent}
         self._sender.enqueue({**op, "table": rel.as_posix()} if table else op)
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        """Add the time of the block to `artifacts_s` (what `time/artifacts_s` reports)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.artifacts_s += time.perf_counter() - t0
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
         if artifact_file.endswith((".yaml", ".yml")):
@@ -130,6 +144,13 @@ class MlflowTracker:
         The points linked are the ones already logged (same value, step and timestamp), so the run's
         history gains no second point: the store keeps one row per point and adds only the link.
         """
+        with self._timed():
+            self._log_model(model, name, input_example, metrics)
+
+    def _log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str]) -> None:
+        if not self.log_models:  # said on the run, so a missing model is not taken for a lost one
+            self.set_tags({tag("model.logged"): "no: its plan logs the model with the first repeat only"})
+            return
         points = [[k, *self._latest[k]] for k in metrics if k in self._latest]
         module, example, signature = portable_model(model, input_example)
         if self._sender.drain(timeout_s=self.settings.final_flush_s):

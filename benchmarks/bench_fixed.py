@@ -1,0 +1,120 @@
+"""The fixed cost of a run: what a tiny cifar run pays beyond its training and evaluation (issue 39).
+
+A tiny run (256 synthetic images, one epoch) is timed as a whole process, cold (`python -m devicebench
+cifar`, as a person starts it) and warm (forked from the server a plan's runs start from, handed the
+store the plan checked, as `suite` runs it). Its fixed cost is the process's wall time minus the
+`time/train_s` and `time/eval_s` it logged; each is printed against a bare `python -c "import torch"`
+timed in the same run, so the machine's speed cancels out. The phases each run logged (`time/start_s`,
+`store_s`, `host_s`, `artifacts_s`, `end_s`) say where the rest went. Target: warm fixed cost <= 3 s.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from devicebench.plan.handoff import Handoff, store_mark
+from devicebench.plan.suite import WARM_MODULES
+from devicebench.util.forkserver import ForkServer
+
+TARGET_S = 3.0
+RUNS = 3  # of each kind; the median is the figure
+TINY = ["cifar", "--device", "cpu", "--data", "synthetic", "--train_limit", "256", "--test_limit", "64"]
+TINY += ["--epochs", "1"]
+PHASES = ("start", "store", "host", "artifacts", "end")
+
+
+def bare_import_s() -> float:
+    """A bare `python -c "import torch"`, the smallest thing a run could cost."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - t0
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": uri,
+        "DEVICEBENCH_EXPERIMENT": "bench-fixed",
+        "DEVICEBENCH_SPOOL_DIR": str(workdir / "spool"),
+        "DEVICEBENCH_DOTENV": "none",
+    }
+
+
+def _last_run(env: dict[str, str]) -> dict[str, float]:
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name(env["DEVICEBENCH_EXPERIMENT"])
+    run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)[0]
+    return run.data.metrics
+
+
+def fixed_cold(env: dict[str, str], workdir: Path) -> tuple[float, dict[str, float]]:
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-P", "-m", "devicebench", *TINY],
+        env=env,
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+    )
+    wall = time.perf_counter() - t0
+    m = _last_run(env)
+    return wall - m["time/train_s"] - m["time/eval_s"], m
+
+
+def fixed_warm(server: ForkServer, env: dict[str, str], workdir: Path) -> tuple[float, dict[str, float]]:
+    t0 = time.perf_counter()
+    child = server.start("devicebench", TINY, env, workdir)
+    _, err = child.communicate(600)
+    wall = time.perf_counter() - t0
+    if child.returncode != 0:
+        raise RuntimeError(f"a warm run failed (exit {child.returncode}): {err.strip()[-300:]}")
+    m = _last_run(env)
+    return wall - m["time/train_s"] - m["time/eval_s"], m
+
+
+def _line(kind: str, results: list[tuple[float, dict[str, float]]], bare: float) -> tuple[str, float]:
+    fixed, metrics = sorted(results, key=lambda r: r[0])[len(results) // 2]
+    phases = ", ".join(f"{p} {metrics.get(f'time/{p}_s', float('nan')):.2f}" for p in PHASES)
+    line = (
+        f"fixed cost: tiny cifar run, {kind}: {fixed / bare:.2f}x a bare `import torch` ({fixed:.2f} s vs "
+        f"{bare:.2f} s; range {min(r[0] for r in results):.2f}-{max(r[0] for r in results):.2f} s over "
+        f"{len(results)} runs; phases of the median one, s: {phases})"
+    )
+    return line, fixed
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-fixed-") as d:
+        workdir = Path(d)
+        env = _env(workdir)
+        server = ForkServer(WARM_MODULES, env)
+        try:
+            cold = [fixed_cold(env, workdir) for _ in range(RUNS)]  # the first also creates the store
+            server.ready()
+            mark = store_mark(env["MLFLOW_TRACKING_URI"], time.time())
+            warm_env = Handoff("", "", "", "", "", True, mark).env(env)
+            for k in ("DEVICEBENCH_SUITE", "DEVICEBENCH_PARENT_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
+                warm_env.pop(k, None)  # a plain run, handed only the store the plan checked
+            warm = [fixed_warm(server, warm_env, workdir) for _ in range(RUNS)]
+        finally:
+            server.close()
+        bare = statistics.median(bare_import_s() for _ in range(RUNS))
+    cold_line, _ = _line("cold process", cold, bare)
+    warm_line, warm_s = _line("forked from a plan's warm server", warm, bare)
+    ok = warm_s <= TARGET_S
+    print(cold_line)
+    print(f"{warm_line} [target <= {TARGET_S:.0f} s] {'ok' if ok else 'MISSED'}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The warm fork server a plan's runs start from (util/forkserver.py): each command its own process,
+with its own stderr, environment, cwd and exit code; a crash or a signal is that child's alone, and the
+server forks the next one. Cheap: the server preloads only the standard library here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicebench.util.forkserver import ForkServer, module_of
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("modules")
+    (path / "probe.py").write_text(
+        "import os, sys\nprint(os.getcwd(), os.environ['PROBE'], sys.argv[1:], __name__, file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(modules: Path):
+    fs = ForkServer(["json"], {**os.environ, "PYTHONPATH": str(modules)})
+    assert fs.ready(60) == 1  # one thread when it forks: no pool, no sender, nothing to copy half-held
+    yield fs
+    fs.close()
+    assert fs.proc.returncode == 0
+
+
+def test_a_child_runs_as_python_m_with_its_own_env_cwd_stderr_and_code(server, tmp_path: Path) -> None:
+    env = {**server.env, "PROBE": "here"}
+    assert server.serves(env) and not server.serves({**env, "PYTHONPATH": "/elsewhere"})
+    child = server.start("probe", ["--x", "1"], env, tmp_path)
+    _, err = child.communicate(30)
+    assert child.pid != server.proc.pid
+    assert child.returncode == 3
+    assert err.strip() == f"{tmp_path} here ['--x', '1'] __main__"
+
+
+def test_a_crash_and_a_signal_end_one_child_and_the_next_runs(server, tmp_path: Path) -> None:
+    crash = server.start("devicebench_no_such_module", [], os.environ, tmp_path)
+    _, err = crash.communicate(30)
+    assert crash.returncode == 1 and "No module named devicebench_no_such_module" in err
+    sleeper = server.start("http.server", ["--bind", "127.0.0.1", "0"], os.environ, tmp_path)
+    sleeper.send_signal(signal.SIGTERM)  # as the suite forwards a SIGTERM of the plan
+    sleeper.communicate(30)
+    assert sleeper.returncode == -signal.SIGTERM
+    ok = server.start("json.tool", ["--help"], os.environ, tmp_path)
+    ok.communicate(30)
+    assert ok.returncode == 0
+
+
+def test_module_of_takes_only_this_interpreters_dash_m_commands() -> None:
+    assert module_of([sys.executable, "-P", "-m", "devicebench", "cifar"]) == ("devicebench", ["cifar"])
+    assert module_of([sys.executable, "-m", "devicebench"]) == ("devicebench", [])
+    assert module_of(["/other/python", "-m", "devicebench"]) is None
+    assert module_of([sys.executable, "-c", "pass"]) is None
+
+
+def test_the_plan_runs_cold_when_asked(tmp_path: Path) -> None:
+    from devicebench.plan import suite  # lazy: MLflow, for this test alone
+
+    env = {**os.environ, suite.WARM_ENV: "0"}
+    code = "import os; from devicebench.plan import suite\nwith suite.warm_server(dict(os.environ)) as s: print(s)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "None", out.stderr
