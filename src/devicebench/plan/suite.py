@@ -109,7 +109,9 @@ WARM_MODULES = (
     "devicebench.workloads.matmul",
     "devicebench.workloads.cifar",
     "devicebench.workloads.unet",
-    "torchvision",
+    "devicebench.workloads.model",
+    "devicebench.workloads.infer",
+    "torchvision.models",
     "mlflow.pytorch",
     "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
     "devicebench.tracking.artifacts:warm_model_logging",
