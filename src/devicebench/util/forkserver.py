@@ -157,7 +157,10 @@ def main(argv: Sequence[str]) -> int:
         loaded = importlib.import_module(module)
         if function:
             getattr(loaded, function)()
-    control.sendall(f"ready {threading.active_count()}\n".encode())
+    try:
+        control.sendall(f"ready {threading.active_count()}\n".encode())
+    except OSError:  # the plan ended (refused, or done) while this server loaded: nothing to serve
+        return 0
     serve(control)
     return 0
 
