@@ -38,6 +38,7 @@ import devicebench
 from devicebench.errors import UsageError
 from devicebench.host.context import LoadedModel
 
+LINK_NONE_STEP = -1  # no devicebench metric has a negative step (epochs, sizes and batches count from 0)
 _REPO_CACHE_SIZE = 8  # runs whose repository is kept; a process sends to one or two runs at a time
 _REPOS: OrderedDict[tuple[str, str], Any] = OrderedDict()
 _REPOS_LOCK = threading.Lock()
@@ -169,10 +170,20 @@ def _pytorch_flavor() -> ModuleType:
 
 
 def upload_model(run_id: str, module: Any, name: str, signature: Any, input_example: Any = None) -> str:
-    """Log a portable module (see `portable_model`) to the run as a logged model called `name`; its id."""
+    """Log a portable module (see `portable_model`) to the run as a logged model called `name`; its id.
+
+    MLflow links to a logged model every run metric logged at its `step` (0 by default), reading each
+    metric's whole history to find them: a run's summary figures (`time/*`, `cost/*`) would be shown as
+    the model's own, at one request per metric name. The metrics that measure the model are linked by
+    `link_metrics`; `LINK_NONE_STEP` is a step no devicebench metric is logged at."""
     with mlflow.start_run(run_id=run_id), _quiet_mlflow():
         info = _pytorch_flavor().log_model(
-            module, name=name, signature=signature, input_example=input_example, **model_options()
+            module,
+            name=name,
+            signature=signature,
+            input_example=input_example,
+            step=LINK_NONE_STEP,
+            **model_options(),
         )
     return str(info.model_id)
 
