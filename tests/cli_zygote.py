@@ -35,6 +35,10 @@ def preload() -> None:
         "devicebench.workloads.matmul",
         "devicebench.workloads.cifar",
         "devicebench.workloads.unet",
+        "devicebench.workloads.model",
+        "devicebench.workloads.infer",
+        "torchvision.models",  # the model workload's zoo (and torch._dynamo): ~2 s a fork otherwise
+        "mlflow.pytorch",
         "devicebench.report.command",
         "mlflow",
         "mlflow.tracking",

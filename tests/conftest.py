@@ -33,6 +33,7 @@ SLOWEST_FIRST = (
     "test_prices.py",  # 27
     "test_unet_mlflow.py",  # 26
     "test_security.py",  # 21
+    "test_model_workload.py",  # 17
     "test_unet_workload.py",  # 10
     "test_cifar_workload.py",  # 8
     "test_cli.py",  # 8

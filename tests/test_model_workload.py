@@ -141,8 +141,8 @@ def test_infer_serves_the_logged_model_twice(store: Store) -> None:
     _, tiny = store.runs("model")
     uri = f"models:/{store.model_id(tiny.info.run_id)}"
     for _ in range(2):
-        line = store.run("infer", "--model_uri", uri, "--batch_sizes", "1,4", "--requests", "1000",
-                         "--min_time_s", "0.2", *QUIET)  # fmt: skip
+        line = store.run("infer", "--model_uri", uri, "--batch_sizes", "1,4", "--requests", "200",
+                         "--min_time_s", "0.05", *QUIET)  # fmt: skip
         assert "predictions/s at batch" in line and "/M predictions" in line
     first, second = store.runs("infer")
     for run in (first, second):
