@@ -117,13 +117,18 @@ WARM_MODULES = (
     "devicebench.tracking.artifacts:warm_model_logging",
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
+# A server costs what one cold run's imports cost (about 8 CPU-s here), paid beside the suite's own
+# start: a plan of one or two runs gains nothing from it, and one refused before it runs (a bad
+# `--resume`) only burns it on a 2-core host.
+WARM_MIN_RUNS = 3
 
 
 @contextmanager
-def warm_server(env: dict[str, str]) -> Iterator[ForkServer | None]:
-    """A fork server for the plan's runs, loading while the suite prepares the store; None where
-    WARM_ENV=0 asks for cold starts. A run started from it measures as a cold one (benchmarks/)."""
-    if os.environ.get(WARM_ENV, "1").strip() == "0":
+def warm_server(env: dict[str, str], runs: int = WARM_MIN_RUNS) -> Iterator[ForkServer | None]:
+    """A fork server for the plan's `runs`, loading while the suite prepares the store; None where
+    WARM_ENV=0 asks for cold starts, or for fewer than WARM_MIN_RUNS runs. A run started from it
+    measures as a cold one (benchmarks/)."""
+    if os.environ.get(WARM_ENV, "1").strip() == "0" or runs < WARM_MIN_RUNS:
         yield None
         return
     server = ForkServer(WARM_MODULES, child_env(env))
@@ -215,7 +220,7 @@ def run_plan(plan: Plan, resume: str | None = None) -> int:
         settings = dataclasses.replace(settings, experiment=plan.experiment)
     started = time.monotonic()
     params = {"plan": str(plan.path), "name": plan.name, "runs": len(plan.runs), "baseline": plan.baseline}
-    with warm_server(dict(os.environ)) as server:  # it loads while the store is checked
+    with warm_server(dict(os.environ), len(plan.runs)) as server:  # it loads while the store is checked
         if resume:
             check_resumable(settings, plan, resume)
         else:
