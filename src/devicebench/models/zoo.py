@@ -60,6 +60,7 @@ class Spec:
     make: Callable[[int], nn.Module]  # num_classes (0: the model's own default) -> a fresh module
     torchvision: bool
     task: str  # classification or segmentation (a factory's is read from its output's shape)
+    classes: int = 0  # the head's width as built for the checked num_classes (`checked` reads it)
 
     def build(self, num_classes: int) -> nn.Module:
         """A fresh module whose forward returns one tensor."""
@@ -183,10 +184,12 @@ def resolve(spec: str) -> Spec:
     return _factory(spec) if ":" in spec else _torchvision(spec)
 
 
+@cache
 def checked(spec: str, shape: tuple[int, int, int], num_classes: int) -> Spec:
-    """`spec` resolved, built on the meta device and run on a meta batch of `shape`: a factory's task is
-    read from its output (N×K: classification, N×K×H×W: segmentation). Any error is one line naming
-    the parameter, the model's own message included."""
+    """`spec` resolved, built on the meta device and run on a meta batch of `shape`: a factory's task and
+    every model's head width (`Spec.classes`) are read from its output (N×K: classification, N×K×H×W:
+    segmentation). Any error is one line naming the parameter, the model's own message included.
+    Cached: the CLI's check before the run and the workload's own ask the same question once."""
     resolved = resolve(spec)
     with torch.device("meta"):
         model = resolved.make(num_classes)
@@ -214,12 +217,5 @@ def checked(spec: str, shape: tuple[int, int, int], num_classes: int) -> Spec:
             "a segmentation model's output must match its input's height and width",
             param="input",
         )
-    return resolved if task == resolved.task else Spec(resolved.name, resolved.make, False, task)
-
-
-def classes_out(spec: Spec, shape: tuple[int, int, int], num_classes: int) -> int:
-    """How many classes the built model predicts (its head's width), read on the meta device."""
-    with torch.device("meta"):
-        model = spec.build(num_classes).eval()
-    with torch.no_grad():
-        return int(model(torch.empty(2, *shape, device="meta")).shape[1])
+    torchvision = resolved.torchvision and task == resolved.task
+    return Spec(resolved.name, resolved.make, torchvision, task, int(out.shape[1]))

@@ -42,17 +42,17 @@ IGNORE = 255  # a segmentation mask's void label, as VOC's (never drawn by the s
 
 @dataclass
 class ModelResult:
-    """What a run measured, for the run line, the costs and tests."""
+    """What a run measured, for the run line, the costs and tests (the timings are `Totals.timings()`)."""
 
     accuracy: float
     eval_loss: float
+    forward_flops: float | None
+    task: str
     train_s: float
     data_wait_s: float
     eval_s: float
     train_samples_per_s: float
     eval_samples_per_s: float
-    forward_flops: float | None
-    task: str
 
 
 def check(cfg: Config) -> zoo.Spec:
@@ -72,7 +72,7 @@ def _data(
             )
         root = resolve_root(cfg.data_dir, ctx.data_root)
         train, test = image_folders(root, cfg.shape, cfg.train_limit, cfg.test_limit)
-        head = zoo.classes_out(spec, cfg.shape, cfg.num_classes or len(train.classes))
+        head = zoo.checked(cfg.model, cfg.shape, cfg.num_classes or len(train.classes)).classes
         if head != len(train.classes):
             raise UsageError(
                 f"{spec.name} predicts {head} classes and {root}/train holds {len(train.classes)}; set "
@@ -83,17 +83,16 @@ def _data(
             "batch_size": cfg.batch_size,
             "device": ctx.device,
             "num_workers": cfg.num_workers,
+            "sampler_for": opts.sampler_for,
         }
-        kw["sampler_for"] = opts.sampler_for
         return (
             train,
             test,
             data_loader(train, shuffle=True, seed=cfg.seed, **kw),
             data_loader(test, shuffle=False, **kw),
         )
-    classes = zoo.classes_out(spec, cfg.shape, cfg.num_classes)
     seg = spec.task == "segmentation"
-    train, test = synthetic_splits(cfg.shape, classes, cfg.train_limit, cfg.test_limit, segmentation=seg)
+    train, test = synthetic_splits(cfg.shape, spec.classes, cfg.train_limit, cfg.test_limit, segmentation=seg)
     return (
         train,
         test,
@@ -145,17 +144,12 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> ModelResult:
         f"{spec.name}: accuracy {accuracy(final.confusion):.3f} on {final.samples} test images ({spec.task})"
     )
     _log_artifacts(cfg, tracker, done, data)
-    totals = done.totals()
     return ModelResult(
         accuracy=accuracy(final.confusion),
         eval_loss=final.mean_loss,
-        train_s=totals.train_s,
-        data_wait_s=totals.data_wait_s,
-        eval_s=totals.eval_s,
-        train_samples_per_s=totals.train_samples_per_s,
-        eval_samples_per_s=totals.eval_samples_per_s,
         forward_flops=forward,
         task=spec.task,
+        **done.totals().timings(),
     )
 
 
