@@ -283,10 +283,10 @@ UNPAIRED_COLUMNS: tuple[Column[SideItem], ...] = (
 
 
 def _best_batch(side: Side) -> str:
-    """`1,234/s at batch 32`: the side's best serving rate and where it was measured."""
-    rate = side.metrics.get(SERVE_RATE)
-    batch = side.runs[0].metrics.get(SERVE_BATCH)
-    at = f" at batch {int(batch)}" if batch else ""
+    """`1,234/s at batch 32`: the side's best serving rate and where it was measured (the median of its
+    runs' best batch sizes, as every figure of a side)."""
+    rate, batch = side.metrics.get(SERVE_RATE), side.metrics.get(SERVE_BATCH)
+    at = f" at batch {batch.median:g}" if batch else ""
     return f"{fmt_rate(rate)}/s{at}" if rate else NONE
 
 
