@@ -240,3 +240,54 @@ def test_synthetic_is_learnable_in_one_short_epoch() -> None:
             for x, y in TensorLoader(test_img, test_lab, 250, cpu, shuffle=False)
         )
     assert correct / 500 > 0.4  # chance is 0.1; seeds 0-3 give 0.70-0.94 here
+
+
+def test_the_tutorial_transform_is_torchvisions_bit_for_bit() -> None:
+    """The pipeline is written out without torchvision (its import loads torch._dynamo); its values
+    and dtype must be torchvision's `Compose([ToTensor(), Normalize(...)])` exactly."""
+    from PIL import Image
+    from torchvision import transforms
+
+    from devicebench.data.cifar import MEAN, STD
+
+    theirs = transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    ours = tutorial_transform()
+    images, _ = make_split(train=False, limit=40)
+    edge = np.array([[[0, 128, 255]] * 32] * 32, dtype=np.uint8)  # the range's ends and middle
+    for image in [*images, edge]:
+        a, b = ours(Image.fromarray(image)), theirs(Image.fromarray(image))
+        assert a.dtype == b.dtype == torch.float32 and a.shape == b.shape == (3, 32, 32)
+        assert torch.equal(a, b)
+
+
+def test_a_cifar_or_unet_run_never_imports_torchvision() -> None:
+    """Any torchvision import runs its `__init__`: the model zoo and torch._dynamo, 1-2 s of a cold run.
+    A fresh interpreter builds what a cifar run (both loaders, real files and synthetic, both models
+    but resnet18) and a unet run use, and looks."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, tempfile
+from pathlib import Path
+sys.path.insert(0, "tests")
+from test_cifar_data import write_cifar
+import torch
+from devicebench.workloads import cifar, unet, matmul  # noqa: F401
+from devicebench.data.cifar import CIFAR10Files, TensorLoader, tutorial_transform
+from devicebench.data.loader import data_loader
+from devicebench.data.synthetic import SyntheticCIFAR10
+from devicebench.models.cifar_net import build_model
+from devicebench.models.unet import UNet
+root = Path(tempfile.mkdtemp())
+write_cifar(root, per_batch=4, test=4)
+for ds in (CIFAR10Files(root, False, tutorial_transform(), verify=False), SyntheticCIFAR10(False, tutorial_transform(), 8)):
+    x, y = next(iter(data_loader(ds, 4, torch.device("cpu"), shuffle=True, num_workers=0)))
+    build_model("tutorial")(x).sum().backward()
+    next(iter(TensorLoader(ds.data, ds.targets, 4, torch.device("cpu"), shuffle=True)))
+UNet(3, 21, base_channels=4)(torch.zeros(1, 3, 32, 32))
+print(sorted(m for m in sys.modules if m.split(".")[0] == "torchvision"))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -71,3 +71,20 @@ def test_the_plan_runs_cold_when_asked(tmp_path: Path) -> None:
     code = "import os; from devicebench.plan import suite\nwith suite.warm_server(dict(os.environ)) as s: print(s)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "None", out.stderr
+
+
+def test_leaving_joins_threads_runs_atexit_flushes_and_keeps_the_code() -> None:
+    """`util.leave`: what interpreter shutdown does that matters, without its module teardown (1.5 s of
+    every cold run): a worker thread finishes, atexit handlers run after it, buffered output is kept."""
+    code = (
+        "import atexit, sys, threading, time\n"
+        "from devicebench.util.leave import leave\n"
+        "atexit.register(lambda: print('atexit'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread'))).start()\n"
+        "print('buffered', end=' ')\n"
+        "sys.stderr.write('err')\n"
+        "leave(3)\n"
+        "print('never')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.split(), proc.stderr) == (3, ["buffered", "thread", "atexit"], "err")

@@ -1,11 +1,17 @@
 """CIFAR-10 in its real python-pickle format, and the two ways a run feeds it to the model.
 
-`CIFAR10Files` is torchvision's `CIFAR10` (same files, same checksums, same download, same
+`CIFAR10Files` reads what torchvision's `CIFAR10` reads (same files, same checksums, same download, same
 `__getitem__`), with the failures made one line that names the file and the fix: torchvision's own
 "Dataset not found or corrupted" does not say which of seven files is wrong, and a stack trace from
 `pickle` says nothing about the dataset at all. It also reads batches written with bytes keys
 (`b"data"`, as `pickle.load(f, encoding="bytes")` shows them and as a Python 3 writer produces them),
 and can skip the checksums when asked.
+
+Neither it nor the tutorial's transform imports torchvision: any torchvision import runs its package
+`__init__`, which loads the model zoo and through `torchvision.ops` `torch._dynamo` (1.1-2.3 s of every
+cold run's start on this 2-core VM, 2026-11-25) although a cifar run compiles nothing. So the
+constants, `__getitem__` and the two transforms are written out here with torchvision's exact tensor
+operations (a test holds them equal to torchvision's, bit for bit); only a download imports torchvision.
 
 Two loaders give the model the same normalised values for the same image:
 
@@ -17,18 +23,17 @@ Two loaders give the model the same normalised values for the same image:
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import urllib.error
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torchvision import transforms
-from torchvision.datasets import CIFAR10
-from torchvision.datasets.utils import calculate_md5
+from PIL import Image
 
 from devicebench.errors import DataUnavailable
 
@@ -49,9 +54,26 @@ STD = (0.5, 0.5, 0.5)
 IMAGE_SHAPE = (32, 32, 3)  # HWC, as torchvision's CIFAR10 keeps `data`
 
 
+class TutorialTransform:
+    """The tutorial's `Compose([ToTensor(), Normalize(MEAN, STD)])` on a PIL image, with the tensor
+    operations torchvision's `to_tensor` and `normalize` run on an 8-bit image, in their order (copy
+    out of PIL, HWC → CHW, `float().div(255)`, clone, `sub_`/`div_` by per-channel tensors, and their
+    check that no std is 0): the per-image work the tutorial's pipeline measures, without torchvision."""
+
+    def __call__(self, pic: Image.Image) -> torch.Tensor:
+        img = torch.from_numpy(np.array(pic, np.uint8, copy=True))
+        img = img.view(pic.size[1], pic.size[0], len(pic.getbands())).permute((2, 0, 1)).contiguous()
+        x = img.to(dtype=torch.get_default_dtype()).div(255).clone()
+        mean = torch.as_tensor(MEAN, dtype=x.dtype, device=x.device)
+        std = torch.as_tensor(STD, dtype=x.dtype, device=x.device)
+        if (std == 0).any():
+            raise ValueError(f"std evaluated to zero after conversion to {x.dtype}")
+        return x.sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
+
+
 def tutorial_transform() -> Callable[[Any], torch.Tensor]:
     """The tutorial's transform: `ToTensor()` then `Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))`."""
-    return transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    return TutorialTransform()
 
 
 def normalize_uint8(images: torch.Tensor) -> torch.Tensor:
@@ -139,8 +161,55 @@ def read_batch(path: Path) -> dict[str, Any]:
     return _str_keys(entry)
 
 
-class CIFAR10Files(CIFAR10):
-    """torchvision's CIFAR10 with one-line failures, optional checksums and an optional first-N limit."""
+def file_md5(path: Path) -> str:
+    """torchvision's `calculate_md5`, read in 1 MiB chunks."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while chunk := f.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class HWCImages(torch.utils.data.Dataset):
+    """torchvision CIFAR10's item: `data[i]` (HWC uint8) as a PIL image through `transform`, and
+    `targets[i]`; the real files and the look-alike both serve images this way."""
+
+    data: np.ndarray
+    targets: list[int]
+    transform: Callable[[Any], Any] | None
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        img: Any = Image.fromarray(self.data[index])
+        if self.transform is not None:
+            img = self.transform(img)
+        return img, self.targets[index]
+
+
+class CIFAR10Files(HWCImages):
+    """torchvision's CIFAR10 (its files, checksums and `__getitem__`) with one-line failures, optional
+    checksums and an optional first-N limit."""
+
+    # torchvision.datasets.CIFAR10's own constants (torchvision 0.29)
+    base_folder = "cifar-10-batches-py"
+    url = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+    filename = "cifar-10-python.tar.gz"
+    tgz_md5 = "c58f30108f718f92721af3b95e74349a"
+    train_list = (
+        ("data_batch_1", "c99cafc152244af753f735de768cd75f"),
+        ("data_batch_2", "d4bba439e000b95fd0a9bffe97cbabec"),
+        ("data_batch_3", "54ebc095f3ab1f0389bbae665268c751"),
+        ("data_batch_4", "634d18415352ddfa80567beed471001a"),
+        ("data_batch_5", "482c414d41f54cd18b22e5b47cb7c3cb"),
+    )
+    test_list = (("test_batch", "40351d587109b95175f43aff81a1287e"),)
+    meta: ClassVar[dict[str, str]] = {
+        "filename": "batches.meta",
+        "key": "label_names",
+        "md5": "5ff9c542aee3614f3951f8cda6e48888",
+    }
 
     def __init__(
         self,
@@ -151,7 +220,8 @@ class CIFAR10Files(CIFAR10):
         verify: bool = True,
         limit: int = 0,
     ) -> None:
-        super(CIFAR10, self).__init__(str(root), transform=transform)  # VisionDataset: skip CIFAR10's loader
+        self.root = str(root)
+        self.transform = transform
         self.train = train
         self.verify = verify
         folder = Path(self.root) / self.base_folder
@@ -206,7 +276,7 @@ class CIFAR10Files(CIFAR10):
         """torchvision's md5 checks, one file at a time, so the message can say which file failed."""
         expected = {**dict(self.train_list + self.test_list), self.meta["filename"]: self.meta["md5"]}
         for name in names:
-            actual = calculate_md5(str(folder / name))
+            actual = file_md5(folder / name)
             if actual != expected[name]:
                 raise DataUnavailable(
                     f"CIFAR-10 file {folder / name} failed its checksum (md5 {actual}, expected "
@@ -221,6 +291,13 @@ class CIFAR10Files(CIFAR10):
             raise DataUnavailable(f"CIFAR-10 file {path} has no list of 10 {self.meta['key']}; copy it again")
         self.classes = [str(n) for n in names]
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    def download(self) -> None:
+        """torchvision's download and extraction of the archive, md5-checked."""
+        # lazy: torchvision loads torch._dynamo (module doc); only a download needs its downloader
+        from torchvision.datasets.utils import download_and_extract_archive
+
+        download_and_extract_archive(self.url, self.root, filename=self.filename, md5=self.tgz_md5)
 
 
 def _labels(labels: Any, path: Path) -> list[int]:

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
-from devicebench.data.cifar import CLASSES
+from devicebench.data.cifar import CLASSES, HWCImages
 
 TRAIN_SIZE = 50_000
 TEST_SIZE = 10_000
@@ -62,7 +61,7 @@ def make_split(train: bool, limit: int = 0, seed: int = DATA_SEED) -> tuple[np.n
     return np.ascontiguousarray(images), [int(v) for v in labels]
 
 
-class SyntheticCIFAR10(torch.utils.data.Dataset):
+class SyntheticCIFAR10(HWCImages):
     """The look-alike with torchvision CIFAR10's attributes (`data` HWC uint8, `targets`, `classes`) and
     its `__getitem__` (a PIL image through `transform`), so both loaders treat it like the real thing."""
 
@@ -73,12 +72,3 @@ class SyntheticCIFAR10(torch.utils.data.Dataset):
         self.transform = transform
         self.data, self.targets = make_split(train, limit)
         self.classes = list(CLASSES)
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        img: Any = Image.fromarray(self.data[index])
-        if self.transform is not None:
-            img = self.transform(img)
-        return img, self.targets[index]

@@ -97,6 +97,9 @@ def link_metrics(client: Any, run_id: str, model_id: str, points: list[list[Any]
         client.log_batch(run_id, metrics=metrics)
 
 
+PINNED = ("torch", "torchvision", "numpy", "cloudpickle")  # a logged model's requirements (and mlflow)
+
+
 def model_options() -> dict[str, Any]:
     """How every model is saved: pickled eager modules, their code carried along, requirements pinned.
 
@@ -105,8 +108,9 @@ def model_options() -> dict[str, Any]:
     requirements spare MLflow's inference of them, which starts a subprocess
     and took ~10 s a run on a 2-core VM.
     """
+    warm_model_logging()
     reqs = []
-    for dist in ("torch", "torchvision", "numpy", "cloudpickle"):
+    for dist in PINNED:
         try:
             reqs.append(f"{dist}=={importlib.metadata.version(dist).split('+')[0]}")
         except importlib.metadata.PackageNotFoundError:
@@ -119,10 +123,18 @@ def model_options() -> dict[str, Any]:
 
 
 def warm_model_logging() -> None:
-    """What every model's logging computes again, done once in a plan's warm server (plan/suite.py):
-    MLflow maps every installed distribution's files to its modules before it checks a model's pinned
-    requirements against this environment (~0.8 s of each run that logs a model here)."""
-    requirements_utils._init_packages_to_modules_map()
+    """Spare MLflow its scan of every installed distribution when it checks a model's requirements.
+
+    Before it saves a model, MLflow checks the pinned requirements against this environment, and for
+    that it first maps every installed distribution's files to its modules
+    (`importlib.metadata.packages_distributions()`: torch's and CUDA's file lists, 0.8-1.4 s of each
+    cold run that logs a model here, 2026-11-25). The check looks a version up by the distribution's
+    name and needs a module name only where that fails; the requirements are `PINNED`, whose module
+    names are their own. So the map starts as exactly those, unless MLflow has already built its own
+    (or renamed the attribute in a later version: then it scans, as before).
+    """
+    if getattr(requirements_utils, "_MODULES_TO_PACKAGES", False) is None:
+        requirements_utils._MODULES_TO_PACKAGES = {d: [d] for d in (*PINNED, "mlflow")}
 
 
 @contextmanager

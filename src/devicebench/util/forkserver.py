@@ -19,7 +19,6 @@ it preloads.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import json
@@ -37,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from devicebench.util.children import death_signal, python_argv
+from devicebench.util.leave import leave
 
 READY_TIMEOUT_S = 300.0  # importing torch, torchvision and MLflow: 5-20 s on a loaded 2-core VM
 _MAX_REQUEST = 4 * 1024 * 1024  # one JSON request: an environment and a command line
@@ -77,12 +77,7 @@ def _child(request: dict, fds: list[int], keep_closed: list[socket.socket], sigi
         traceback.print_exc()  # what the interpreter prints for an uncaught exception
         code = 1
     finally:
-        with contextlib.suppress(BaseException):
-            atexit._run_exitfuncs()  # what interpreter shutdown runs
-        with contextlib.suppress(BaseException):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code if isinstance(code, int) else 1)
+        leave(code)
 
 
 def _reseed() -> None:

@@ -1,0 +1,32 @@
+"""Leave the process the quick way once a command has returned: what shutdown must do, then `os._exit`.
+
+After a run has ended and printed its line, CPython's finalisation still tears down every module a
+run imported (torch, MLflow, SQLAlchemy: ~2,000 of them) one dictionary at a time: 1.5-1.7 s of a tiny
+cifar run's 8 s here (2026-11-25, measured as the time between the run's last line and its exit).
+Nothing of a result is in that work. What shutdown does that matters is done first, in its order:
+non-daemon threads are joined, `atexit` handlers run (MLflow's, `logging.shutdown`), stdout and stderr
+are flushed. The warm fork server's children leave the same way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from typing import NoReturn
+
+
+def leave(code: object) -> NoReturn:
+    """Exit with `code` (an int; anything else is 1, as `sys.exit` would print it and exit 1)."""
+    with contextlib.suppress(BaseException):
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()  # what interpreter shutdown runs
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else 1)
