@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -26,7 +27,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import load_settings, preflight_store
-from devicebench.errors import DeviceUnavailable, Interrupted, UsageError
+from devicebench.errors import Interrupted, UsageError
 from devicebench.plan.handoff import Handoff, child_env, store_mark
 from devicebench.plan.spec import Plan, PlannedRun
 from devicebench.report.links import read_report_run, settings_link_lines, ui_start_command, venv_command
@@ -42,17 +43,22 @@ from devicebench.util.forkserver import ForkServer, module_of
 from devicebench.util.redact import redact
 
 
-def _capacity(device: str) -> tuple[str, int] | None:
-    """What `device` resolves to here and how many data-parallel processes it takes on this node
-    (device.max_processes), or None when this host has no such device."""
+def _capacity(device: str, server: ForkServer | None) -> tuple[str, int] | None:
+    """What `device` resolves to here and how many data-parallel processes it takes on this node, or
+    None when this host has no such device: asked of a child of the warm server where there is one
+    (host/capacity.py says why), else here."""
+    env = child_env(os.environ)
+    if server is not None and server.serves(env):
+        module = "devicebench.host.capacity"
+        code, out = _finish(server.start(module, [device], env, os.getcwd(), stdout=True))
+        lines = out.strip().splitlines()
+        if code == 0 and lines:
+            got = json.loads(lines[-1])  # [type, processes] or null
+            return None if got is None else (str(got[0]), int(got[1]))
     # lazy: torch (~1.5 s), which the suite's own process needs only to skip what this host lacks
-    from devicebench.host.device import max_processes, resolve_device
+    from devicebench.host.capacity import capacity
 
-    try:
-        resolved = resolve_device(device)
-    except DeviceUnavailable:
-        return None
-    return resolved.type, max_processes(resolved)
+    return capacity(device)
 
 
 def unavailable_reason(device: str, nproc: int, capacity: tuple[str, int] | None) -> str | None:
@@ -115,6 +121,7 @@ WARM_MODULES = (
     "mlflow.pytorch",
     "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
     "devicebench.tracking.artifacts:warm_model_logging",
+    "devicebench.report.command",  # the plan's report, forked from here too
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
 # A server costs what one cold run's imports cost (about 8 CPU-s here), paid beside the suite's own
@@ -176,7 +183,13 @@ def _run_child(
 ) -> subprocess.CompletedProcess:
     """Run one plan item; when the suite itself is stopped, stop the child the same way and wait for it,
     so its run ends KILLED with its metrics flushed instead of being left RUNNING by a SIGKILL."""
-    proc = _start(argv, env, server)
+    code, stderr = _finish(_start(argv, env, server))
+    return subprocess.CompletedProcess(argv, code, None, stderr)
+
+
+def _finish(proc: Any) -> tuple[int, str]:
+    """A child's exit code and stderr; when the suite itself is stopped, stop the child the same way
+    and wait for it, so its run ends KILLED with its metrics flushed."""
     try:
         _, stderr = proc.communicate()
     except (Interrupted, KeyboardInterrupt) as e:
@@ -187,7 +200,7 @@ def _run_child(
             proc.kill()
             proc.communicate()
         raise
-    return subprocess.CompletedProcess(argv, proc.returncode, None, stderr)
+    return int(proc.returncode), stderr or ""
 
 
 def tuning_summary(item: PlannedRun, stderr: str) -> list[str]:
@@ -250,12 +263,13 @@ def _run_plan(
             flush=True,
         )
         done = _finished_items(settings, parent.run_id) if resume else set()
+        warm = usable(server)
         with alive(settings, parent.run_id):
             outcome = _run_items(
                 plan,
                 done,
                 lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item, store),
-                usable(server),
+                warm,
             )
         parent.log_metrics(
             {
@@ -267,7 +281,7 @@ def _run_plan(
         parent.log_dict(outcome.as_dict(), "suite.json")
         report_code, report_out = 0, None
         if plan.report and outcome.finished:
-            report_code, report_out = _report(plan, settings, suite_tag)
+            report_code, report_out = _report(plan, settings, suite_tag, warm)
     _print_summary(plan, outcome, time.monotonic() - started, settings.tracking_uri)
     _print_links(settings, experiment_id, report_out)
     return 1 if outcome.failed or report_code else 0
@@ -417,7 +431,7 @@ def _run_items(
         if plan.skip_unavailable:
             device = item.params.get("device", "cpu")
             if device not in capacity:
-                capacity[device] = _capacity(device)
+                capacity[device] = _capacity(device, server)
             # load_plan checked nproc against the workload's config; matmul has none (one process)
             reason = unavailable_reason(device, int(item.params.get("nproc", "1")), capacity[device])
             if reason:
@@ -464,9 +478,10 @@ def next_commands(tracking_uri: str) -> list[str]:
     return [f"open the MLflow UI on these runs: {ui_start_command(tracking_uri, uri)}", compare]
 
 
-def _report(plan: Plan, settings: Any, suite_tag: str) -> tuple[int, Path]:
-    """The compare report over this launch's runs (a subprocess: the report never imports torch); its
-    exit code and the folder it wrote."""
+def _report(plan: Plan, settings: Any, suite_tag: str, server: ForkServer | None) -> tuple[int, Path]:
+    """The compare report over this launch's runs, in a process of its own (forked from the warm server
+    where there is one: a cold one spends ~3 s importing MLflow and matplotlib again); its exit code and
+    the folder it wrote. Its output is the suite's own."""
     out = Path("reports") / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     cmd = [
         *python_argv("-m", "devicebench"),
@@ -482,7 +497,13 @@ def _report(plan: Plan, settings: Any, suite_tag: str) -> tuple[int, Path]:
         "--out",
         str(out),
     ]
-    proc = subprocess.run(cmd, env=child_env(os.environ), preexec_fn=death_signal())
-    if proc.returncode not in (0, 1):
-        print(f"suite {plan.name}: the report failed (exit {proc.returncode})", file=sys.stderr)
-    return proc.returncode, out
+    env, target = child_env(os.environ), module_of(cmd)
+    if server is not None and target is not None and server.serves(env):
+        sys.stdout.flush()
+        child = server.start(*target, env, os.getcwd(), inherit=True)
+        code, _ = _finish(child)
+    else:
+        code = subprocess.run(cmd, env=env, preexec_fn=death_signal()).returncode
+    if code not in (0, 1):
+        print(f"suite {plan.name}: the report failed (exit {code})", file=sys.stderr)
+    return code, out

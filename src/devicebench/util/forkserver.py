@@ -273,20 +273,23 @@ class ForkServer:
         return all(env.get(k) == self.env.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH", "PYTHONHOME"))
 
     def start(
-        self, module: str, args: Sequence[str], env: Mapping[str, str], cwd: str | Path, stdout: bool = False
+        self,
+        module: str,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | Path,
+        stdout: bool = False,
+        inherit: bool = False,
     ) -> WarmChild:
         """`python -m MODULE ARGS` as a fork: stdin from /dev/null, stdout to /dev/null (`stdout`: to the
-        stderr pipe too), stderr piped back."""
+        stderr pipe too), stderr piped back; `inherit`: stdout and stderr are the caller's own."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDWR)
         request = {"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd)}
+        out = [1, 2] if inherit else [err_w if stdout else null, err_w]
         try:
-            socket.send_fds(
-                self.control,
-                [json.dumps(request).encode()],
-                [null, err_w if stdout else null, err_w, theirs.fileno()],
-            )
+            socket.send_fds(self.control, [json.dumps(request).encode()], [null, *out, theirs.fileno()])
         except OSError:
             os.close(err_r)
             mine.close()
@@ -320,4 +323,4 @@ def module_of(argv: Sequence[str]) -> tuple[str, list[str]] | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))  # not interpreter teardown: the plan waits for this exit (util/leave.py)

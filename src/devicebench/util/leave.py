@@ -5,7 +5,9 @@ run imported (torch, MLflow, SQLAlchemy: ~2,000 of them) one dictionary at a tim
 cifar run's 8 s here (2026-11-25, measured as the time between the run's last line and its exit).
 Nothing of a result is in that work. What shutdown does that matters is done first, in its order:
 non-daemon threads are joined, `atexit` handlers run (MLflow's, `logging.shutdown`), stdout and stderr
-are flushed. The warm fork server's children leave the same way.
+are flushed. The warm fork server's children leave the same way. Under a profiler or a debugger
+(`python -m cProfile -m devicebench ...`), which writes its output after the program returns, the
+process exits the usual way.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import NoReturn
 
 def leave(code: object) -> NoReturn:
     """Exit with `code` (an int; anything else is 1, as `sys.exit` would print it and exit 1)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     with contextlib.suppress(BaseException):
         for thread in threading.enumerate():
             if thread is not threading.current_thread() and not thread.daemon:
