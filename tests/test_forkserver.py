@@ -4,6 +4,7 @@ server forks the next one. Cheap: the server preloads only the standard library 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -88,3 +89,16 @@ def test_leaving_joins_threads_runs_atexit_flushes_and_keeps_the_code() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout.split(), proc.stderr) == (3, ["buffered", "thread", "atexit"], "err")
+
+
+def test_a_plan_asks_a_warm_child_what_devices_this_host_has(server, tmp_path: Path) -> None:
+    """The suite's skip check forks `devicebench.host.capacity` from its warm server rather than import
+    torch itself; the child's one JSON line is the answer `capacity` gives in-process."""
+    from devicebench.host.capacity import capacity
+    from devicebench.plan.suite import _capacity
+
+    child = server.start("devicebench.host.capacity", ["cpu"], server.env, tmp_path, stdout=True)
+    _, out = child.communicate(timeout=120)
+    assert child.returncode == 0 and out.strip().splitlines()[-1] == json.dumps(list(capacity("cpu")))
+    assert _capacity("cpu", server) == capacity("cpu")
+    assert _capacity("cuda:7", server) is None  # no such device here: skipped, not failed
