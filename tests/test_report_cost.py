@@ -143,8 +143,9 @@ def test_a_side_without_a_price_shows_a_dash_and_gets_no_cost_verdict() -> None:
     metrics = headline_metrics(comp)
     assert "speedup/cifar cpu vs cuda_0" in metrics and not any(k.startswith("cost_ratio/") for k in metrics)
     rows = cells(PRICE_COLUMNS, price_items(comp.all_sides, lambda s: s.config_key))
-    cpu = next(r for r in rows if r[2] == "cpu (EPYC)")
-    assert cpu[3] == "– (no OCI shape (not on OCI) and no price_per_hour)" and cpu[5:9] == ["–"] * 4
+    cpu = next(r for r in rows if r[1] == "cpu (EPYC)")
+    assert cpu[2] == "– (no OCI shape (not on OCI) and no price_per_hour)" and cpu[4:8] == ["–"] * 4
+    assert cpu[3] == "6.00 s per epoch", "unpriced, a training side's unit is still the epoch"
 
 
 def test_prices_in_different_currencies_make_no_ratio() -> None:
@@ -189,19 +190,19 @@ def test_the_same_gpu_in_two_shapes_is_two_sides_with_a_cost_ratio() -> None:
 def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
     comp = compare(shapes())
     rows = cells(PRICE_COLUMNS, price_items(comp.all_sides, lambda s: s.config_key))
-    assert [r[2] for r in rows] == [
+    assert [r[1] for r in rows] == [
         "cpu (EPYC, VM.Standard.E4.Flex)",  # $0.1/h × 10 s per epoch: 3,600 epochs per dollar
         "cuda:0 (A10, VM.GPU.A10.1)",  # $2/h × 1 s: 1,800
         "cuda:0 (A10, VM.GPU.A10.2)",  # $4/h × 1 s: 900
         "cuda:0 (H100, BM.GPU.H100.8)",  # $40/h × 0.25 s: 360
     ]
-    assert rows[0][7] == "3,600 epochs per USD" and rows[1][8] == "0.50×" and rows[3][8] == "0.10×"
+    assert rows[0][6] == "3,600 epochs per USD" and rows[1][7] == "0.50×" and rows[3][7] == "0.10×"
     assert (
-        rows[1][3] == "$2.00 (table:prices.yaml VM.GPU.A10.1; the whole host, priced before per-use pricing)"
+        rows[1][2] == "$2.00 (table:prices.yaml VM.GPU.A10.1; the whole host, priced before per-use pricing)"
     )
     first, ranks = budget_text(judge(comp)).splitlines()
     assert first == (
-        "budget: cifar bs 128: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
+        "budget: cifar · bs 128: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
         "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex; the whole host, priced before "
         "per-use pricing); 3 other priced side(s))"
     )
@@ -254,8 +255,8 @@ def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
     assert pair_cells(p)["cost"] == "1,073,742 / 2,147,484 GFLOP per USD at n=1024 float32"
     lines = budget_text(judge(comp)).splitlines()
     assert lines == [
-        "budget: cifar bs 128: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
-        "budget: matmul mm: cheapest cuda:0 (A10): 2,147,484 GFLOP per USD at n=1024 float32 "
+        "budget: cifar · bs 128: no side has a price (no OCI shape (not on OCI) and no price_per_hour)",
+        "budget: matmul · mm: cheapest cuda:0 (A10): 2,147,484 GFLOP per USD at n=1024 float32 "
         "($0.000000466 per GFLOP at $3.60 (override); 1 other priced side(s))",
         "  ranked by cost per GFLOP: 1. cuda:0 (A10) $0.000000466, 1.00 ms per product; 2. cpu (EPYC) "
         "$0.000000931, 20.00 ms per product",
@@ -268,7 +269,7 @@ def test_budget_for_matmul_in_gflop_and_for_a_config_without_prices() -> None:
 def test_report_files_show_costs_and_the_cost_chart(tmp_path: Path) -> None:
     files = write_report(judge(compare(two_cases())), tmp_path, {"experiments": "e"})
     names = {f.name for f in files}
-    assert "cost_vs_time.png" in names and (tmp_path / "cost_vs_time.png").stat().st_size > 0
+    assert "cost_vs_time_cifar.png" in names and (tmp_path / "cost_vs_time_cifar.png").stat().st_size > 0
     md = (tmp_path / "report.md").read_text()
     assert "## Price-performance" in md
     assert "costs 1.50× less per epoch: worth its price (break-even at 8.00× faster)" in md
@@ -278,7 +279,7 @@ def test_report_files_show_costs_and_the_cost_chart(tmp_path: Path) -> None:
 
 def test_without_prices_there_is_no_cost_chart_and_the_report_says_how_to_get_prices(tmp_path: Path) -> None:
     files = write_report(judge(compare([run("cpu", 12.0, None), run("cuda:0", 1.0, None)])), tmp_path, {})
-    assert "cost_vs_time.png" not in {f.name for f in files}
+    assert not any(f.name.startswith("cost_vs_time") for f in files)
     assert "No run carries a price" in (tmp_path / "report.md").read_text()
 
 

@@ -656,12 +656,12 @@ def test_summary_note_fits_the_tag_limit_at_whole_rows() -> None:
         runs += [rec("cuda:0", key=f"k{batch}", metrics=train(10.0 / batch), params=p)]
     note = summary_note(judge(compare(runs)), "read 600 runs from 1 experiment: devicebench (600)")
     assert len(note) <= MAX_TAG and note.startswith("**GPU over CPU: best 300×**")
-    rows = [ln for ln in note.splitlines() if ln.startswith("| cifar |")]
+    rows = [ln for ln in note.splitlines() if ln.startswith("| cifar · ")]
     assert 10 < len(rows) < 300 and all(ln.endswith("|") for ln in rows)
     assert f"_{300 - len(rows)} more pairs in report.html_" in note
     assert note.endswith("Full report: report.html in this run's artifacts.")
     small = summary_note(judge(compare(runs[:4])), "read 4 runs")
-    assert "more pairs" not in small and small.count("| cifar |") == 2
+    assert "more pairs" not in small and small.count("| cifar · ") == 2
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -763,7 +763,7 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     assert explain(p)[0].endswith("is 1.15× faster: worth its price for this model")
     # The work-per-money table ranks the tuned CPU beside the GPU: one group for the work, not per config.
     rows = cells(PRICE_COLUMNS, price_items(priced.all_sides, lambda s: s.config_key))
-    assert [(r[1], r[2].split()[0]) for r in rows] == [("k1", "cuda:0"), ("k2", "cpu"), ("k1", "cpu")]
+    assert [(r[0], r[1].split()[0]) for r in rows] == [("k1", "cuda:0"), ("k2", "cpu"), ("k1", "cpu")]
     assert [r[-1] for r in rows] == ["1.00×", "0.87×", "0.11×"]
     # The tuned side is the pair's own CPU side: one speedup, no second verdict.
     alone = rec(

@@ -142,18 +142,19 @@ def test_planted_world_sizes_make_series_pairs_metrics_and_a_chart(sqlite_env, c
     assert compare_here("scaling", "--out", str(out)) == 0
     stdout = capsys.readouterr().out
     assert (
-        "scaling: cifar batch_size=4 on cuda (NVIDIA A10): efficiency 1.00 at 1, 0.95 at 2, 0.80 at 4, "
+        "scaling: cifar · bs 4 on cuda (NVIDIA A10): efficiency 1.00 at 1, 0.95 at 2, 0.80 at 4, "
         "0.55 at 8 (over N=1): communication-bound at 8 GPUs" in stdout
     )
     assert (out / "scaling.png").stat().st_size > 0
     md = (out / "report.md").read_text()
     assert "## Scaling" in md and "![throughput against world size" in md
-    row = "| cifar | batch_size=4 | cuda (NVIDIA A10) | 8 | 4,400 (4,380–4,420, n=2) | 4.40× | 1 | 0.55 | 40% | 2 |"
+    row = "| cifar · bs 4 | cuda (NVIDIA A10) | 8 (2) | 4,400 (4,380–4,420, n=2) | 4.40× over N=1 | 0.55 | 40% |"
     assert row in md
     assert (
-        "| cifar | batch_size=32 | cpu (AMD EPYC 7J13) | 4 | 240 | 1.20× | 2 (smallest here; no run of 1) |"
+        "| cifar · bs 32 | cpu (AMD EPYC 7J13) | 4 (1) | 240 | 1.20× over N=2 (smallest here; no run of 1) |"
         in md
     )
+    assert "- cifar · bs 4 on cuda (NVIDIA A10), 8 processes\n  - communication-bound at 8 GPUs" in md
     assert "| cpu (AMD EPYC 7J13, 2 processes) | cuda:0 (NVIDIA A10, 2 processes) |" in md  # the N=2 pair
     html = (out / "report.html").read_text()
     assert "<h2>Scaling</h2>" in html and html.count("data:image/png;base64,") == 2  # speedup + scaling
@@ -171,7 +172,7 @@ def test_planted_world_sizes_make_series_pairs_metrics_and_a_chart(sqlite_env, c
     )
     assert "scaling.png" in {a.path for a in client.list_artifacts(report.info.run_id)}
     note = report.data.tags["mlflow.note.content"]
-    assert "**scaling** cifar batch_size=4 on cuda (NVIDIA A10): communication-bound at 8 GPUs" in note
+    assert "**scaling** cifar · bs 4 on cuda (NVIDIA A10): communication-bound at 8 GPUs" in note
 
 
 # --------------------------------------------------------------------------------------------- plain data

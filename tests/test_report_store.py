@@ -385,7 +385,7 @@ def test_report_run_shows_its_answer_as_metrics_and_description(
     )
     note = report.data.tags["mlflow.note.content"]
     assert "GPU over CPU: best 20.0×" in note and "worst 2.00×" in note
-    assert "| cifar | batch_size=128 |" in note and "| 20.0× (" in note and "| 2.00× (" in note
+    assert "| cifar · bs 128 |" in note and "| 20.0× (" in note and "| 2.00× (" in note
     assert "No regression beyond 10%" in note and "report.html" in note
     assert (
         report.info.run_name == "report · nightly-0 · 2 CPU/GPU pairs · best 20.0×"

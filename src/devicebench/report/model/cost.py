@@ -86,11 +86,13 @@ def _median(side: Side, metric: str) -> float | None:
 
 def side_cost(side: Side) -> SideCost:
     """Training: the logged cost per epoch (and per 1k samples); matmul: money per GFLOP at the side's
-    headline point; anything else: the logged cost of a whole run."""
+    headline point; anything else: the logged cost of a whole run. The unit is the work's, never the
+    price's: a training side without a price is still counted per epoch (its cost a dash), so its time
+    per unit is the epoch that every other table's training time is made of, not its whole run."""
     if side.workload == "matmul":
         point = matmul_point(side)
         return SideCost(GFLOP, per_gflop(side, point), point=point)
-    if COST_PER_EPOCH in side.metrics:
+    if COST_PER_EPOCH in side.metrics or TRAIN_S in side.metrics:
         return SideCost("epoch", _median(side, COST_PER_EPOCH), _median(side, COST_PER_1K))
     if side.workload == "infer":
         return SideCost(MILLION, _median(side, COST_PER_MILLION))

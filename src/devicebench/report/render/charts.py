@@ -1,13 +1,26 @@
 """The report's PNG charts (matplotlib, Agg, imported only when a chart is drawn).
 
 Each chart function returns whether it had anything to draw, so the report lists only charts that exist.
+The charts are read at about 600 px (MLflow's artifact view) as well as on a wide screen, so each one
+holds to a few rules:
+
+- like with like: an axis pair holds one workload (the cost chart is one chart per workload), since an
+  epoch of cifar and an epoch of unet are not the same work;
+- the axes show the real spread: a log axis spans at least `MIN_LOG_SPAN` (a factor of 10), so a 2 %
+  difference stays a small step instead of the whole height;
+- tick labels are spelt by util.fmt (matplotlib's log ticks are mathtext, which `text.parse_math =
+  False` would print raw), at 1-2-5 steps;
+- what names a point sits in a legend under the axes, where it cannot overlap another or be clipped.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +32,17 @@ from devicebench.report.model.scaling import Series
 from devicebench.report.model.sides import Side
 from devicebench.report.render.labels import describe, varying_params
 from devicebench.schema import FORWARD_FLOPS, gflops
-from devicebench.util.fmt import fmt_percent, fmt_x
+from devicebench.util.fmt import fmt_amount, fmt_money, fmt_percent, fmt_x
 from devicebench.util.stats import quantile
 
 SPEEDUP_PNG = "speedup_by_workload.png"
 GFLOPS_PNG = "matmul_gflops.png"
-COST_PNG = "cost_vs_time.png"
+COST_PNG = "cost_vs_time_{}.png"  # one per workload
 SCALING_PNG = "scaling.png"
 SIZE_PNG = "speedup_vs_flops.png"
 SIZED = ("model", "infer")  # the workloads whose runs log their model's forward FLOPs
+MIN_LOG_SPAN = 10.0  # the least a log axis spans (hi / lo): a 2 % difference is then 1 % of the height
+MARKERS_BY_SIDE = ("o", "^", "s", "D", "v", "P", "X", "*")  # the sides of one config, told apart
 
 
 def _plt() -> Any:
@@ -48,6 +63,36 @@ def _save(plt: Any, fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
+def log_limits(values: Sequence[float], min_span: float = MIN_LOG_SPAN) -> tuple[float, float]:
+    """A log axis's limits over positive `values`: their range with a margin, widened about its
+    geometric middle to at least `min_span`, so the axis never zooms a small spread into its whole
+    length."""
+    lo, hi = min(values), max(values)
+    span = max(hi / lo, min_span)
+    mid = math.sqrt(lo * hi)
+    margin = span**0.05
+    return mid / math.sqrt(span) / margin, mid * math.sqrt(span) * margin
+
+
+def _log_axis(ax: Any, which: str, values: Sequence[float], spell: Any) -> None:
+    """Axis `which` ("x" or "y") on a log scale over `values` (log_limits), ticks at 1-2-5 steps (1 per
+    decade past three decades) spelt by `spell`, minor ticks unlabelled."""
+    plt = _plt()
+    lo, hi = log_limits(values)
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    (ax.set_xlim if which == "x" else ax.set_ylim)(lo, hi)
+    subs = (1.0, 2.0, 5.0) if math.log10(hi / lo) <= 3 else (1.0,)
+    axis.set_major_locator(plt.LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(plt.FuncFormatter(lambda x, _pos: spell(x)))
+    axis.set_minor_formatter(plt.NullFormatter())
+
+
+def _legend_below(ax: Any, columns: int = 1) -> None:
+    """The legend under the axes, outside them: it hides no point, and the saved figure grows to hold it."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns, frameon=False)
+
+
 def speedup_chart(pairs: Sequence[Pair], path: Path) -> bool:
     """Each pair's headline speedup as a dot per workload and device pair (log scale: 0.5× and 2× look alike)."""
     groups: dict[str, list[float]] = defaultdict(list)
@@ -66,7 +111,7 @@ def speedup_chart(pairs: Sequence[Pair], path: Path) -> bool:
         ax.hlines(quantile(sorted(ys), 0.5), i - 0.3, i + 0.3, colors="black")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(names)), names, fontsize=8)
-    ax.set_yscale("log")
+    _log_axis(ax, "y", [1.0, *(y for ys in groups.values() for y in ys)], fmt_x)
     ax.set_ylabel("speedup (base time / other time)")
     ax.set_title("Speedup per workload (dots: configs; bar: median)")
     ax.grid(True, axis="y", alpha=0.3)
@@ -88,11 +133,16 @@ def gflops_chart(sides: Sequence[Side], path: Path) -> bool:
     if not series:
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for label in sorted(series):
         pts = sorted(series[label].items())
         ax.plot([n for n, _ in pts], [max(v) for _, v in pts], marker="o", label=label)
+    sizes = sorted({n for pts in series.values() for n in pts})
+    values = [max(v) for pts in series.values() for v in pts.values()]
     _log_log(ax, "matrix size n", "GFLOP/s (median of synchronised repeats)", "Matrix multiply throughput")
+    _log_axis(ax, "y", values, fmt_amount)
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
     _save(plt, fig, path)
     return True
 
@@ -151,11 +201,14 @@ def crossover_chart(grid: Grid, path: Path) -> int:
         )
     if grid.peak_cells:  # the GPU side's share of its dense peak: launch-bound where it stays tiny
         panels.append((grid.peak_cells, 0.0, f"{grid.other}: share of its dense peak", "share of peak"))
-    size = (1.2 * len(grid.batch_sizes) + 3, 0.8 * len(grid.widths) + 2.5)
-    fig, axes = plt.subplots(1, len(panels), figsize=(size[0] * len(panels), size[1]), squeeze=False)
-    for ax, (values, sign, title, bar) in zip(axes[0], panels, strict=True):
+    # one panel a row: side by side, four panels were 2,500 px, shrunk to a quarter in the report
+    size = (1.0 * len(grid.batch_sizes) + 3.5, 0.7 * len(grid.widths) + 2.2)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(size[0], size[1] * len(panels)), squeeze=False, layout="constrained"
+    )
+    for ax, (values, sign, title, bar) in zip(axes.flat, panels, strict=True):
         im = _heat(ax, grid, values, sign)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(textwrap.fill(title, int(size[0] * 11)), fontsize=9)
         # a share's bar in percent: matplotlib's own ticks would put a "1e-5" offset over the title
         ticks = _percent_ticks() if sign == 0 else None
         fig.colorbar(im, ax=ax, label=bar, format=ticks)
@@ -177,35 +230,72 @@ def crossover_caption(grid: Grid) -> str:
     return f"; {', '.join(extra)}" if extra else ""
 
 
-def cost_time_chart(sides: Sequence[Side], path: Path) -> bool:
-    """Cost per epoch against time per epoch, one labelled point per device/shape (a colour per config):
-    the cheapest side that is fast enough is the lowest point left of the user's deadline."""
+@dataclass(frozen=True)
+class CostPoint:
+    """One side on the cost chart: its time and cost per epoch, and what names it in the legend."""
+
+    workload: str
+    config: str
+    side: str
+    seconds: float
+    cost: float
+    currency: str
+
+
+def cost_points(sides: Sequence[Side]) -> dict[str, list[CostPoint]]:
+    """workload → its priced training sides' points, where it has two or more (one point compares
+    nothing): one chart each, since an epoch of one workload is not an epoch of another. The config
+    labels are the tables' (labels.describe over every side)."""
     varying = varying_params(sides)
-    points: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    currencies: set[str] = set()
+    points: dict[str, list[CostPoint]] = defaultdict(list)
     for s in sides:
         c, t = side_cost(s), epoch_time(s)
         if c.unit == "epoch" and c.per_unit and t is not None and t.median > 0:
-            points[f"{s.workload} {describe(s, varying)}"].append((t.median, c.per_unit, s.label))
-            currencies.add(s.price.currency)
-    if not points:
-        return False
+            points[s.workload].append(
+                CostPoint(s.workload, describe(s, varying), s.label, t.median, c.per_unit, s.price.currency)
+            )
+    return {w: pts for w, pts in sorted(points.items()) if len(pts) > 1}
+
+
+def cost_figure(workload: str, points: Sequence[CostPoint]) -> Any:
+    """One workload's sides, cost per epoch against time per epoch on log axes of at least a decade
+    each: a colour per config, a marker per side of it, each named in the legend under the axes."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    for config in sorted(points):
-        xs, ys, _ = zip(*points[config], strict=True)
-        ax.scatter(xs, ys, s=30, label=config)
-        for x, y, label in points[config]:
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    configs = list(dict.fromkeys(p.config for p in points))
+    colours = plt.get_cmap("tab10")
+    for i, config in enumerate(configs):
+        mine = [p for p in points if p.config == config]
+        for j, p in enumerate(mine):
+            ax.scatter(
+                [p.seconds],
+                [p.cost],
+                s=36,
+                color=colours(i % 10),
+                marker=MARKERS_BY_SIDE[j % len(MARKERS_BY_SIDE)],
+                label=f"{config}: {p.side}",
+            )
+    currencies = sorted({p.currency or "USD" for p in points})
+    spell = (lambda x: fmt_money(x, currencies[0])) if len(currencies) == 1 else fmt_amount
+    _log_axis(ax, "x", [p.seconds for p in points], fmt_amount)
+    _log_axis(ax, "y", [p.cost for p in points], spell)
     ax.set_xlabel("time per epoch (s, median of repeats)")
-    ax.set_ylabel(f"cost per epoch ({', '.join(sorted(currencies))})")
-    ax.set_title("Cost against time per epoch (lower left: cheaper and faster)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    _save(plt, fig, path)
-    return True
+    ax.set_ylabel(f"cost per epoch ({', '.join(currencies)})")
+    ax.set_title(f"{workload}: cost against time per epoch (lower left: cheaper and faster)", fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    _legend_below(ax)
+    return fig
+
+
+def cost_time_charts(sides: Sequence[Side], out: Path) -> dict[str, str]:
+    """One cost chart per workload with priced training sides; file name → title."""
+    plt = _plt()
+    charts = {}
+    for workload, points in cost_points(sides).items():
+        name = COST_PNG.format(re.sub(r"[^A-Za-z0-9_-]+", "-", workload)[:40])
+        _save(plt, cost_figure(workload, points), out / name)
+        charts[name] = f"{workload}: cost per epoch against time per epoch, per config and side"
+    return charts
 
 
 def scaling_chart(series: Sequence[Series], path: Path, varying: dict[str, list[str]]) -> bool:
@@ -221,7 +311,7 @@ def scaling_chart(series: Sequence[Series], path: Path, varying: dict[str, list[
         xs = [n for n, _ in pts]
         ys = [t.median for _, t in pts]
         err = [[t.median - t.lo for _, t in pts], [t.hi - t.median for _, t in pts]]
-        label = f"{s.workload} {describe(s.points[0].side, varying)} on {s.label}"
+        label = f"{describe(s.points[0].side, varying)} on {s.label}"
         line = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
         ideal = [n for n in s.world_sizes if n >= (s.base_n or 1)]
         ax.plot(ideal, [s.ideal(n) for n in ideal], linestyle="--", color=line[0].get_color(), alpha=0.6)
@@ -234,19 +324,25 @@ def scaling_chart(series: Sequence[Series], path: Path, varying: dict[str, list[
     )
     sizes = sorted({n for s in drawn for n in s.world_sizes})
     ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    rates = [p.throughput for s in drawn for p in s.points if p.throughput is not None]
+    ideal = [
+        x for s in drawn for n in s.world_sizes if n >= (s.base_n or 1) and (x := s.ideal(n)) is not None
+    ]
+    _log_axis(ax, "y", [*(t.lo for t in rates), *(t.hi for t in rates), *ideal], fmt_amount)
     _save(plt, fig, path)
     return True
 
 
 def _log_log(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
-    """Both throughput charts: powers of two along x, decades along y, a grid and a small legend."""
+    """Both throughput charts: powers of two along x (their ticks: the sizes drawn), a grid and a
+    small legend under the axes; the y axis is `_log_axis`'s."""
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend_below(ax)
 
 
 def _flops(side: Side) -> float | None:
@@ -312,15 +408,16 @@ def size_chart(pairs: Sequence[Pair], unpaired: Sequence[Side], path: Path) -> b
         ax.scatter(xs, [y for _, y, _ in points], marker=MARKERS[label], label=label, alpha=0.8)
         for i, (x, y, name) in enumerate(points):
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4 + 8 * (i % 2)), fontsize=7)
-    if any(not k.startswith("CPU only") for k in series):
+    speedups = [y for k, pts in series.items() if not k.startswith("CPU only") for _, y, _ in pts]
+    if speedups:
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-        ax.set_yscale("log")
-    ax.set_xscale("log")
+        _log_axis(ax, "y", [1.0, *speedups], fmt_x)
+    _log_axis(ax, "x", [x for pts in series.values() for x, _, _ in pts], fmt_amount)
     ax.set_xlabel("model size: forward GFLOP per sample")
     ax.set_ylabel("GPU speedup over the CPU")
     ax.set_title("Speedup against the model's size")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend_below(ax)
     _save(plt, fig, path)
     return True
 
@@ -332,8 +429,7 @@ def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
         charts[SPEEDUP_PNG] = "speedup per workload"
     if gflops_chart(comp.matmul_sides, out / GFLOPS_PNG):
         charts[GFLOPS_PNG] = "GFLOP/s against matrix size per device and dtype"
-    if cost_time_chart(comp.all_sides, out / COST_PNG):
-        charts[COST_PNG] = "cost per epoch against time per epoch per device and shape"
+    charts.update(cost_time_charts(comp.all_sides, out))
     if size_chart(comp.pairs, comp.unpaired, out / SIZE_PNG):
         charts[SIZE_PNG] = "speedup against the model's forward GFLOP per sample (training and serving)"
     if scaling_chart(comp.scaling, out / SCALING_PNG, varying_params(comp.all_sides)):

@@ -12,8 +12,8 @@ from devicebench.report.judge.judgement import Judgement
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import any_price
 from devicebench.report.model.pairs import Pair
-from devicebench.report.render.document import Block, Doc, heading, image, paragraph, table
-from devicebench.report.render.labels import Varying, describe, varying_params
+from devicebench.report.render.document import Block, Doc, bullets, heading, image, paragraph, table
+from devicebench.report.render.labels import Varying, describe, selection_row, varying_params
 from devicebench.report.render.tables import (
     MATMUL_COLUMNS,
     MATMUL_SPEEDUP_COLUMNS,
@@ -34,6 +34,7 @@ from devicebench.report.render.tables import (
     PairItem,
     PointItem,
     QualityItem,
+    RegressionItem,
     SideItem,
     cells,
     headers,
@@ -65,6 +66,19 @@ def _table(doc: list[Block], columns: Sequence[Column], items: Sequence) -> None
     table(doc, headers(columns), cells(columns, items))
 
 
+def _why(doc: list[Block], items: Sequence[PairItem]) -> None:
+    """Each pair's verdicts under its tables, a line each: sentences read at the page's width, where a
+    table's column made them a tall strip."""
+    bullets(
+        doc,
+        [
+            (f"{r.config}: {r.pair.other.label} over {r.pair.base.label}", r.verdicts)
+            for r in items
+            if r.verdicts
+        ],
+    )
+
+
 # --------------------------------------------------------------------------------------------- sections
 
 
@@ -76,7 +90,7 @@ def _summary(doc: list[Block], comp: Comparison, meta: dict[str, str]) -> None:
         f"{len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a partner device"
         + (f", {len(comp.scaling)} scaling series." if comp.scaling else "."),
     )
-    _table(doc, SELECTION_COLUMNS, [(k, v) for k, v in meta.items() if v])
+    _table(doc, SELECTION_COLUMNS, [selection_row(k, v, comp.runs) for k, v in meta.items() if v])
     if any(s.data == "synthetic" for s in comp.all_sides):
         paragraph(
             doc, "Note: some runs used synthetic data (timings are real; accuracy/mIoU are not comparable)."
@@ -103,6 +117,8 @@ def _speedups(doc: list[Block], judged: Judgement, varying: Varying) -> None:
         items = pair_items(judged, comp.pairs, varying)
         for view in PAIR_VIEWS:  # narrow enough for MLflow's artifact view, each table one question
             _table(doc, shown(PAIR_COLUMNS, view), items)
+        paragraph(doc, "Why, pair by pair:")
+        _why(doc, items)
     else:
         paragraph(
             doc,
@@ -125,7 +141,16 @@ def _scaling(doc: list[Block], judged: Judgement, varying: Varying) -> None:
         "(N / that world size): 1.00 is perfect scaling, below 0.70 gets a verdict. all-reduce share = "
         "steps × one all-reduce / training time, an upper bound (DDP overlaps it with the backward pass).",
     )
-    _table(doc, SCALING_COLUMNS, point_items(judged, varying))
+    items = point_items(judged, varying)
+    _table(doc, SCALING_COLUMNS, items)
+    bullets(
+        doc,
+        [
+            (f"{r.config} on {r.series.label}, {r.point.world_size} processes", r.verdicts)
+            for r in items
+            if r.verdicts
+        ],
+    )
 
 
 def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) -> None:
@@ -151,7 +176,7 @@ def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) ->
     for view in (PRICE, WORK):  # two narrower tables: what each side costs; what a unit of money buys
         _table(doc, shown(PRICE_COLUMNS, view), items)
     for side, line in judged.break_even.items():  # no GPU side yet: what a GPU must do to be worth it
-        paragraph(doc, f"{side.workload} {describe(side, varying)}: {line}")
+        paragraph(doc, f"{describe(side, varying)}: {line}")
 
 
 def _serving(doc: list[Block], comp: Comparison, varying: Varying) -> None:
@@ -215,14 +240,19 @@ def _per_host(doc: list[Block], comp: Comparison, varying: Varying) -> None:
             paragraph(doc, "no config ran on two devices on this host")
 
 
-def _regressions(doc: list[Block], comp: Comparison) -> None:
+def _regressions(doc: list[Block], comp: Comparison, varying: Varying) -> None:
     if comp.regressions is None:
         return
     heading(doc, 2, f"Regressions (threshold {fmt_share(comp.threshold)}, beyond the baseline's spread)")
     if not comp.regressions:
         paragraph(doc, f"none across {comp.regression_groups} config/device/host groups with earlier runs")
         return
-    _table(doc, REGRESSION_COLUMNS, comp.regressions)
+    named = {(s.workload, s.config_key): describe(s, varying) for s in comp.all_sides}
+    items = [
+        RegressionItem(g, named.get((g.workload, g.config_key), f"{g.workload} {g.config_key}"))
+        for g in comp.regressions
+    ]
+    _table(doc, REGRESSION_COLUMNS, items)
 
 
 def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -> Doc:
@@ -240,7 +270,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     _unpaired(doc, comp, varying)
     _unfinished(doc, comp)
     _per_host(doc, comp, varying)
-    _regressions(doc, comp)
+    _regressions(doc, comp, varying)
     if charts:
         heading(doc, 2, "Charts")
         for name, title in charts.items():

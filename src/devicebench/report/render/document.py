@@ -1,15 +1,20 @@
-"""The report as a document, and its two writers: headings, paragraphs, tables and images, in order.
+"""The report as a document, and its two writers: headings, paragraphs, tables, lists and images, in
+order.
 
 content.py builds one `Doc`; `to_markdown` writes it as `report.md` (what a terminal, a diff or a pull
 request shows) and `to_html` as one self-contained `report.html`, so the two formats cannot say
 different things. The HTML embeds the charts as base64 PNG: one file that opens from the MLflow UI's
-artifact view or an e-mail, with nothing next to it to lose.
+artifact view or an e-mail, with nothing next to it to lose. That view is an iframe about 625 px wide,
+so the page is laid out for it first (CSS below): small margins and type, cells that wrap between
+words but never inside a figure (`12.3 s`, `bs 32`), and a table that still cannot fit scrolls inside
+its own box rather than widening the page.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,12 +40,19 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Bullets:
+    """A list of items, each a lead line and the lines said under it (a pair and its verdicts)."""
+
+    items: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@dataclass(frozen=True)
 class Image:
     name: str  # a file beside the report
     alt: str
 
 
-Block = Heading | Paragraph | Table | Image
+Block = Heading | Paragraph | Table | Bullets | Image
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,12 @@ def table(blocks: list[Block], headers: list[str], rows: list[list[str]]) -> Non
     """A table cut at MAX_ROWS (the CSV has every run), saying so under it."""
     note = f"{len(rows) - MAX_ROWS} more rows in runs.csv" if len(rows) > MAX_ROWS else ""
     blocks.append(Table(headers, rows[:MAX_ROWS], note))
+
+
+def bullets(blocks: list[Block], items: list[tuple[str, tuple[str, ...]]]) -> None:
+    """A list (nothing where there is no item): each lead with its lines under it."""
+    if items:
+        blocks.append(Bullets(tuple(items)))
 
 
 def image(blocks: list[Block], name: str, alt: str) -> None:
@@ -96,6 +114,14 @@ def _md_table(t: Table) -> list[str]:
     return out
 
 
+def _md_bullets(b: Bullets) -> list[str]:
+    out = []
+    for lead, lines in b.items:
+        out.append(f"- {_md_cell(lead)}")
+        out.extend(f"  - {_md_cell(line)}" for line in lines)
+    return out
+
+
 def to_markdown(doc: Doc) -> str:
     out: list[str] = []
     for block in doc.blocks:
@@ -106,6 +132,8 @@ def to_markdown(doc: Doc) -> str:
                 out.append(_md_text(text))
             case Table():
                 out.extend(_md_table(block))
+            case Bullets():
+                out.extend(_md_bullets(block))
             case Image(name, alt):
                 out.append(f"![{alt}]({name})")
         out.append("")
@@ -115,19 +143,44 @@ def to_markdown(doc: Doc) -> str:
 # --------------------------------------------------------------------------------------------- HTML
 
 CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f3f3f3} img{max-width:100%;margin:1em 0;display:block}
+body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222;font-size:15px;line-height:1.4}
+h1{font-size:1.6em} h2{font-size:1.3em;margin-top:1.6em} h3{font-size:1.1em}
+.t{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}
+table{border-collapse:collapse;font-size:13px;line-height:1.3}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f3f3f3;font-weight:600} img{max-width:100%;margin:1em 0;display:block}
+p,ul{max-width:70em} ul{padding-left:1.2em;font-size:14px} li{margin:.2em 0}
+li ul{padding-left:1em;color:#444}
+@media (max-width:800px){body{margin:.6em .5em;font-size:14px} table{font-size:12px}
+th,td{padding:2px 4px} ul{font-size:13px}}
 """
+
+# a space inside a figure or a short label (`12.3 s`, `1.5 GiB`, `bs 32`, `n=3`) that a line must not
+# break at: a cell wraps between its words, never inside one of them
+_KEEP = re.compile(r"(?<=[\d×%]) (?=(?:s|ms|µs|ns|[KMGT]i?B)\b)|\b(?=[a-z]{1,7} [\d$])([a-z]+) ")
+
+
+def _cell(text: str) -> str:
+    return html.escape(_KEEP.sub(lambda m: (m.group(1) or "") + "\u00a0", str(text)))
 
 
 def _html_table(t: Table) -> list[str]:
-    out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in t.headers) + "</tr>"]
-    out.extend("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in t.rows)
-    out.append("</table>")
+    out = ["<div class='t'><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in t.headers) + "</tr>"]
+    out.extend("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in r) + "</tr>" for r in t.rows)
+    out.append("</table></div>")
     if t.note:
         out.append(f"<p><em>{html.escape(t.note)}</em></p>")
+    return out
+
+
+def _html_bullets(b: Bullets) -> list[str]:
+    out = ["<ul>"]
+    for lead, lines in b.items:
+        under = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+        out.append(
+            f"<li><strong>{html.escape(lead)}</strong>" + (f"<ul>{under}</ul>" if under else "") + "</li>"
+        )
+    out.append("</ul>")
     return out
 
 
@@ -143,6 +196,8 @@ def to_html(doc: Doc, image_dir: Path) -> str:
                 out.append(f"<p>{html.escape(text)}</p>")
             case Table():
                 out.extend(_html_table(block))
+            case Bullets():
+                out.extend(_html_bullets(block))
             case Image(name, alt):
                 data = base64.b64encode((image_dir / name).read_bytes()).decode()
                 out.append(f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>")

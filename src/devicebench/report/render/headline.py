@@ -177,18 +177,32 @@ def metric_lines(metrics: dict[str, float]) -> list[str]:
 
 
 def _where(p: Pair, varying: dict[str, list[str]]) -> str:
-    return f"{p.workload} {describe(p.base, varying)}: {p.other.label} vs {p.base.label}"
+    return f"{describe(p.base, varying)}: {p.other.label} vs {p.base.label}"
 
 
-def regression_line(g: Regression) -> str:
-    """One regression in a line: what slowed, by how much, against which baseline, and the run."""
+def regression_line(g: Regression, config: str = "", newest: str = "") -> str:
+    """One regression in a line: what slowed, by how much, against which baseline, and the run; the
+    config and the run by the labels the report gives them where known (`regression_lines`), else by
+    config key and run id."""
     b = g.baseline
     return (
-        f"regression: {g.workload} {g.config_key} on {g.device} @ {g.host}: {g.measure} "
+        f"regression: {config or f'{g.workload} {g.config_key}'} on {g.device} @ {g.host}: {g.measure} "
         f"{fmt_sig4(g.newest)} s vs baseline median {fmt_sig4(b.median)} s ({fmt_change(g.change)}; "
         f"baseline {b.spread_kind} {fmt_sig4(b.lo)}–{fmt_sig4(b.hi)} s over {b.n} run(s)); newest run "
-        f"{g.run_ids[-1]}"
+        f"{newest or g.run_ids[-1]}"
     )
+
+
+def regression_lines(comp: Comparison) -> list[str]:
+    """Every regression's line, its config named as the report's tables name it (labels.describe) and
+    its newest run by run name (its id is in runs.csv)."""
+    varying = varying_params(comp.all_sides)
+    named = {(s.workload, s.config_key): describe(s, varying) for s in comp.all_sides}
+    runs = {r.run_id: r.run_name for r in comp.runs}
+    return [
+        regression_line(g, named.get((g.workload, g.config_key), ""), runs.get(g.run_ids[-1], ""))
+        for g in comp.regressions or []
+    ]
 
 
 def verdict_lines(judged: Judgement) -> list[str]:
@@ -218,12 +232,12 @@ def verdict_lines(judged: Judgement) -> list[str]:
         lines.append(f"**price** {line}")
     said = [(s, v) for s in comp.scaling for v in judged.series(s)]
     for s, v in said[:MAX_SCALING_LINES]:
-        lines.append(f"**scaling** {s.workload} {describe(s.points[0].side, varying)} on {s.label}: {v}")
+        lines.append(f"**scaling** {describe(s.points[0].side, varying)} on {s.label}: {v}")
     if len(said) > MAX_SCALING_LINES:
         lines.append(f"_{len(said) - MAX_SCALING_LINES} more scaling verdicts in report.html_")
     if comp.regressions:
         lines.append(f"**{len(comp.regressions)} regression(s)** beyond {fmt_share(comp.threshold)}:")
-        lines.extend(f"`{regression_line(g)}`" for g in comp.regressions[:MAX_REGRESSION_LINES])
+        lines.extend(f"`{line}`" for line in regression_lines(comp)[:MAX_REGRESSION_LINES])
     elif comp.regressions is not None:
         lines.append(
             f"No regression beyond {fmt_share(comp.threshold)} in {comp.regression_groups} group(s)."

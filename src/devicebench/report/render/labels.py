@@ -1,21 +1,25 @@
 """How the report names a config and says what a time measured, so no table shows a bare hash or a
 "time" that could be anything.
 
-A workload's only config is named by what differs from the workload's defaults, spelled as run names
-spell it (naming.py: `bs 32 · lr 0.02 · synthetic`); each headline time says what it covers (training,
+A config has one name in a report, in run names' style (naming.py), workload first: `cifar · bs 32 ·
+w 2` where the workload has several configs (the params that tell them apart), `unet · bs 8 · ep 2`
+for its only one (what differs from the defaults). Each headline time says what it covers (training,
 all epochs; or the whole run). Torch-free: it reads the configs' dataclasses, never runs them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
 from devicebench.config.fields import is_keyed, to_params
-from devicebench.config.naming import SEP, SHORT
+from devicebench.config.naming import PRIORITY, SEP, SHORT
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.model.sides import NOT_WORK, Side
+from devicebench.report.read.records import RunRecord
 from devicebench.schema import SERVE_P50, TOTAL_S, TRAIN_S
 from devicebench.util.fmt import NONE
 
@@ -56,44 +60,70 @@ def varying_params(sides: Sequence[Side]) -> Varying:
 
 
 def describe(side: Side, varying: dict[str, list[str]]) -> str:
-    """A config as the report's tables name it: the params that differ between its workload's configs
-    (`batch_size=64`), or, for a workload's only config, what differs from the defaults, as run names
-    spell it (`bs 32 · lr 0.02 · synthetic`). Its config key only where that is needed: beside a label
-    two configs share, or alone for runs that logged none of those params."""
+    """A config as every part of the report names it, in run names' style (naming.py), workload first:
+    `cifar · bs 32 · w 2` (the params that differ between the workload's configs), or, for a
+    workload's only config, what differs from the defaults (`unet · bs 8 · ep 2`). Its config key
+    only where that is needed: beside a label two configs share, or alone for runs that logged none of
+    those params. The one spelling of a config: tables, charts, the terminal, the budget and the
+    report run's description all call this."""
     label = _label(side, varying)
     if (side.workload, label) in getattr(varying, "shared", ()):
-        return f"{label} (key {side.config_key})"
-    return label
+        label = f"{label} (key {side.config_key})"
+    return f"{side.workload}{SEP}{label}"
 
 
 def _label(side: Side, varying: dict[str, list[str]]) -> str:
     keys = [k for k in varying.get(side.workload) or [] if side.params.get(k, "") != ""]
-    text = " ".join(f"{k}={side.params[k]}" for k in keys)
+    text = SEP.join(_spelled(side.workload, k, side.params[k]) for k in _ordered(side.workload, keys))
     return text or default_label(side.workload, side.params) or side.config_key
 
 
+def _fields(workload: str) -> dict[str, dataclasses.Field]:
+    cls = CONFIGS.get(workload)
+    return {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
+
+
+def _ordered(workload: str, names: Sequence[str]) -> list[str]:
+    """Run names' order (naming.PRIORITY: what tells runs apart most, first), then the config's own."""
+    order = list(_fields(workload))
+    return sorted(
+        names,
+        key=lambda k: (
+            PRIORITY.index(k) if k in PRIORITY else len(PRIORITY),
+            order.index(k) if k in order else len(order),
+            k,
+        ),
+    )
+
+
+def _spelled(workload: str, name: str, value: str) -> str:
+    """One param as run names spell it: `bs 32`, a choice by itself (`synthetic`, `bf16`), a flag by
+    its short name (`nhwc`, `no nhwc`)."""
+    f = _fields(workload).get(name)
+    short = SHORT.get(name, name)
+    if f is not None and f.type in (bool, "bool") and value in ("true", "false"):
+        return short if value == "true" else f"no {short}"
+    if f is not None and f.metadata.get("choices") and "," not in value:
+        return value
+    return f"{short} {value}"
+
+
 def default_label(workload: str, params: dict[str, str]) -> str:
-    """The work-defining params that differ from the workload's defaults, short (naming.SHORT);
-    `defaults` for the workload's own defaults; "" for a workload this version does not know, or for
-    runs that logged none of its params (then only the config key can name it)."""
+    """The work-defining params that differ from the workload's defaults, spelled and ordered as run
+    names are (`bs 32 · lr 0.02`); `defaults` for the workload's own defaults; "" for a workload this
+    version does not know, or for runs that logged none of its params (then only the config key can
+    name it)."""
     cls = CONFIGS.get(workload)
     if cls is None:
         return ""
     defaults = to_params(cls())
-    fields = [f for f in dataclasses.fields(cls) if is_keyed(f) and f.name not in NOT_WORK]
-    logged = [f for f in fields if f.name in params]
+    logged = [
+        f.name for f in dataclasses.fields(cls) if is_keyed(f) and f.name not in NOT_WORK and f.name in params
+    ]
     if not logged:
         return ""
-    shown = []
-    for f in logged:
-        value = params[f.name]
-        if value == defaults.get(f.name):
-            continue
-        if f.metadata.get("choices") and "," not in value:
-            shown.append(value)  # a choice names itself: synthetic, bf16, resnet18
-        else:
-            shown.append(f"{SHORT.get(f.name, f.name)} {value}")
-    return SEP.join(shown) or "defaults"
+    shown = [k for k in _ordered(workload, logged) if params[k] != defaults.get(k)]
+    return SEP.join(_spelled(workload, k, params[k]) for k in shown) or "defaults"
 
 
 def timed_label(metric: str | None) -> str:
@@ -101,3 +131,22 @@ def timed_label(metric: str | None) -> str:
     if not metric:
         return NONE
     return TIMED.get(metric, metric.removeprefix("time/").removesuffix("_s"))
+
+
+# a filter on one plan launch as the suite passes it: `devicebench.suite` = '<plan>:<parent run id>'
+_LAUNCH = re.compile(r"tags\.`?devicebench\.suite`?\s*=\s*'([A-Za-z0-9_.\-]+):([0-9a-f]{32})'")
+
+
+def selection_row(key: str, value: str, runs: Sequence[RunRecord]) -> tuple[str, str]:
+    """A row of the selection table as a reader knows it: a filter on one plan launch says which plan
+    and when it started, not the suite's parent run id (the exact filter is the report run's `filter`
+    param, and each run's suite tag is in runs.csv)."""
+
+    def launch(m: re.Match[str]) -> str:
+        tag = f"{m.group(1)}:{m.group(2)}"
+        starts = [r.start_time for r in runs if r.tag("suite") == tag]
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(min(starts) / 1000)) if starts else ""
+        return f"the runs of one launch of plan {m.group(1)}" + (f", started {when}" if when else "")
+
+    said = _LAUNCH.sub(launch, value)
+    return (key.replace(" (sent to MLflow)", ""), said) if said != value else (key, value)

@@ -65,12 +65,15 @@ def _one_source(source: str, shape: str) -> str:
 
 
 def time_text(side: Side, c: SideCost) -> str:
-    """The time one unit of work took (model/cost.unit_time_stat): a matmul product at its point (the
-    median), an epoch or the whole run (with the repeats' range)."""
+    """The time one unit of work took (model/cost.unit_time_stat), saying which unit: a matmul product
+    at its point (the median), an epoch, a million predictions or the whole run (with the repeats'
+    range), so it never reads as the training time of all epochs beside it."""
     stat = unit_time_stat(side)
+    if stat is None:
+        return NONE
     if c.unit == GFLOP:
-        return f"{fmt_s(stat.median)} at n={c.point[2]}" if stat and c.point else NONE
-    return fmt_stat_s(stat)
+        return f"{fmt_s(stat.median)} per product at n={c.point[2]}" if c.point else NONE
+    return f"{fmt_stat_s(stat)} per {UNIT_OF_TIME[c.unit]}"
 
 
 def _cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, str]:
@@ -104,7 +107,7 @@ def budget_lines(every: Iterable[Side], describe: Describe, deadline: float | No
     lines = []
     for sides in ranked(every):
         s = sides[0]
-        where = f"{s.workload} {describe(s)}"
+        where = describe(s)
         priced = [x for x in sides if side_cost(x).work_per_money]
         if not priced:
             lines.append(f"budget: {where}: no side has a price ({s.price.none_reason})")

@@ -4,8 +4,10 @@ report run's description all take their columns from here, so a new column is on
 in its table's declaration, and it appears in every output that names its view.
 
 The pairs table is shown as four narrower tables in the report (SPEED, WHY, COST, MEMORY: each one
-question, narrow enough for MLflow's artifact view), as the terminal table (TERMINAL) and as the
-report run's description (NOTE).
+question), as the terminal table (TERMINAL) and as the report run's description (NOTE). A report view
+is kept to what reads at about 600 px, MLflow's artifact view (`REPORT_MAX_COLUMNS`): the config cell
+names its workload (labels.describe), and a verdict, which is a sentence, is said under its table
+(content.py), never squeezed into a column.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ SPEED, WHY, COST, MEMORY = "speed", "why", "cost", "memory"  # the pairs table i
 PAIR_VIEWS = (SPEED, WHY, COST, MEMORY)
 TERMINAL, NOTE = "terminal", "note"  # the pairs in `compare`'s output and in the report run's description
 PRICE, WORK = "price", "work"  # the price-performance table in the report: what it costs, what it buys
+REPORT_MAX_COLUMNS = 7  # the most columns of a report view: each about 85 px of MLflow's ~600 px view
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,8 @@ def memory_text(side: Side) -> str:
 
 EVERY_PAIR_VIEW = frozenset({*PAIR_VIEWS, TERMINAL, NOTE})
 PAIR_COLUMNS: tuple[Column[PairItem], ...] = (
-    Column("workload", "workload", lambda r: r.pair.workload, EVERY_PAIR_VIEW),
     Column("config", "config", lambda r: r.config, EVERY_PAIR_VIEW),
-    Column("base", "base", lambda r: r.pair.base.label, EVERY_PAIR_VIEW - {WHY}),
+    Column("base", "base", lambda r: r.pair.base.label, EVERY_PAIR_VIEW - {WHY, COST}),
     Column("other", "other", lambda r: r.pair.other.label, EVERY_PAIR_VIEW),
     Column("timed", "what is timed", lambda r: _timed(r.pair)[0], frozenset({SPEED})),
     Column("base_time", "base time", lambda r: _timed(r.pair)[1], frozenset({SPEED})),
@@ -172,7 +174,7 @@ PAIR_COLUMNS: tuple[Column[PairItem], ...] = (
         "data_wait",
         "data wait",
         lambda r: f"{fmt_share(r.pair.base.wait_share)} / {fmt_share(r.pair.other.wait_share)}",
-        frozenset({SPEED, TERMINAL}),
+        frozenset({WHY, TERMINAL}),
         short="wait",
     ),
     Column(
@@ -181,8 +183,7 @@ PAIR_COLUMNS: tuple[Column[PairItem], ...] = (
         lambda r: f"{memory_text(r.pair.base)} / {memory_text(r.pair.other)}",
         frozenset({MEMORY}),
     ),
-    Column("verdict", "verdict", lambda r: "; ".join(r.verdicts) or NONE, frozenset({WHY}), judged=True),
-    Column(  # the headline verdict only, where the row must stay one line
+    Column(  # the headline verdict only, where the row must stay one line (the report lists them all)
         "headline_verdict",
         "why",
         lambda r: r.verdicts[0] if r.verdicts else NONE,
@@ -214,17 +215,13 @@ def base_text(s: Series) -> str:
 
 
 SCALING_COLUMNS: tuple[Column[PointItem], ...] = (
-    Column("workload", "workload", lambda r: r.series.workload),
     Column("config", "config", lambda r: r.config),
     Column("device", "device", lambda r: r.series.label),
-    Column("processes", "processes", lambda r: str(r.point.world_size)),
+    Column("processes", "processes (runs)", lambda r: f"{r.point.world_size} ({len(r.point.side.runs)})"),
     Column("throughput", "throughput (samples/s)", lambda r: fmt_rate(r.point.throughput)),
-    Column("speedup", "speedup", lambda r: fmt_x(r.point.speedup)),
-    Column("over", "over N=", lambda r: base_text(r.series)),
+    Column("speedup", "speedup", lambda r: f"{fmt_x(r.point.speedup)} over N={base_text(r.series)}"),
     Column("efficiency", "efficiency", lambda r: fmt_efficiency(r.point.efficiency)),
     Column("comm_share", "all-reduce share", lambda r: fmt_share(r.point.comm_share)),
-    Column("runs", "runs", lambda r: str(len(r.point.side.runs))),
-    Column("verdict", "verdict", lambda r: "; ".join(r.verdicts) or NONE, judged=True),
 )
 
 
@@ -243,7 +240,6 @@ class SideItem:
 
 PRICE_AND_WORK = frozenset({PRICE, WORK})
 PRICE_COLUMNS: tuple[Column[SideItem], ...] = (
-    Column("workload", "workload", lambda r: r.side.workload, PRICE_AND_WORK),
     Column("config", "config", lambda r: r.config, PRICE_AND_WORK),
     Column("side", "side", lambda r: r.side.label, PRICE_AND_WORK),
     Column("price", "price per hour (source)", lambda r: money.price_text(r.side), frozenset({PRICE})),
@@ -267,18 +263,26 @@ def price_items(every: Iterable[Side], describe: Callable[[Side], str]) -> list[
     ]
 
 
-def _run_ids(side: Side, most: int = 5) -> str:
-    return ", ".join(r.run_id for r in side.runs[:most]) + (" …" if len(side.runs) > most else "")
+def run_label(run: RunRecord) -> str:
+    """A run as a table names it: its run name (the id is in runs.csv), the id only for a run without one."""
+    return run.run_name or run.run_id
+
+
+def run_names(runs: Sequence[RunRecord], most: int = 3) -> str:
+    """`cifar · cpu · bs 32 (×3)`: a side's runs by name, each name once with how many runs carry it."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[run_label(r)] = counts.get(run_label(r), 0) + 1
+    named = [f"{n} (×{k})" if k > 1 else n for n, k in counts.items()]
+    return "; ".join(named[:most]) + (f"; {len(named) - most} more" if len(named) > most else "")
 
 
 UNPAIRED_COLUMNS: tuple[Column[SideItem], ...] = (
-    Column("workload", "workload", lambda r: r.side.workload),
     Column("config", "config", lambda r: r.config),
     Column("device", "device", lambda r: r.side.label),
-    Column("runs", "runs", lambda r: str(len(r.side.runs))),
     Column("time", "time", lambda r: fmt_stat_s(r.side.metrics.get(r.side.time_metric() or ""))),
     Column("timed", "what is timed", lambda r: timed_label(r.side.time_metric())),
-    Column("run_ids", "run ids", lambda r: _run_ids(r.side)),
+    Column("runs", "runs (ids in runs.csv)", lambda r: run_names(r.side.runs)),
 )
 
 
@@ -295,12 +299,17 @@ def _gflop_text(side: Side) -> str:
     return fmt_gflops(s.median / 1e9) if s else NONE
 
 
+def _tail(side: Side) -> str:
+    """`1.20 ms / 2.31 ms`: p90 and p99, the medians over the side's runs (p50 has its range)."""
+    stats = [side.metrics.get(k) for k in (SERVE_P90, SERVE_P99)]
+    return " / ".join(fmt_s(s.median) if s else NONE for s in stats)
+
+
 SERVING_COLUMNS: tuple[Column[SideItem], ...] = (
     Column("config", "config", lambda r: r.config),
     Column("side", "side", lambda r: r.side.label),
     Column("p50", "p50", lambda r: fmt_stat_s(r.side.metrics.get(SERVE_P50))),
-    Column("p90", "p90", lambda r: fmt_stat_s(r.side.metrics.get(SERVE_P90))),
-    Column("p99", "p99", lambda r: fmt_stat_s(r.side.metrics.get(SERVE_P99))),
+    Column("tail", "p90 / p99", lambda r: _tail(r.side)),
     Column("throughput", "predictions (best batch)", lambda r: _best_batch(r.side)),
     Column("cost", "per M predictions", lambda r: money.cost_per_unit_text(r.side)),
     Column("gflop", "GFLOP per prediction", lambda r: _gflop_text(r.side)),
@@ -320,7 +329,6 @@ class QualityItem:
 
 QUALITY_METRICS = (ACCURACY, MIOU)
 QUALITY_COLUMNS: tuple[Column[QualityItem], ...] = (
-    Column("workload", "workload", lambda r: r.side.workload),
     Column("config", "config", lambda r: r.config),
     Column("device", "device", lambda r: r.side.label),
     Column("data", "data", lambda r: r.side.data),
@@ -393,22 +401,29 @@ def matmul_speedups(comp: Comparison) -> list[MatmulSpeedup]:
 
 
 UNFINISHED_COLUMNS: tuple[Column[RunRecord], ...] = (
-    Column("run_id", "run id", lambda r: r.run_id),
+    Column("run", "run (ids in runs.csv)", run_label),
     Column("workload", "workload", lambda r: r.workload),
     Column("device", "device", lambda r: r.device),
     Column("status", "status", lambda r: r.status),
     Column("error", "error", lambda r: r.tag("error") or NONE),
 )
 
-REGRESSION_COLUMNS: tuple[Column[Regression], ...] = (
-    Column("workload", "workload", lambda g: g.workload),
-    Column("config", "config", lambda g: g.config_key),
-    Column("device", "device", lambda g: g.device),
-    Column("host", "host", lambda g: g.host),
-    Column("measure", "measure", lambda g: g.measure),
-    Column("newest", "newest", lambda g: fmt_s(g.newest)),
-    Column("baseline", "baseline", lambda g: fmt_stat_s(g.baseline)),
-    Column("change", "change", lambda g: fmt_change(g.change)),
+
+@dataclass(frozen=True)
+class RegressionItem:
+    """A regression as a row, with its config's label (its config key where no side of it was read)."""
+
+    regression: Regression
+    config: str
+
+
+REGRESSION_COLUMNS: tuple[Column[RegressionItem], ...] = (
+    Column("config", "config", lambda r: r.config),
+    Column("where", "device @ host", lambda r: f"{r.regression.device} @ {r.regression.host}"),
+    Column("measure", "measure", lambda r: r.regression.measure),
+    Column("newest", "newest", lambda r: fmt_s(r.regression.newest)),
+    Column("baseline", "baseline", lambda r: fmt_stat_s(r.regression.baseline)),
+    Column("change", "change", lambda r: fmt_change(r.regression.change)),
 )
 
 SELECTION_COLUMNS: tuple[Column[tuple[str, str]], ...] = (

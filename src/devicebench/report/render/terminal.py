@@ -29,7 +29,7 @@ def scaling_line(judged: Judgement, s: Series, varying: Varying) -> str:
     said = judged.series(s)
     verdict = f": {'; '.join(said)}" if said else ""
     return (
-        f"scaling: {s.workload} {describe(s.points[0].side, varying)} on {s.label}: efficiency {effs} "
+        f"scaling: {describe(s.points[0].side, varying)} on {s.label}: efficiency {effs} "
         f"(over N={base_text(s)}){verdict}"
     )
 
@@ -50,12 +50,10 @@ def terminal_table(judged: Judgement, limit: int = 40) -> str:
             lines.append(f"... {len(rows) - limit} more pairs in report.md")
     for s in comp.unpaired[:limit]:
         lines.append(
-            f"no partner: {s.workload} {describe(s, varying)} on {s.label} ({len(s.runs)} run(s), "
+            f"no partner: {describe(s, varying)} on {s.label} ({len(s.runs)} run(s), "
             f"{fmt_stat_s(s.metrics.get(s.time_metric() or ''))})"
         )
-    lines.extend(
-        f"price: {s.workload} {describe(s, varying)}: {line}" for s, line in judged.break_even.items()
-    )
+    lines.extend(f"price: {describe(s, varying)}: {line}" for s, line in judged.break_even.items())
     if len(comp.unpaired) > limit:
         lines.append(f"... {len(comp.unpaired) - limit} more configs without a partner in report.md")
     lines.extend(scaling_line(judged, s, varying) for s in comp.scaling[:limit])
