@@ -186,3 +186,15 @@ def fake_oci_metadata(doc: Callable[[], dict]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def compared_runs(tracking_uri: str, report_run_id: str) -> list[dict]:
+    """The runs a report run compared, from its `compared_runs.json`."""
+    import json
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    with tempfile.TemporaryDirectory() as d:
+        path = MlflowClient(tracking_uri).download_artifacts(report_run_id, "compared_runs.json", d)
+        return json.loads(Path(path).read_text())

@@ -6,7 +6,15 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from servers import QUICK_MATMUL, MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
+from servers import (
+    QUICK_MATMUL,
+    MlflowServer,
+    compared_runs,
+    devicebench_env,
+    run_cli,
+    run_mlflow_project,
+    runs_of,
+)
 
 
 def test_mlflow_run_compare_logs_a_report_run(
@@ -54,6 +62,6 @@ def test_mlflow_run_compare_logs_a_report_run(
         for r in runs_of(mlflow_server.url, experiment_name)
         if r.data.tags.get("devicebench.workload") == "matmul"
     }
-    assert set(report.data.tags["devicebench.report.runs"].split(",")) == matmul_ids
+    assert {r["run_id"] for r in compared_runs(mlflow_server.url, report.info.run_id)} == matmul_ids
     artifacts = {a.path for a in MlflowClient(mlflow_server.url).list_artifacts(report.info.run_id)}
     assert {"report.md", "report.html", "runs.csv"} <= artifacts

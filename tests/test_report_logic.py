@@ -17,7 +17,6 @@ import pytest
 
 from devicebench.errors import UsageError
 from devicebench.report.cli import parse_baseline, parse_threshold, parse_workloads
-from devicebench.report.command import compared_ids_tag
 from devicebench.report.judge import pair_rules as verdicts
 from devicebench.report.judge.judgement import judge
 from devicebench.report.judge.pair_rules import explain
@@ -605,14 +604,6 @@ def test_time_slices_hold_every_start_time_exactly_once(oldest: int, newest: int
     if newest - oldest >= k:  # equal parts: no slice is more than one ms off a k-th of the span
         widths = [b - a for a, b in zip([oldest, *cuts], [*cuts, newest], strict=True)]
         assert len(widths) == k and max(widths) - min(widths) <= 1
-
-
-def test_compared_ids_tag_fits_mlflow_limit() -> None:
-    ids = [f"{i:032x}" for i in range(10)]
-    assert compared_ids_tag(ids) == (",".join(ids), False)
-    many = [f"{i:032x}" for i in range(1000)]
-    tag, truncated = compared_ids_tag(many)
-    assert truncated and len(tag) <= 8000 and tag.endswith("see compared_runs.json)")
 
 
 # --------------------------------------------------------------------------------------------- the UI

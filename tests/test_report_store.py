@@ -23,7 +23,7 @@ from devicebench.report.read.options import Query
 from devicebench.report.read.query import read_runs, record, search_pages, slice_clauses, time_slices
 from devicebench.report.read.records import RunRecord
 from devicebench.report.read.rest import rest_store, search_page
-from servers import QUICK_MATMUL, devicebench_env, run_cli
+from servers import QUICK_MATMUL, compared_runs, devicebench_env, run_cli
 
 DAY_MS = 86_400_000
 
@@ -229,7 +229,8 @@ def test_compare_writes_files_and_logs_the_report_run(store, env: Path, experime
     assert len(reports) == 1
     run = reports[0]
     assert run.info.status == "FINISHED"
-    assert sorted(run.data.tags["devicebench.report.runs"].split(",")) == sorted(ids)
+    assert sorted(r["run_id"] for r in compared_runs(client.tracking_uri, run.info.run_id)) == sorted(ids)
+    assert "devicebench.report.runs" not in run.data.tags  # no wall of bare ids in the UI
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"report.md", "report.html", "runs.csv", "speedup_by_workload.png"} <= artifacts
     # the report run itself is never compared by the next report
@@ -323,8 +324,8 @@ def test_no_experiment_reads_devicebench_runs_in_every_experiment(
     assert client.get_experiment_by_name(experiment_name) is None
     home = client.get_experiment_by_name(f"{experiment_name}-a")
     reports = client.search_runs([home.experiment_id], "tags.`devicebench.workload` = 'report'")
-    (report,) = [r for r in reports if "devicebench.report.runs" in r.data.tags]  # not the planted one
-    assert sorted(report.data.tags["devicebench.report.runs"].split(",")) == sorted(ids)
+    (report,) = [r for r in reports if "devicebench.report.run_count" in r.data.tags]  # not the planted one
+    assert sorted(r["run_id"] for r in compared_runs(client.tracking_uri, report.info.run_id)) == sorted(ids)
     assert report.data.params["experiment"] == "all"
 
 

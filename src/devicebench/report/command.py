@@ -22,18 +22,17 @@ from devicebench.report.read.options import Query
 from devicebench.report.read.query import Selection, read_runs
 from devicebench.report.read.records import RunRecord
 from devicebench.report.render.files import write_report
-from devicebench.report.render.headline import headline_metrics, regression_line, report_name, summary_note
+from devicebench.report.render.headline import headline_metrics, regression_lines, report_name, summary_note
 from devicebench.report.render.labels import describe, varying_params
 from devicebench.report.render.money import budget_lines
 from devicebench.report.render.terminal import terminal_table
-from devicebench.schema import MAX_TAG_VALUE as MAX_TAG
 from devicebench.schema import NOTE_TAG, UNSET_WORDS, tag
 from devicebench.tracking.runs import run_context
 from devicebench.tracking.store import check_store, configure_mlflow_client
 from devicebench.util.fmt import fmt_s, fmt_share
 from devicebench.util.redact import redact
 
-TAG_RUNS = tag("report.runs")
+COMPARED_RUNS = "compared_runs.json"  # the report run's list of the runs it compared
 UNSET = UNSET_WORDS["compare"]
 
 
@@ -75,19 +74,10 @@ def compare_and_report(
     return _regression_exit(judged, threshold)
 
 
-def compared_ids_tag(run_ids: list[str]) -> tuple[str, bool]:
-    """As many whole run ids as fit MLflow's tag limit, comma-separated; True when some were left out."""
-    text = ",".join(run_ids)
-    if len(text) <= MAX_TAG:
-        return text, False
-    kept: list[str] = []
-    size = 0
-    for rid in run_ids:
-        if size + len(rid) + 1 > MAX_TAG - 40:
-            break
-        kept.append(rid)
-        size += len(rid) + 1
-    return ",".join(kept) + f",... (+{len(run_ids) - len(kept)}, see compared_runs.json)", True
+def compared_runs(judged: Judgement) -> list[dict[str, str]]:
+    """The runs a report compared, each by id and by the name the UI shows: `compared_runs.json` of the
+    report run (a tag of bare ids was a wall of hashes in the UI and capped at 8,000 characters)."""
+    return [{"run_id": r.run_id, "run_name": r.run_name, "workload": r.workload} for r in judged.comp.runs]
 
 
 def log_report(
@@ -98,15 +88,13 @@ def log_report(
     params: dict[str, str],
     scope: str = "",
 ) -> str | None:
-    """The report as a run of its own: its files as artifacts, the compared run ids as a tag, and the
-    answer where the MLflow UI shows it at once: a name that says what it holds, headline metrics and
-    a Markdown description with the verdicts and those metrics."""
-    run_ids = [r.run_id for r in judged.comp.runs]
-    ids, truncated = compared_ids_tag(run_ids)
+    """The report as a run of its own: its files as artifacts, the compared runs in
+    `compared_runs.json`, and the answer where the MLflow UI shows it at once: a name that says what it
+    holds, headline metrics and a Markdown description with the verdicts and those metrics."""
+    runs = compared_runs(judged)
     metrics = headline_metrics(judged.comp)
     tags = {
-        TAG_RUNS: ids,
-        tag("report.run_count"): str(len(run_ids)),
+        tag("report.run_count"): str(len(runs)),
         NOTE_TAG: summary_note(judged, read, metrics=metrics),
     }
     with run_context(
@@ -115,8 +103,7 @@ def log_report(
         tracker.log_metrics(metrics)
         for f in files:
             tracker.log_artifact(f)
-        if truncated:
-            tracker.log_dict(run_ids, "compared_runs.json")
+        tracker.log_dict(runs, COMPARED_RUNS)
         return tracker.run_id
 
 
@@ -198,8 +185,8 @@ def _regression_exit(judged: Judgement, threshold: float) -> int:
     """1 with one line per regression; 0 (saying so in regression mode) when there is none."""
     comp = judged.comp
     if comp.regressions:
-        for g in comp.regressions:
-            print(regression_line(g))
+        for line in regression_lines(comp):
+            print(line)
         return 1
     if comp.regressions is not None:
         print(
