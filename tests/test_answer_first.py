@@ -141,6 +141,12 @@ def test_a_store_without_a_server_says_to_start_make_ui(tmp_path, monkeypatch) -
 def test_make_help_prints_addresses_not_make_syntax(repo_root) -> None:
     out = subprocess.run(["make", "-s", "help"], cwd=repo_root, capture_output=True, text=True, check=True)
     assert "docker-up" in out.stdout and "$" not in out.stdout
+    lines = out.stdout.splitlines()
+    rows = {line.split()[0]: line for line in lines}
+    assert len(rows) == len(lines), "each target once"
+    # issue 41: the port the printed links name, and what the demo prints (links, not a path)
+    assert "MLFLOW_UI_PORT" in rows["ui"]
+    assert "links" in rows["demo"] and "path" not in rows["demo"]
 
 
 # ------------------------------------------------------------------------------------------- report
