@@ -17,8 +17,10 @@ export GIT_PYTHON_REFRESH := quiet
 .PHONY: setup demo test lint format bench gpu-check wheelhouse compare screenshots clean help
 .DEFAULT_GOAL := help
 
+# A target's first `## ` line wins: `ui`'s recipe is in docker/docker.mk, its help after `demo` here.
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '!seen[$$1]++ {printf "  %-14s %s\n", $$1, $$2}'
+
 
 # Bytecode is written as modules are first imported, into this project's own .venv, whatever the shell
 # says: where PYTHONDONTWRITEBYTECODE is set (some CI images set it) nothing was ever cached, and every
@@ -38,8 +40,10 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed ## create .venv with the project, torch and the dev tools
 
-demo: $(VENV)/.installed ## run the demo plan on the embedded SQLite store, offline, then print the report path
+demo: $(VENV)/.installed ## run the demo plan on the embedded SQLite store, offline, then print links to its report run and runs in the MLflow UI
 	$(BIN)/devicebench suite experiments/demo.yaml $(if $(filter real,$(DATA)),--data real,)
+
+ui: ## open the MLflow UI on the embedded store (sqlite:///mlflow.db) at 127.0.0.1:5000, or the port MLFLOW_UI_PORT names (the printed links follow it)
 
 # Three workers on two cores, one test file each at a time: tests wait on servers and subprocesses, and
 # with two workers a core sat idle a third of the time (8:35 with three, 9:22 with two, here); a file's

@@ -123,14 +123,22 @@ def run_mlflow_project(
     timeout_s: float = 300,
     experiment: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """`mlflow run . -e <entry> --env-manager local -P k=v ...` from the repo root, venv first on PATH."""
+    """`.venv/bin/mlflow run . -e <entry> --env-manager local -P k=v ...` from the repo root, as the README
+    writes it for a new shell: the venv is NOT on PATH, so the MLproject's launcher (src/mlproject-python)
+    must find the project's interpreter itself (a bare `python` there is one without torch)."""
     root = Path(__file__).resolve().parents[1]
     cmd = [str(VENV_BIN / "mlflow"), "run", str(root), "-e", entry, "--env-manager", "local"]
     if experiment:
         cmd += ["--experiment-name", experiment]
     for k, v in params.items():
         cmd += ["-P", f"{k}={v}"]
+    env = {**env, "PATH": without_venv(env.get("PATH", ""))}
     return subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=timeout_s)
+
+
+def without_venv(path: str) -> str:
+    """PATH as a new shell has it: without this project's .venv/bin (activate or `make` put it there)."""
+    return os.pathsep.join(d for d in path.split(os.pathsep) if d and Path(d).resolve() != VENV_BIN.resolve())
 
 
 def runs_of(tracking_uri: str, experiment: str) -> list:

@@ -121,9 +121,9 @@ def test_links_point_at_the_ui_the_user_started() -> None:
     assert ui_base("sqlite:///mlflow.db") == "http://127.0.0.1:5000"
     assert ui_base("sqlite:///mlflow.db", ui_port="5077") == "http://127.0.0.1:5077"
     lines = link_lines("http://127.0.0.1:5000", "7", "abc")
-    assert lines == [
-        "the answer (report run): http://127.0.0.1:5000/#/experiments/7/runs/abc?workflowType=machine_learning",
-        "the runs: http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning",
+    assert lines == [  # each named for the page it opens: no "answer" where the report has no pair
+        "the report run: http://127.0.0.1:5000/#/experiments/7/runs/abc?workflowType=machine_learning",
+        "the runs list: http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning",
     ]
 
 
@@ -131,7 +131,9 @@ def test_a_store_without_a_server_says_to_start_make_ui(tmp_path, monkeypatch) -
     monkeypatch.chdir(tmp_path)
     (tmp_path / "Makefile").write_text("ui:\n")
     lines = link_lines("sqlite:///mlflow.db", "1", None)
-    assert lines[0] == "the runs: http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
+    assert (
+        lines[0] == "the runs list: http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
+    )
     assert lines[1].startswith("  (start the UI first: make ui")
     assert len(link_lines("sqlite:///mlflow.db", "1", None, ui_url="http://tunnel:9000")) == 1
 
@@ -139,6 +141,12 @@ def test_a_store_without_a_server_says_to_start_make_ui(tmp_path, monkeypatch) -
 def test_make_help_prints_addresses_not_make_syntax(repo_root) -> None:
     out = subprocess.run(["make", "-s", "help"], cwd=repo_root, capture_output=True, text=True, check=True)
     assert "docker-up" in out.stdout and "$" not in out.stdout
+    lines = out.stdout.splitlines()
+    rows = {line.split()[0]: line for line in lines}
+    assert len(rows) == len(lines), "each target once"
+    # issue 41: the port the printed links name, and what the demo prints (links, not a path)
+    assert "MLFLOW_UI_PORT" in rows["ui"]
+    assert "links" in rows["demo"] and "path" not in rows["demo"]
 
 
 # ------------------------------------------------------------------------------------------- report

@@ -14,7 +14,7 @@ import pytest
 from devicebench.config.fields import build_config, config_from_args, config_key, to_params
 from devicebench.config.workloads import CONFIGS, CifarConfig, UNetConfig
 from devicebench.errors import UsageError
-from devicebench.run.cli import build_parser, main
+from devicebench.run.cli import COMMANDS, build_parser, main
 from servers import one_error_line
 
 
@@ -151,3 +151,37 @@ def test_compare_and_suite_default_to_their_words() -> None:
         "auto",
     )
     assert build_parser("suite").parse_args(["suite", "p.yaml"]).resume == "none"
+
+
+# Words a phrase does not end on: a help line ending on one reads as cut off mid-sentence.
+DANGLING = {
+    "a",
+    "an",
+    "and",
+    "as",
+    "at",
+    "by",
+    "for",
+    "in",
+    "its",
+    "of",
+    "on",
+    "or",
+    "so",
+    "than",
+    "the",
+    "then",
+    "to",
+    "with",
+}
+
+
+def test_every_command_has_its_whole_line_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41: `devicebench --help` ended `tune` on "...then run its CPU side so". Each command is
+    listed with its whole line, and that line ends on a word a phrase can end on."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
+    for name, line in COMMANDS.items():
+        assert f" {name} {line} " in f"{shown} ", name
+        assert line.split()[-1].lower() not in DANGLING, f"{name}: {line}"

@@ -56,18 +56,30 @@ def test_the_demo_plan_runs_offline_on_the_embedded_store(tmp_path: Path) -> Non
 def _the_answer_first(out: str, uri: str, runs: list) -> None:
     """Issue 28: the demo ends with links to its report run and its runs list in the UI's
     machine-learning view; the report run is named for what it holds; every workload run's description
-    is its one line of figures with the illustrative price said, the same line its command printed."""
-    last = out.strip().splitlines()[-2:]
+    is its one line of figures with the illustrative price said, the same line its command printed.
+    Issue 41: each link printed once (not by the suite's compare too), named for the page it opens, and
+    on a host whose GPU runs were skipped one line says how to get a speedup."""
+    lines = out.strip().splitlines()
     answer = re.fullmatch(
-        r"the answer \(report run\): http://127\.0\.0\.1:5000/#/experiments/(\d+)/runs/(\w+)"
+        r"the report run: http://127\.0\.0\.1:5000/#/experiments/(\d+)/runs/(\w+)"
         r"\?workflowType=machine_learning",
-        last[0],
+        lines[-2],
     )
-    assert answer, last
-    assert (
-        last[1]
-        == f"the runs: http://127.0.0.1:5000/#/experiments/{answer[1]}/runs?workflowType=machine_learning"
-    )
+    assert answer, lines[-2:]
+    runs_list = f"http://127.0.0.1:5000/#/experiments/{answer[1]}/runs?workflowType=machine_learning"
+    assert lines[-1] == f"the runs list: {runs_list}"
+    assert lines[-3].startswith("open the MLflow UI on these runs: ")
+    for url in (lines[-2].split(": ", 1)[1], runs_list):
+        assert out.count(url) == 1, f"printed {out.count(url)} times: {url}"
+    assert "the answer" not in out
+    hints = [ln for ln in lines if ln.startswith("a CPU/GPU speedup needs a GPU host; there, run: ")]
+    if re.search(r"^  skipped: \w+ .*device=cuda", out, re.MULTILINE):
+        demo = ROOT / "experiments" / "demo.yaml"
+        assert hints == [hints[0]] and hints[0].endswith(
+            f"/bin/devicebench suite {demo}   (README: Run on a GPU instance)"
+        )
+    else:
+        assert hints == [], "a host that ran the GPU side has its speedup"
     report = MlflowClient(uri).get_run(answer[2])
     assert report.data.tags["devicebench.workload"] == "report"
     assert (

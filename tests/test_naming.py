@@ -66,9 +66,9 @@ def test_only_a_name_mlflow_made_up_is_replaced(name: str | None, generated: boo
 def test_the_printed_next_commands_work_in_a_fresh_shell(tmp_path, monkeypatch) -> None:
     """A new shell has no venv on PATH: `mlflow` alone is `command not found` there."""
     monkeypatch.chdir(tmp_path)
-    ui, compare = next_commands("sqlite:///mlflow.db")
+    compare, ui = next_commands("sqlite:///mlflow.db")  # the UI last: the links below open in it
     assert "/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db" in ui
     assert "/bin/devicebench compare" in compare
     (tmp_path / "Makefile").write_text("ui:\n")
-    assert next_commands("sqlite:///mlflow.db")[0].startswith("open the MLflow UI on these runs: make ui")
-    assert next_commands("http://127.0.0.1:5000")[0] == "open the MLflow UI: http://127.0.0.1:5000"
+    assert next_commands("sqlite:///mlflow.db")[1].startswith("open the MLflow UI on these runs: make ui")
+    assert next_commands("http://127.0.0.1:5000")[1] == "open the MLflow UI: http://127.0.0.1:5000"

@@ -149,3 +149,18 @@ def test_the_offline_wheelhouse_asks_for_everything_but_the_hosts_torch(tmp_path
     )  # fmt: skip
     assert proc.returncode == 2 and "no torch/torchvision to keep" in proc.stderr
     assert not (tmp_path / ".venv").exists()
+
+
+def test_the_readme_cites_only_files_in_the_repository() -> None:
+    """Issue 41: the README pointed at `../shared/evidence/...`, which a clone does not have. Every
+    picture and link it gives by path is a file (or folder) of this repository."""
+    text = (ROOT / "README.md").read_text()
+    paths = [t for t in re.findall(r"\]\(([^)#\s]+)", text) if "://" not in t]
+    assert any(p.endswith(".png") for p in paths), "the README shows its pictures"
+    for path in paths:
+        assert not path.startswith(("/", "..")) and (ROOT / path).exists(), path
+    quoted = re.findall(r"`((?:docs|experiments|deploy|docker|benchmarks|tests|src)/[\w./-]+)`", text)
+    assert quoted, "the README names files in backticks too"
+    missing = [p for p in quoted if not (ROOT / p.rstrip("/")).exists()]
+    assert not missing, missing
+    assert "../shared" not in text

@@ -351,8 +351,8 @@ def test_compare_logs_beside_the_one_experiment_it_read_and_prints_links(
     base = mlflow_server.url.rstrip("/")
     view = "workflowType=machine_learning"
     assert lines[-2:] == [
-        f"the answer (report run): {base}/#/experiments/{demo}/runs/{report.info.run_id}?{view}",
-        f"the runs: {base}/#/experiments/{demo}/runs?{view}",
+        f"the report run: {base}/#/experiments/{demo}/runs/{report.info.run_id}?{view}",
+        f"the runs list: {base}/#/experiments/{demo}/runs?{view}",
     ]
     assert read_report_run(out) == (report.info.run_id, demo)  # what a suite prints
     monkeypatch.setenv("MLFLOW_UI_URL", "https://mlflow.example.com/")
@@ -360,7 +360,7 @@ def test_compare_logs_beside_the_one_experiment_it_read_and_prints_links(
     assert read_report_run(env / "two") is None
     assert compare_cli("--filter", flt, "--out", str(env / "three")) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == f"the runs: https://mlflow.example.com/#/experiments/{demo}/runs?{view}"
+    assert last == f"the runs list: https://mlflow.example.com/#/experiments/{demo}/runs?{view}"
 
 
 def test_report_run_shows_its_answer_as_metrics_and_description(

@@ -30,7 +30,13 @@ from devicebench.config.settings import load_settings, preflight_store
 from devicebench.errors import Interrupted, UsageError
 from devicebench.plan.handoff import Handoff, child_env, store_mark
 from devicebench.plan.spec import Plan, PlannedRun
-from devicebench.report.links import read_report_run, settings_link_lines, ui_start_command, venv_command
+from devicebench.report.links import (
+    PARENT_PRINTS_LINKS,
+    read_report_run,
+    settings_link_lines,
+    ui_start_command,
+    venv_command,
+)
 from devicebench.schema import tag
 from devicebench.tracking.journal import spool_root
 from devicebench.tracking.locks import holder, release, try_lock
@@ -403,8 +409,9 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
 
 
 def _print_links(settings: Any, experiment_id: str, report_out: Path | None) -> None:
-    """The plan's last lines: links to its report run (the answer) and to its runs, in the UI's
-    machine-learning view; the report run's id is what its compare left beside the report."""
+    """The plan's last lines: links to its report run and to its runs list, in the UI's
+    machine-learning view, printed here alone (its compare prints none: PARENT_PRINTS_LINKS); the
+    report run's id is what its compare left beside the report."""
     found = read_report_run(report_out) if report_out else None
     report_id, exp_id = found if found else (None, experiment_id)
     # start_hint=False: the summary's "open the MLflow UI" line says how
@@ -465,17 +472,33 @@ def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: s
         print(f"  failed: {item.label}: {reason}")
     for item in outcome.skipped:
         print(f"  skipped: {item.label}")
-    for line in next_commands(tracking_uri):
+    hint = speedup_hint(plan, outcome)
+    for line in [*([hint] if hint else []), *next_commands(tracking_uri)]:
         print(line)
 
 
+def speedup_hint(plan: Plan, outcome: Outcome) -> str | None:
+    """One line on how to get the speedup this host could not measure (its GPU runs were skipped): the
+    same plan on a GPU host, by the command that runs it there."""
+    if not any(item.params.get("device", "cpu").startswith("cuda") for item in outcome.skipped):
+        return None
+    path = plan.path.absolute()
+    with contextlib.suppress(ValueError):
+        path = path.relative_to(Path.cwd())
+    command = f"{venv_command('devicebench')} suite {path}"
+    if path == Path("experiments/demo.yaml") and Path("Makefile").is_file():
+        command = "make demo"
+    return f"a CPU/GPU speedup needs a GPU host; there, run: {command}   (README: Run on a GPU instance)"
+
+
 def next_commands(tracking_uri: str) -> list[str]:
-    """What to type next, in a form that works in a fresh shell (no venv activated)."""
+    """What to type next, in a form that works in a fresh shell (no venv activated); the UI last, just
+    above the links that open in it."""
     uri = redact(tracking_uri)
     compare = f"compare all runs again: {venv_command('devicebench')} compare"
     if not tracking_uri.startswith("sqlite:"):
-        return [f"open the MLflow UI: {uri}", compare]
-    return [f"open the MLflow UI on these runs: {ui_start_command(tracking_uri, uri)}", compare]
+        return [compare, f"open the MLflow UI: {uri}"]
+    return [compare, f"open the MLflow UI on these runs: {ui_start_command(tracking_uri, uri)}"]
 
 
 def _report(plan: Plan, settings: Any, suite_tag: str, server: ForkServer | None) -> tuple[int, Path]:
@@ -497,7 +520,8 @@ def _report(plan: Plan, settings: Any, suite_tag: str, server: ForkServer | None
         "--out",
         str(out),
     ]
-    env, target = child_env(os.environ), module_of(cmd)
+    env = child_env({**os.environ, PARENT_PRINTS_LINKS: "1"})  # the suite prints them last
+    target = module_of(cmd)
     if server is not None and target is not None and server.serves(env):
         sys.stdout.flush()
         child = server.start(*target, env, os.getcwd(), inherit=True)

@@ -1,4 +1,4 @@
-"""Links into the MLflow UI that land on the answer, printed at the end of `demo`, `suite` and `compare`.
+"""Links into the MLflow UI that land on the report, printed at the end of `demo`, `suite` and `compare`.
 
 MLflow 3 opens an experiment on its GenAI overview (traces, token usage); the runs list a user of this
 tool wants is `#/experiments/<id>/runs?workflowType=machine_learning` (the experiment tag
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import urllib.parse
 from pathlib import Path
@@ -21,6 +22,9 @@ from devicebench.util.files import write_text_atomic
 from devicebench.util.redact import redact
 
 REPORT_RUN_FILE = "report_run.json"  # beside the report: which run holds it (the suite prints its link)
+# Set by a suite for the compare it starts: the suite prints the links last, after its summary, and a
+# compare that printed them too showed each link twice at the end of `make demo`.
+PARENT_PRINTS_LINKS = "DEVICEBENCH_PARENT_PRINTS_LINKS"
 VIEW = "workflowType=machine_learning"  # MLflow 3's "Model training" view, not the GenAI overview
 DEFAULT_UI_PORT = "5000"
 
@@ -83,13 +87,14 @@ def link_lines(
     ui_port: str = "",
     start_hint: bool = True,
 ) -> list[str]:
-    """The closing lines: the report run (the answer) and the runs list, and for a store without a
-    server, the command that starts the UI those links open in (`start_hint=False`: said already)."""
+    """The closing lines, each named for the page it opens: the report run (its verdicts, whether or not
+    there is a CPU/GPU pair) and the runs list, and for a store without a server, the command that starts
+    the UI those links open in (`start_hint=False`: said already)."""
     base = ui_base(tracking_uri, ui_url, ui_port)
     lines = []
     if report_run_id:
-        lines.append(f"the answer (report run): {run_url(base, experiment_id, report_run_id)}")
-    lines.append(f"the runs: {runs_list_url(base, experiment_id)}")
+        lines.append(f"the report run: {run_url(base, experiment_id, report_run_id)}")
+    lines.append(f"the runs list: {runs_list_url(base, experiment_id)}")
     if start_hint and not ui_url.strip() and not is_server(tracking_uri):
         lines.append(f"  (start the UI first: {ui_start_command(tracking_uri, shown_uri or tracking_uri)})")
     return lines
@@ -99,7 +104,10 @@ def settings_link_lines(
     settings: Any, experiment_id: str, report_run_id: str | None, *, start_hint: bool = True
 ) -> list[str]:
     """`link_lines` for the configured store (`Settings`: its URI, MLFLOW_UI_URL and port), the URI
-    shown with its password redacted: what compare and a suite both end with."""
+    shown with its password redacted: what compare and a suite both end with; none for the compare a
+    suite starts (PARENT_PRINTS_LINKS), whose suite prints them once, last."""
+    if os.environ.get(PARENT_PRINTS_LINKS) == "1":
+        return []
     return link_lines(
         settings.tracking_uri,
         experiment_id,
