@@ -12,6 +12,7 @@ import mlflow.pytorch
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from own_tags import facts_of
 from test_cifar_data import write_cifar
 from test_cifar_workload import CLASS_METRICS, SUMMARY_METRICS
 
@@ -75,8 +76,8 @@ def _check_linked_metrics(client: MlflowClient, run) -> None:
 
 
 def _check_host_and_duration(run) -> None:
-    """Honest host tags (the torch build is not the host's CUDA) and a total time inside the run."""
-    tags = run.data.tags
+    """Honest host facts (the torch build is not the host's CUDA) and a total time inside the run."""
+    tags = facts_of(run)
     assert tags["devicebench.host.torch_cuda_build"] == str(torch.version.cuda or "none")
     assert "devicebench.host.cuda" not in tags
     if not torch.cuda.is_available():
@@ -105,8 +106,9 @@ def test_mlflow_run_cifar_on_synthetic_data(
     # every default as the CLI logs it (no `''` for an empty one, no `0` for 0.0); a -P value as given
     cli_logs = to_params(build_config(CifarConfig, {k: str(v) for k, v in params.items()}))
     # and the batch one optimizer step sees: batch_size is per process (one process here)
-    assert run.data.params == {**cli_logs, "momentum": "0.90", "global_batch_size": "32"}
-    tags, metrics = run.data.tags, run.data.metrics
+    config = {k: v for k, v in run.data.params.items() if not k.startswith("devicebench.")}
+    assert config == {**cli_logs, "momentum": "0.90", "global_batch_size": "32"}
+    tags, metrics = facts_of(run), run.data.metrics
     assert tags["devicebench.workload"] == "cifar" and tags["devicebench.data"] == "synthetic"
     assert len(tags["devicebench.init_weights"]) == 16
     assert run.data.params["batch_size"] == "32" and run.data.params["loader"] == "dataloader"
@@ -124,6 +126,11 @@ def test_mlflow_run_cifar_on_synthetic_data(
     ours = [ln for ln in proc.stdout.strip().splitlines() if not ln.startswith(("🏃 View run", "🧪 View"))]
     assert ours[-1] == note  # after it, only MLflow's own "View run/experiment at" links
     assert note.startswith("train ") and " img/s · acc 0." in note and " · cpu · " in note, note
+    # 2 loader workers beside torch's default threads (one per core): more busy threads than cores,
+    # which the run's line says (issue 41: a lone oversubscribed run said nothing)
+    busy, cores = tags["devicebench.cpu.busy_threads"], tags["devicebench.cpu.usable_cores"]
+    assert tags["devicebench.cpu.oversubscribed"] == "true" and int(busy) > int(cores)
+    assert f" · cpu · oversubscribed: {busy} busy threads on {cores} cores · " in note, note
     assert metrics["at_a_glance/train_s"] == metrics["time/train_s"]
     assert metrics["at_a_glance/accuracy"] == metrics["eval/accuracy"]
     _check_host_and_duration(run)
@@ -173,7 +180,7 @@ def test_cli_cifar_on_a_cifar_format_directory(
     assert not [m for m in CLASS_METRICS if m not in run.data.metrics]
     assert run.data.metrics["throughput/train_samples_per_s"] > 0
     # cpu_threads is how the CPU ran, not the work: logged, in the fingerprint, outside the config key.
-    assert run.data.params["cpu_threads"] == "1" and run.data.tags["devicebench.host.torch_threads"] == "1"
+    assert run.data.params["cpu_threads"] == "1" and facts_of(run)["devicebench.host.torch_threads"] == "1"
     cfg = build_config(CifarConfig, {k: str(v) for k, v in params.items()})
     assert run.data.tags["devicebench.config_key"] == config_key("cifar", replace(cfg, cpu_threads=0))
     _check_model(mlflow_server.url, run.info.run_id)
@@ -218,7 +225,7 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if line.startswith("tune cifar: [")]
     run = _finished_run(mlflow_server.url, experiment_name)
-    tags = run.data.tags
+    tags = facts_of(run)
     # 7 of 7 ran alone here; under the suite's 3 workers on 2 cores a 2-thread trial can take 20x longer
     assert tags["devicebench.cpu.tuned"] == "true" and int(tags["devicebench.cpu.tuned.trials"]) >= 5
     assert len(said) == 7 + CONFIRM, proc.stderr  # every trial is said, a skipped one too

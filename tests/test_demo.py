@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
+from own_tags import facts_of
 
 from servers import devicebench_env, free_port, run_cli, runs_of, wait_healthy
 
@@ -92,7 +93,7 @@ def _the_answer_first(out: str, uri: str, runs: list) -> None:
             note = run.data.tags["mlflow.note.content"]
             # priced as what it used, as if on a shape this host is not, and said to be illustrative
             assert "\n" not in note and "(illustrative as if on VM.Standard.E5.Flex: 1 OCPU + " in note, note
-            tags = run.data.tags
+            tags = facts_of(run)
             assert (tags["devicebench.price.source"], tags["devicebench.price.as_if"]) == (
                 "illustrative",
                 "true",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from own_tags import facts_of
 
 from devicebench.host.cpu import usable_cores
 from devicebench.run.launch import Failure, blame, torchrun_args
@@ -79,9 +80,8 @@ def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_glob
     assert sorted(runs) == ["1", "2"]  # one run for the 2-process job
     ddp, single = runs["2"], runs["1"]
     assert ddp.info.status == "FINISHED"
-    assert (
-        ddp.data.tags["devicebench.world_size"] == "2" and ddp.data.tags["devicebench.dist.backend"] == "gloo"
-    )
+    facts = facts_of(ddp)
+    assert facts["devicebench.world_size"] == "2" and facts["devicebench.dist.backend"] == "gloo"
     assert ddp.data.params["global_batch_size"] == "8" == single.data.params["global_batch_size"]
     m = ddp.data.metrics
     assert m["dist/world_size"] == 2 and m["dist/slowest_rank"] in (0, 1)
@@ -98,7 +98,7 @@ def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_glob
     # every core by rank 0 alone (two ranks measuring at once read it at 0.13-0.41 of 0.43 TFLOP/s here)
     assert m["util/peak_fraction"] == pytest.approx(m["throughput/train_tflops"] / m["util/peak_tflops"])
     cores = f"on this CPU's {len(os.sched_getaffinity(0))} cores"
-    assert cores in ddp.data.tags["devicebench.util.peak_source"]
+    assert cores in facts["devicebench.util.peak_source"]
 
     ddp_losses, single_losses = (
         _losses(mlflow_server.url, ddp.info.run_id),
@@ -128,7 +128,7 @@ def test_a_crash_in_rank_1_fails_the_one_run_naming_rank_1_within_seconds(
     assert not _leftovers(mark)
     [run] = runs_of(mlflow_server.url, experiment_name)
     assert run.info.status == "FAILED"
-    assert run.data.tags["devicebench.failed_rank"] == "1"
+    assert facts_of(run)["devicebench.failed_rank"] == "1"
     assert run.data.tags["devicebench.error"] == "rank 1 of 2: RuntimeError: planted fault in rank 1"
     assert f"run {run.info.run_id} ended FAILED" in line
 
@@ -225,6 +225,7 @@ def test_nccl_job_on_every_visible_gpu(mlflow_server: MlflowServer, experiment_n
     proc = run_cli(args, _env(mlflow_server, experiment_name), timeout_s=300, real=True)
     assert proc.returncode == 0, proc.stderr
     [run] = runs_of(mlflow_server.url, experiment_name)
-    assert run.data.tags["devicebench.dist.backend"] == "nccl"
+    facts = facts_of(run)
+    assert facts["devicebench.dist.backend"] == "nccl"
     assert run.data.metrics["dist/world_size"] == gpus
-    assert run.data.tags["devicebench.device.resolved"] == "cuda:0"  # rank 0's GPU; rank r takes cuda:r
+    assert facts["devicebench.device.resolved"] == "cuda:0"  # rank 0's GPU; rank r takes cuda:r

@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
+from own_tags import facts_of
 
 from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, run_cli, runs_of
 from zygote import Forked, shared
@@ -381,7 +382,7 @@ def test_server_gone_at_the_end_spools_and_sync_replays_exactly_once(outage: Out
     assert run.info.status == "FINISHED"
     assert run.data.params == j["params"]
     assert all(run.data.tags.get(k) == v for k, v in j["tags"].items())
-    assert "devicebench.host.hostname" in run.data.tags
+    assert "devicebench.host.hostname" in facts_of(run)  # a fact: a param (schema.RUN_TAGS)
     assert outage.counts_after_sync[0] == j["points"], "a metric was lost or duplicated on replay"
     assert outage.counts_after_sync[1] == outage.counts_after_sync[0], "the second sync duplicated"
     assert {"host.json", "timings.json", "matmul.csv", "gflops.png"} <= all_artifacts(client, run_id)

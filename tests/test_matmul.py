@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from own_tags import facts_of
 
 from devicebench.config.fields import build_config
 from devicebench.host.context import Context
@@ -116,7 +117,7 @@ def _read_run(uri: str, experiment: str):
 def _check_matmul_run(uri: str, experiment: str) -> None:
     run = _read_run(uri, experiment)
     assert run.info.status == "FINISHED"
-    tags = run.data.tags
+    tags = facts_of(run)
     assert tags["devicebench.device.resolved"] == "cpu"
     assert tags["devicebench.workload"] == "matmul"
     assert tags["devicebench.host.cpu_count"]

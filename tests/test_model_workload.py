@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from own_tags import facts_of
 
 from devicebench.schema import (
     COST_PER_MILLION,
@@ -108,6 +109,7 @@ def test_a_torchvision_model_and_a_factory_finish_with_their_figures(store: Stor
     resnet, tiny = store.runs("model")
     for run in (resnet, tiny):
         assert run.info.status == "FINISHED"
+        facts_of(run)  # its own tags few (issue 41)
         for key in (FORWARD_FLOPS, FLOPS_PER_SAMPLE, TRAIN_RATE, PEAK_FRACTION):
             assert run.data.metrics[key] > 0, key
     assert resnet.data.params["model"] == "resnet18" and resnet.data.params["input"] == "3x32x32"
@@ -148,6 +150,7 @@ def test_infer_serves_the_logged_model_twice(store: Store) -> None:
     for run in (first, second):
         m = run.data.metrics
         assert run.info.status == "FINISHED"
+        facts_of(run)  # its own tags few (issue 41)
         assert 0 < m[SERVE_P50] <= m[SERVE_P90] <= m[SERVE_P99]
         assert m[SERVE_RATE] == max(m[serve_batch_key(b, "samples_per_s")] for b in (1, 4))
         assert m[COST_PER_MILLION] > 0 and m[FORWARD_FLOPS] > 0

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
+from own_tags import facts_of
 
 from devicebench.config.fields import build_config
 from devicebench.config.settings import load_settings
@@ -488,7 +489,7 @@ def test_a_cpu_run_on_an_h100_host_is_priced_as_one_ocpu_of_the_reference_shape_
     oci["doc"] = instance("BM.GPU.H100.8", ocpus=112.0, memoryInGBs=2048.0, gpus=8)
     run = run_matmul(mlflow_server, experiment_name, tmp_path, oci["url"], "--cpu_threads", "2")
     e5 = load_prices(default_path()).entries["VM.Standard.E5.Flex"]
-    tags, metrics = run.data.tags, run.data.metrics
+    tags, metrics = facts_of(run), run.data.metrics
     hourly = float(tags["devicebench.price.usd_per_hour"])
     gb = round((hourly - e5.usd_per_ocpu_hour) / e5.usd_per_gb_hour)
     assert hourly == pytest.approx(e5.usd_per_ocpu_hour + gb * e5.usd_per_gb_hour) and hourly < 1.0
@@ -526,8 +527,8 @@ def test_a_flex_host_is_priced_by_its_ocpus_and_memory(
     entry = load_prices(default_path()).entries["VM.Standard.E4.Flex"]
     hourly = 2 * entry.usd_per_ocpu_hour + 16 * entry.usd_per_gb_hour
     assert run.data.metrics["cost/usd_per_hour"] == pytest.approx(hourly, rel=1e-12)
-    assert float(run.data.tags["devicebench.price.usd_per_hour"]) == pytest.approx(hourly, rel=1e-9)
-    assert run.data.tags["devicebench.price.shape"] == "VM.Standard.E4.Flex"
+    assert float(facts_of(run)["devicebench.price.usd_per_hour"]) == pytest.approx(hourly, rel=1e-9)
+    assert facts_of(run)["devicebench.price.shape"] == "VM.Standard.E4.Flex"
 
 
 def test_price_per_hour_overrides_the_table(
@@ -535,7 +536,7 @@ def test_price_per_hour_overrides_the_table(
 ) -> None:
     oci["doc"] = instance("VM.GPU.A10.1", ocpus=15.0, memoryInGBs=240.0)
     run = run_matmul(mlflow_server, experiment_name, tmp_path, oci["url"], "--price_per_hour", "0.9")
-    tags, metrics = run.data.tags, run.data.metrics
+    tags, metrics = facts_of(run), run.data.metrics
     assert (tags["devicebench.price.usd_per_hour"], tags["devicebench.price.source"]) == ("0.9", "override")
     assert "devicebench.price.shape" not in tags and "devicebench.price.date" not in tags
     assert run.data.params["price_per_hour"] == "0.9"
@@ -547,7 +548,7 @@ def test_an_unknown_shape_prices_a_cpu_run_as_if_and_a_table_without_the_referen
 ) -> None:
     oci["doc"] = instance("VM.Foo.1", ocpus=1.0, memoryInGBs=8.0)
     run = run_matmul(mlflow_server, experiment_name, tmp_path, oci["url"])
-    tags = run.data.tags
+    tags = facts_of(run)
     assert (tags["devicebench.price.shape"], tags["devicebench.price.as_if"]) == (
         "VM.Standard.E5.Flex",
         "true",
@@ -565,7 +566,7 @@ def test_an_unknown_shape_prices_a_cpu_run_as_if_and_a_table_without_the_referen
     )
     assert proc.returncode == 0, proc.stderr
     latest = max(runs_of(mlflow_server.url, experiment_name), key=lambda r: r.info.start_time)
-    assert latest.data.tags["devicebench.price.none"] == (
+    assert facts_of(latest)["devicebench.price.none"] == (
         f"the reference CPU shape VM.Standard.E5.Flex is not in {own} (DEVICEBENCH_PRICES); set DEVICEBENCH_CPU_SHAPE"
     )
     assert not [k for k in latest.data.metrics if k.startswith("cost/") or k.endswith("/gflop_per_usd")]

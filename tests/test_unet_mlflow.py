@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from own_tags import facts_of
 from test_unet_data import write_voc
 
 from devicebench.data.voc import CLASSES
@@ -52,7 +53,8 @@ def test_synthetic_run_finishes_with_the_schema(
 
     run, _ = synthetic_run
     assert run.info.status == "FINISHED"
-    tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
+    tags, metrics = facts_of(run), run.data.metrics
+    params = {k: v for k, v in run.data.params.items() if not k.startswith("devicebench.")}  # the config
     assert tags["devicebench.workload"] == "unet" and tags["devicebench.data"] == "synthetic"
     assert tags["devicebench.device.resolved"] == "cpu"
     assert len(tags["devicebench.init_weights"]) == 16
@@ -133,9 +135,9 @@ def test_same_seed_same_initial_weights(synthetic_run: tuple, voc_run: tuple) ->
     weights, and those are the weights `build_model` makes in this process."""
     (first, _), (second, _) = synthetic_run, voc_run
     assert second.data.tags["devicebench.config_key"] != first.data.tags["devicebench.config_key"]
-    assert second.data.tags["devicebench.init_weights"] == first.data.tags["devicebench.init_weights"]
+    assert facts_of(second)["devicebench.init_weights"] == facts_of(first)["devicebench.init_weights"]
     expected = setup.weights_fingerprint(build_model(Config(base_channels=8)))
-    assert first.data.tags["devicebench.init_weights"] == expected
+    assert facts_of(first)["devicebench.init_weights"] == expected
 
 
 def test_missing_voc_data_fails_the_run_with_one_line(
@@ -148,4 +150,4 @@ def test_missing_voc_data_fails_the_run_with_one_line(
     assert len(lines) == 1 and "VOCdevkit/VOC2012" in lines[0] and "data=synthetic" in lines[0], proc.stderr
     (run,) = runs_of(mlflow_server.url, experiment_name)
     assert run.info.status == "FAILED"  # never a silent switch to synthetic data
-    assert "VOCdevkit/VOC2012" in run.data.tags["devicebench.error"]
+    assert "VOCdevkit/VOC2012" in facts_of(run)["devicebench.error"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from devicebench.errors import UsageError
 
@@ -106,6 +106,54 @@ UNSET_WORDS: dict[str, dict[str, str]] = {
 def tag(name: str) -> str:
     """`devicebench.<name>`: every tag the project writes or reads is spelled through this."""
     return TAG_PREFIX + name
+
+
+# ---- where a run's facts live: a few tags, every other fact a param of the same name ----
+# The MLflow UI lists a run's tags above its description: a CPU run's 42 `devicebench.*` tags (its host
+# fingerprint, price detail, how it computed) pushed its one-line answer below the first screen at
+# 1440x900 (issue 41). So a workload run carries as tags only what people filter and pair on; every
+# other `devicebench.<name>` fact is logged as a param of the same name (tracking/tracker.py splits
+# them). Params, not a JSON tag or an artifact: they come back with the search that finds the run (the
+# report reads 2,000 runs without one request per run), `params.`devicebench.host.gpu_name`` filters
+# them, and the UI's compare view sets two runs' params side by side (the host that changed). A param is
+# written once: a fact is set once per run. Runs logged before carry every fact as a tag; `run_facts`
+# reads either form.
+RUN_TAGS = tuple(
+    tag(name)
+    for name in (
+        "workload",  # what the report searches by, server-side
+        "device",  # as asked: cpu, cuda, auto
+        "device.name",  # the hardware: a GPU model or a CPU model
+        "config_key",  # the same work and setting on any device: what pairs a CPU side with a GPU side
+        "work_key",  # the same work however the CPU was threaded and fed
+        "data",  # synthetic or real: the report never mixes them unsaid
+        "world_size",  # the processes of a job: a scaling series
+        "suite",  # the plan run that started it, searched server-side
+        "suite.item",  # its place in the plan, what `suite --resume` skips
+        "error",  # why a run failed, in one line
+        "price.source",  # where its price came from (a table, by hand, illustrative)
+        "cpu.tuned",  # a `devicebench tune` run: never a repeat of the CPU as configured
+        "cpu.oversubscribed",  # more busy threads than cores: its figures measure contention
+        "host.label",  # DEVICEBENCH_HOST: the machine as the report groups it
+        "replayed_from",  # a run `sync --recreate-lost` made again from its journal
+    )
+)
+MAX_RUN_TAGS = 15  # a workload run's own tags at most (tests/test_run_tags.py)
+# Tags of devicebench's own runs that are not workload runs: the report run's, the suite run's heartbeat
+OTHER_RUN_TAGS = (tag("report.runs"), tag("report.run_count"), tag("suite.alive"))
+MAX_PARAM_VALUE = 6000  # MLflow's param value limit
+
+
+def is_tag(key: str) -> bool:
+    """Whether `key` is logged as a tag: MLflow's own (`mlflow.*`) and anything not devicebench's are,
+    and of devicebench's facts only RUN_TAGS and OTHER_RUN_TAGS; every other fact is a param."""
+    return not key.startswith(TAG_PREFIX) or key in RUN_TAGS or key in OTHER_RUN_TAGS
+
+
+def run_facts(tags: Mapping[str, str], params: Mapping[str, str]) -> dict[str, str]:
+    """A run's tags with its `devicebench.*` facts added from its params, wherever they were logged: a
+    run logged before RUN_TAGS has them all as tags, a newer one most as params. A tag wins."""
+    return {**{k: v for k, v in params.items() if k.startswith(TAG_PREFIX)}, **tags}
 
 
 def gflops(n: int, seconds: float) -> float:

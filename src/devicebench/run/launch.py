@@ -197,7 +197,7 @@ def _end_failed(settings: Any, run_id: str, who: str, failure: Failure) -> bool:
     try:
         client = MlflowClient(settings.tracking_uri)
         client.set_tag(run_id, tag("error"), f"{who}: {failure.reason}"[:MAX_TAG_VALUE])
-        client.set_tag(run_id, tag("failed_rank"), str(failure.rank))
+        client.log_param(run_id, tag("failed_rank"), str(failure.rank))  # a fact: schema.RUN_TAGS
         client.set_terminated(run_id, "FAILED")
     except Exception as e:  # the store went away: rank 0's journal (if any) still ends the run on sync
         print(f"devicebench: run {run_id} could not be marked FAILED: {one_line(e)}", file=sys.stderr)

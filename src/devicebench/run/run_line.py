@@ -91,11 +91,27 @@ def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> di
     return {glance_key(k): float(v) for k, v in out.items() if _finite(v)}
 
 
+def oversubscribed(device: str, budget: Mapping[str, str]) -> str:
+    """`oversubscribed: 4 busy threads on 2 cores` for a CPU run whose torch threads and loader
+    processes (host/cpu.cpu_budget) outnumbered its cores: its figures measure contention, and a lone
+    run said nothing of it (issue 41). "" otherwise, and on a GPU, whose torch threads mostly wait."""
+    if not device.startswith("cpu") or budget.get("cpu.oversubscribed") != "true":
+        return ""
+    busy, cores = budget.get("cpu.busy_threads", "?"), budget.get("cpu.usable_cores", "?")
+    return f"oversubscribed: {busy} busy threads on {cores} cores"
+
+
 def summary_line(
-    workload: str, device: str, glance: Mapping[str, float], price: Price | str, world_size: int = 1
+    workload: str,
+    device: str,
+    glance: Mapping[str, float],
+    price: Price | str,
+    world_size: int = 1,
+    budget: Mapping[str, str] | None = None,
 ) -> str:
     """The run's one line: time · throughput · quality · device · cost (price source); a figure the
-    run has not got is left out, and a run without a price says so rather than showing none."""
+    run has not got is left out, and a run without a price says so rather than showing none. An
+    oversubscribed CPU (`budget`: the run's `cpu.*` facts) is said after the device."""
     g = {k.removeprefix(glance_key("")): v for k, v in glance.items()}
     parts = []
     if workload == "matmul":
@@ -119,6 +135,9 @@ def summary_line(
         if "miou" in g:
             parts.append(f"mIoU {fmt_quality(g['miou'])}")
     parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))
+    caveat = oversubscribed(device, budget or {})
+    if caveat:
+        parts.append(caveat)
     phrase = price_phrase(price)
     if "usd_per_epoch" in g:
         parts.append(f"{fmt_money(g['usd_per_epoch'])}/epoch ({phrase})")

@@ -77,7 +77,8 @@ def run_workload(
             tracker.start_system_metrics()
         host_t0 = time.perf_counter()
         world, device = _join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
-        host = _log_host(tracker, device, settings, cfg)
+        host = _log_host(tracker, device, settings)
+        budget = _log_budget(tracker, host, cfg)
         host_s = time.perf_counter() - host_t0
         if world.distributed:
             tracker.set_tags({tag("dist.backend"): world.backend(device)})
@@ -95,7 +96,7 @@ def run_workload(
         log_price(tracker, price)
         tracker.set_tags(gpu_to_weigh(pricing, usage))
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
-        line = _lead_with_figures(tracker, name, str(device), world.size, result, costs, price)
+        line = _lead_with_figures(tracker, name, str(device), world.size, result, costs, price, budget)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         run_id = tracker.run_id
     # said once the run has ended FINISHED: a run whose end did not reach the store says only that
@@ -173,13 +174,15 @@ def _lead_with_figures(
     result: object,
     costs: dict[str, float],
     price: Price | str,
+    budget: dict[str, str],
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
-    the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py)."""
+    the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py); an
+    oversubscribed CPU (`budget`) is said there, since its figures measure contention."""
 
     glance = glance_metrics(name, result, costs)
     tracker.log_metrics(glance)
-    line = summary_line(name, device, glance, price, world_size)
+    line = summary_line(name, device, glance, price, world_size, budget)
     tracker.set_tags({NOTE_TAG: line})
     return line
 
@@ -274,13 +277,10 @@ def _planned_device(requested: str) -> str:
         return requested
 
 
-def _log_host(
-    tracker: Tracker, device: torch.device, settings: Settings, cfg: WorkloadConfig
-) -> dict[str, str]:
-    """The resolved device and the host fingerprint, as tags and host.json; for training, the cores the
-    run could use against its threads and loader processes (an oversubscribed CPU baseline is named).
-    Returns the fingerprint, which the run is priced from when it ends: the OCI metadata service is
-    asked once."""
+def _log_host(tracker: Tracker, device: torch.device, settings: Settings) -> dict[str, str]:
+    """The resolved device and the host fingerprint, as `devicebench.host.*` facts (params but for
+    `host.label` and the device's name: schema.RUN_TAGS) and host.json. Returns the fingerprint, which
+    the run is priced from when it ends: the OCI metadata service is asked once."""
 
     host = host_fingerprint(device, settings.oci_metadata_url, settings.oci_timeout_s)
     if settings.host_label:
@@ -292,11 +292,19 @@ def _log_host(
             **{tag(f"host.{k}"): v for k, v in host.items()},
         }
     )
-    if hasattr(cfg, "num_workers"):
-        budget = cpu_budget(int(host["torch_threads"]), _loader_workers(cfg))
-        tracker.set_tags({tag(k): v for k, v in budget.items()})
     tracker.log_dict(host, "host.json")
     return host
+
+
+def _log_budget(tracker: Tracker, host: dict[str, str], cfg: WorkloadConfig) -> dict[str, str]:
+    """For training, the cores the run could use against its threads and loader processes, logged as
+    `cpu.*` facts and returned for the run's line ({} for a workload without a loader): an
+    oversubscribed CPU run is named there and in the report."""
+    if not hasattr(cfg, "num_workers"):
+        return {}
+    budget = cpu_budget(int(host["torch_threads"]), _loader_workers(cfg))
+    tracker.set_tags({tag(k): v for k, v in budget.items()})
+    return budget
 
 
 def _loader_workers(cfg: WorkloadConfig) -> int:

@@ -23,7 +23,7 @@ from mlflow.tracking.context.registry import resolve_tags
 from devicebench.config.naming import is_generated
 from devicebench.config.settings import Settings
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
-from devicebench.schema import END_S, START_S, STORE_S, tag
+from devicebench.schema import END_S, START_S, STORE_S, is_tag, tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import ending, install_signal_handlers, received
@@ -121,7 +121,7 @@ def _open_run(
         given = os.environ.get("MLFLOW_EXPERIMENT_ID", "").strip()
         experiment_id = given_experiment(settings, given) if given else ensure_experiment(settings)
         with contextlib.redirect_stderr(sys.stderr):
-            all_tags = resolve_tags(start_tags)
+            all_tags = resolve_tags({k: v for k, v in start_tags.items() if is_tag(k)})  # facts: params
         return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
     except BaseException as e:
         journal.remove()

@@ -21,7 +21,7 @@ from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings
-from devicebench.schema import MAX_TAG_VALUE, tag
+from devicebench.schema import MAX_PARAM_VALUE, MAX_TAG_VALUE, is_tag, tag
 from devicebench.tracking.artifacts import portable_model, save_model, upload_model
 from devicebench.tracking.journal import Journal, spool_root, unwritable
 from devicebench.tracking.protocol import one_line
@@ -62,7 +62,17 @@ class MlflowTracker:
         self._sender.enqueue({"op": "metrics", "values": values, "step": step, "ts": ts})
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        self._sender.enqueue({"op": "tags", "values": {k: str(v)[:MAX_TAG_VALUE] for k, v in tags.items()}})
+        """The run's tags and facts: what `schema.is_tag` names a tag is one, every other devicebench fact
+        is logged as a param of the same name (schema.RUN_TAGS says why), so a workload need not know
+        which is which. A fact is set once: a second value for it is not logged (the store's params are
+        written once)."""
+        values = {k: str(v) for k, v in tags.items()}
+        kept = {k: v[:MAX_TAG_VALUE] for k, v in values.items() if is_tag(k)}
+        facts = {k: v[:MAX_PARAM_VALUE] for k, v in values.items() if not is_tag(k)}
+        if kept:
+            self._sender.enqueue({"op": "tags", "values": kept})
+        if facts:
+            self._sender.enqueue({"op": "params", "values": facts})
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         self._sender.enqueue({"op": "params", "values": {k: str(v) for k, v in params.items()}})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devicebench.report.judge.pair_rules import break_even, explain
+from devicebench.report.judge.pair_rules import break_even, explain, explain_side
 from devicebench.report.judge.scaling_rules import explain_scaling
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.pairs import Pair
@@ -22,6 +22,7 @@ class Judgement:
     pair_lines: Mapping[Pair, tuple[str, ...]]
     point_lines: Mapping[Point, tuple[str, ...]]
     break_even: Mapping[Side, str]  # CPU sides without a GPU partner: how much faster a GPU must be
+    side_lines: Mapping[Side, tuple[str, ...]]  # sides without a partner: what their figures measure
 
     def of(self, pair: Pair) -> list[str]:
         """The pair's verdict lines, in pair_rules.RULES order (none for a pair this comparison lacks:
@@ -30,6 +31,11 @@ class Judgement:
 
     def at(self, point: Point) -> list[str]:
         return list(self.point_lines.get(point, ()))
+
+    def alone(self, side: Side) -> list[str]:
+        """A side without a partner's verdict lines, in pair_rules.SIDE_RULES order (an oversubscribed
+        CPU); none for a side that has a partner (its pair says it)."""
+        return list(self.side_lines.get(side, ()))
 
     def series(self, series: Series) -> list[str]:
         """Every verdict of a scaling series, smallest world size first."""
@@ -43,4 +49,5 @@ def judge(comp: Comparison) -> Judgement:
         {p: tuple(explain(p)) for p in comp.pairs},
         {pt: tuple(explain_scaling(s, pt)) for s in comp.scaling for pt in s.points},
         {s: line for s in comp.unpaired if (line := break_even(s))},
+        {s: tuple(lines) for s in comp.unpaired if (lines := explain_side(s))},
     )

@@ -26,7 +26,7 @@ from devicebench.errors import UsageError
 from devicebench.report.read.experiments import active_experiments, read_line, resolve_experiments
 from devicebench.report.read.options import Query, parse_since
 from devicebench.report.read.points import fetch_history, split_history
-from devicebench.report.read.records import RunRecord, shown
+from devicebench.report.read.records import RunRecord, tags_and_params
 from devicebench.report.read.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
@@ -135,8 +135,7 @@ def record(run: Any) -> RunRecord:
         run_id=info.run_id,
         status=info.status,
         start_time=int(info.start_time or 0),
-        tags=shown(data.tags),
-        params=shown(data.params),
+        **tags_and_params(data.tags, data.params),
         metrics=dict(data.metrics),
         experiment_id=info.experiment_id,
         run_name=visible(info.run_name or ""),

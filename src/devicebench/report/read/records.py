@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from devicebench.schema import TAG_PREFIX as TAG
+from devicebench.schema import run_facts
 from devicebench.util.text import visible
 
 
@@ -97,3 +98,14 @@ def shown(values: dict[str, str]) -> dict[str, str]:
     """A run's params or tags as every output may show them (util.text.visible): applied once, as a
     run is read, so no writer has to remember it."""
     return {k: visible(str(v)) for k, v in values.items()}
+
+
+def tags_and_params(tags: dict[str, str], params: dict[str, str]) -> dict[str, dict[str, str]]:
+    """A run's `tags` and `params` fields as every stage after the reader sees them, in one form: its
+    `devicebench.*` facts all tags, as every run carried them before most became params
+    (schema.RUN_TAGS), and its params its config's alone (what labels, varying params and runs.csv read).
+    Old and new runs in one store are then paired, priced and explained alike."""
+    return {
+        "tags": shown(run_facts(tags, params)),
+        "params": shown({k: v for k, v in params.items() if not k.startswith(TAG)}),
+    }

@@ -17,7 +17,7 @@ from typing import Any
 from mlflow.store.tracking.rest_store import RestStore
 from mlflow.utils.rest_utils import http_request, verify_rest_response
 
-from devicebench.report.read.records import shown
+from devicebench.report.read.records import tags_and_params
 from devicebench.util.text import visible
 
 SEARCH_ENDPOINT = "/api/2.0/mlflow/runs/search"
@@ -75,8 +75,10 @@ def record_fields(run: dict[str, Any]) -> dict[str, Any]:
         "run_id": info.get("run_id") or info.get("run_uuid", ""),
         "status": info.get("status", ""),
         "start_time": int(info.get("start_time") or 0),
-        "tags": shown({t["key"]: t.get("value", "") for t in data.get("tags", [])}),
-        "params": shown({p["key"]: p.get("value", "") for p in data.get("params", [])}),
+        **tags_and_params(
+            {t["key"]: t.get("value", "") for t in data.get("tags", [])},
+            {p["key"]: p.get("value", "") for p in data.get("params", [])},
+        ),
         "metrics": {m["key"]: float(m.get("value", 0.0)) for m in data.get("metrics", [])},
         "experiment_id": str(info.get("experiment_id", "")),
         "run_name": visible(info.get("run_name", "")),
