@@ -275,3 +275,20 @@ def test_an_oversubscribed_cpu_run_says_so_in_its_line() -> None:
         "cifar", "cuda:0", glance, "none", 1, budget
     )  # its threads wait
     assert TAG_PREFIX + "cpu.oversubscribed" in RUN_TAGS  # a flag to filter on, kept a tag
+
+
+def test_a_lone_oversubscribed_side_is_named_in_every_place_the_report_speaks(
+    old_and_mixed: dict[str, Any],
+) -> None:
+    """report.md (under the sides without a partner), the terminal and the report run's description."""
+    from devicebench.report.render.content import build_doc
+    from devicebench.report.render.document import to_markdown
+    from devicebench.report.render.headline import summary_note
+    from devicebench.report.render.terminal import terminal_table
+
+    _, judged = _judged(old_and_mixed["client"], old_and_mixed["mixed"])
+    said = "cpu oversubscribed: 2 torch threads + 2 loader workers on 2 cores (1/1 runs)"
+    markdown = to_markdown(build_doc(judged, {}, {}))
+    assert said in markdown.split("Runs without a partner device", 1)[1]
+    assert f"  {said}" in terminal_table(judged)
+    assert any(said in line and "**caveat** unet" in line for line in summary_note(judged, "").splitlines())

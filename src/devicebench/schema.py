@@ -140,7 +140,7 @@ RUN_TAGS = tuple(
 )
 MAX_RUN_TAGS = 15  # a workload run's own tags at most (tests/test_run_tags.py)
 # Tags of devicebench's own runs that are not workload runs: the report run's, the suite run's heartbeat
-OTHER_RUN_TAGS = (tag("report.runs"), tag("report.run_count"), tag("suite.alive"))
+OTHER_RUN_TAGS = (tag("report.run_count"), tag("suite.alive"))  # the report's and the suite's own
 MAX_PARAM_VALUE = 6000  # MLflow's param value limit
 
 

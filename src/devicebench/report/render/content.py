@@ -213,11 +213,16 @@ def _quality(doc: list[Block], comp: Comparison, varying: Varying) -> None:
         _table(doc, QUALITY_COLUMNS, items)
 
 
-def _unpaired(doc: list[Block], comp: Comparison, varying: Varying) -> None:
+def _unpaired(doc: list[Block], judged: Judgement, varying: Varying) -> None:
+    """Sides without a partner, then what their own figures measure (an oversubscribed CPU, ...)."""
+    comp = judged.comp
     if not comp.unpaired:
         return
     heading(doc, 2, "Runs without a partner device")
     _table(doc, UNPAIRED_COLUMNS, [SideItem(s, describe(s, varying)) for s in comp.unpaired])
+    for s in comp.unpaired:
+        for line in judged.alone(s):
+            paragraph(doc, f"{describe(s, varying)} on {s.label}: {line}")
 
 
 def _unfinished(doc: list[Block], comp: Comparison) -> None:
@@ -267,7 +272,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     _serving(doc, comp, varying)
     _matmul(doc, comp)
     _quality(doc, comp, varying)
-    _unpaired(doc, comp, varying)
+    _unpaired(doc, judged, varying)
     _unfinished(doc, comp)
     _per_host(doc, comp, varying)
     _regressions(doc, comp, varying)

@@ -230,6 +230,8 @@ def verdict_lines(judged: Judgement) -> list[str]:
         )
     for line in list(judged.break_even.values())[:MAX_BREAK_EVEN_LINES]:
         lines.append(f"**price** {line}")
+    for side in comp.unpaired:
+        lines.extend(f"**caveat** {describe(side, varying)}: {line}" for line in judged.alone(side))
     said = [(s, v) for s in comp.scaling for v in judged.series(s)]
     for s, v in said[:MAX_SCALING_LINES]:
         lines.append(f"**scaling** {describe(s.points[0].side, varying)} on {s.label}: {v}")

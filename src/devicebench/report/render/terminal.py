@@ -53,6 +53,7 @@ def terminal_table(judged: Judgement, limit: int = 40) -> str:
             f"no partner: {describe(s, varying)} on {s.label} ({len(s.runs)} run(s), "
             f"{fmt_stat_s(s.metrics.get(s.time_metric() or ''))})"
         )
+        lines.extend(f"  {line}" for line in judged.alone(s))
     lines.extend(f"price: {describe(s, varying)}: {line}" for s, line in judged.break_even.items())
     if len(comp.unpaired) > limit:
         lines.append(f"... {len(comp.unpaired) - limit} more configs without a partner in report.md")
