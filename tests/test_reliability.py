@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from own_tags import facts_of
 
 from servers import QUICK_MATMUL, devicebench_env, fake_oci_metadata, one_error_line, pg_database, run_cli
 
@@ -440,5 +441,5 @@ def test_a_batch_larger_than_the_data_is_tagged_with_the_batch_used(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("batch").experiment_id])
-    assert run.data.tags["devicebench.batch_size.used"] == "20"
+    assert facts_of(run)["devicebench.batch_size.used"] == "20"
     assert "every batch holds 20" in proc.stdout
