@@ -100,27 +100,44 @@ def cli_runs(
     return out
 
 
-def fidelity(workdir: Path) -> tuple[float, float, float]:
-    """(worst ratio with isolation=process, worst with isolation=none, worst of a run forked from a
-    plan's warm server) against fresh processes."""
+def fidelity(workdir: Path) -> tuple[float, float]:
+    """(worst ratio with isolation=process, worst with isolation=none) against fresh processes."""
     sizes, dtypes = ",".join(map(str, SIZES)), ",".join(DTYPES)
     (isolated,) = cli_runs(["--sizes", sizes, "--dtypes", dtypes], 1, workdir)
     (shared,) = cli_runs(["--sizes", sizes, "--dtypes", dtypes, "--isolation", "none"], 1, workdir)
-    with warm_server(dict(os.environ)) as server:
-        assert server is not None and server.ready() == 1, "no warm server to measure"
-        (warm,) = cli_runs(["--sizes", sizes, "--dtypes", dtypes], 1, workdir, server)
-    worst = {"process": 1e9, "none": 1e9, "warm": 1e9}
+    worst = {"process": 1e9, "none": 1e9}
     for point in sorted(isolated):
         ref = fresh_gflops(*point)
         worst["process"] = min(worst["process"], isolated[point] / ref)
         worst["none"] = min(worst["none"], shared[point] / ref)
-        worst["warm"] = min(worst["warm"], warm[point] / ref)
         print(
             f"  {point[0]:5} {point[1]:7} n={point[2]:<5} fresh {ref:7.1f}  logged {isolated[point]:7.1f} "
             f"({isolated[point] / ref:.3f})  isolation=none {shared[point]:7.1f} ({shared[point] / ref:.3f})"
-            f"  warm {warm[point]:7.1f} ({warm[point] / ref:.3f})"
         )
-    return worst["process"], worst["none"], worst["warm"]
+    return worst["process"], worst["none"]
+
+
+WARM_ROUNDS = 4  # cold and warm runs alternate, so a neighbour's load hits both alike
+
+
+def warm_fidelity(workdir: Path) -> float:
+    """The worst point's median GFLOP/s of runs forked from a plan's warm server over that of cold
+    processes, `WARM_ROUNDS` of each, alternating. One run of each moved by up to 30 % at n=512 on a
+    2-core VM; the median of four moved by under 2 % (2026-11-25, once the server froze its heap)."""
+    sizes, dtypes = ",".join(map(str, SIZES)), ",".join(DTYPES)
+    cold: list[dict[tuple[str, str, int], float]] = []
+    warm: list[dict[tuple[str, str, int], float]] = []
+    with warm_server(dict(os.environ)) as server:
+        assert server is not None and server.ready() == 1, "no warm server to measure"
+        for _ in range(WARM_ROUNDS):
+            cold += cli_runs(["--sizes", sizes, "--dtypes", dtypes], 1, workdir)
+            warm += cli_runs(["--sizes", sizes, "--dtypes", dtypes], 1, workdir, server)
+    worst = 1e9
+    for point in sorted(cold[0]):
+        c, w = statistics.median(r[point] for r in cold), statistics.median(r[point] for r in warm)
+        worst = min(worst, w / c)
+        print(f"  {point[0]:5} {point[1]:7} n={point[2]:<5} cold {c:7.1f}  warm {w:7.1f} ({w / c:.3f})")
+    return worst
 
 
 def stability(workdir: Path) -> float:
@@ -169,12 +186,13 @@ def tracking_overhead() -> float:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as d:
-        iso, shared, warm = fidelity(Path(d))
-        ok_iso = iso >= 0.95 and warm >= 0.95
+        iso, shared = fidelity(Path(d))
+        warm = warm_fidelity(Path(d))
+        ok_iso = iso >= 0.95 and warm >= 0.98
         print(
-            f"matmul: fidelity (logged / fresh process, worst of {len(SIZES) * 4} CPU points) = {iso:.3f}, "
-            f"forked from a plan's warm server {warm:.3f} [target >= 0.95] {'ok' if ok_iso else 'MISSED'}; "
-            f"with isolation=none: {shared:.3f}"
+            f"matmul: fidelity (logged / fresh process, worst of {len(SIZES) * 4} CPU points) = {iso:.3f} "
+            f"[target >= 0.95]; with isolation=none: {shared:.3f}; forked from a plan's warm server / cold, "
+            f"median of {WARM_ROUNDS} each = {warm:.3f} [target >= 0.98] {'ok' if ok_iso else 'MISSED'}"
         )
         spread = stability(Path(d))
         ok_spread = spread <= 0.10
