@@ -47,12 +47,6 @@ def preload() -> None:
     ):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    # MLflow maps every installed distribution's files to its modules before it writes a model's
-    # requirements (~1.1 s of each run that logs a model); done here, each fork inherits the map.
-    with contextlib.suppress(Exception):
-        from mlflow.utils import requirements_utils
-
-        requirements_utils._init_packages_to_modules_map()
 
 
 def child(request: dict) -> None:
