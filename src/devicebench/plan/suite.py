@@ -126,7 +126,6 @@ WARM_MODULES = (
     "torchvision.models",
     "mlflow.pytorch",
     "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
-    "devicebench.tracking.artifacts:warm_model_logging",
     "devicebench.report.command",  # the plan's report, forked from here too
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
@@ -167,18 +166,20 @@ def usable(server: ForkServer | None) -> ForkServer | None:
     return server
 
 
-def _start(argv: list[str], env: dict[str, str], server: ForkServer | None) -> Any:
+def _start(argv: list[str], env: dict[str, str], server: ForkServer | None, inherit: bool = False) -> Any:
     """The item's process: forked from the warm server where it can run the command, else a fresh
-    interpreter."""
+    interpreter. Its stderr is piped back, or (`inherit`) its stdout and stderr are the suite's own."""
     target = module_of(argv) if server is not None else None
+    if inherit:
+        sys.stdout.flush()  # the suite's lines before the child's
     if server is not None and target is not None and server.serves(env):
-        return server.start(*target, env, os.getcwd())
+        return server.start(*target, env, os.getcwd(), inherit=inherit)
     # SIGTERM when the suite dies (even by SIGKILL): the child ends its run KILLED instead of training on
     return subprocess.Popen(
         argv,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stdout=None if inherit else subprocess.DEVNULL,
+        stderr=None if inherit else subprocess.PIPE,
         text=True,
         preexec_fn=death_signal(signal.SIGTERM),
     )
@@ -521,13 +522,7 @@ def _report(plan: Plan, settings: Any, suite_tag: str, server: ForkServer | None
         str(out),
     ]
     env = child_env({**os.environ, PARENT_PRINTS_LINKS: "1"})  # the suite prints them last
-    target = module_of(cmd)
-    if server is not None and target is not None and server.serves(env):
-        sys.stdout.flush()
-        child = server.start(*target, env, os.getcwd(), inherit=True)
-        code, _ = _finish(child)
-    else:
-        code = subprocess.run(cmd, env=env, preexec_fn=death_signal()).returncode
+    code, _ = _finish(_start(cmd, env, server, inherit=True))
     if code not in (0, 1):
         print(f"suite {plan.name}: the report failed (exit {code})", file=sys.stderr)
     return code, out
