@@ -107,7 +107,9 @@ def test_a_plan_asks_a_warm_child_what_devices_this_host_has(server, tmp_path: P
 def test_a_child_inherits_the_servers_objects_frozen(server, modules: Path, tmp_path: Path) -> None:
     """The server freezes what it loaded before it serves: a child's collector never walks the inherited
     heap (a full walk, ~1 s of CPU, slowed a warm matmul run's NumPy measurement to 0.85 of a cold one)."""
-    (modules / "frozen_probe.py").write_text("import gc, sys\nprint(gc.get_freeze_count(), file=sys.stderr)\n")
+    (modules / "frozen_probe.py").write_text(
+        "import gc, sys\nprint(gc.get_freeze_count(), file=sys.stderr)\n"
+    )
     child = server.start("frozen_probe", [], server.env, tmp_path)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 0 and int(err.split()[-1]) > 1000, err

@@ -108,7 +108,7 @@ def model_options() -> dict[str, Any]:
     requirements spare MLflow's inference of them, which starts a subprocess
     and took ~10 s a run on a 2-core VM.
     """
-    warm_model_logging()
+    seed_requirements_map()
     reqs = []
     for dist in PINNED:
         try:
@@ -122,7 +122,7 @@ def model_options() -> dict[str, Any]:
     }
 
 
-def warm_model_logging() -> None:
+def seed_requirements_map() -> None:
     """Spare MLflow its scan of every installed distribution when it checks a model's requirements.
 
     Before it saves a model, MLflow checks the pinned requirements against this environment, and for

@@ -148,11 +148,8 @@ def _reap(answers: dict[int, socket.socket]) -> None:
 def main(argv: Sequence[str]) -> int:
     """`python -m devicebench.util.forkserver FD MODULE...`: preload, say `ready THREADS`, then serve."""
     control = socket.socket(fileno=int(argv[0]))
-    for name in argv[1:]:  # `package.module`, or `package.module:function` to call once it is imported
-        module, _, function = name.partition(":")
-        loaded = importlib.import_module(module)
-        if function:
-            getattr(loaded, function)()
+    for name in argv[1:]:
+        importlib.import_module(name)
     # Everything loaded so far lives as long as the server: out of the collector's sight, so a child's
     # first full collection does not walk the ~1.5 million objects it inherited (~1 s of CPU, which
     # landed while a warm matmul run's NumPy child measured: n=512 at 0.85 of a cold run's figure).
