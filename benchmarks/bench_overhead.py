@@ -1,19 +1,25 @@
 """Harness overhead: devicebench's training throughput against a bare loop of the same work, per config.
 
 The bare loop is what a user writes when data already sits on the device: the same network, seeded the
-same way, plain `torch.optim.SGD` (lr 0.001, momentum 0.9), the epoch's shuffled images gathered before
-the clock starts, `zero_grad / forward / backward / step` per batch, no host sync per step and one at each
-end of the timed epochs, PyTorch's own math. devicebench's side is `cifar.run` with `loader=tensor`,
-`precision=default` and the same epochs, read from its own logged `throughput/train_samples_per_s`
-(every epoch, synchronised at both ends). The ratio is devicebench / bare: 1.0 means the harness is
-invisible; the target is >= 0.95 (issue 25: 0.74 at batch 256 on an H100, 0.74 on its CPU at batch 4).
+same way, plain `torch.optim.SGD` (lr 0.001, momentum 0.9), each epoch's images shuffled on the clock,
+`zero_grad / forward / backward / step` per batch, no host sync per step and one at each end of the timed
+epochs, PyTorch's own math. The shuffle is the same work on both sides, not harness: devicebench's
+loader=tensor gathers each epoch's order on its clock in blocks (`data.cifar.gather_block`; its
+`time/data_wait_s`), and so does this loop. Measured on a 2-core CPU, 2026-11-25: gathered before the
+clock, the bare loop did ~3 % less work at batch 64 (34 ms of a 1.1 s epoch pair; the ratio read
+0.93-0.97); gathered whole on the clock, it paid fresh pages for a 125 MB block at batch 256 (1.06-1.17).
+devicebench's side is `cifar.run` with `loader=tensor`, `precision=default` and the same epochs, read
+from its own logged `throughput/train_samples_per_s` (every epoch, synchronised at both ends). The ratio
+is devicebench / bare: 1.0 means the harness is invisible; the target is >= 0.95 (issue 25: 0.74 at batch
+256 on an H100, 0.74 on its CPU at batch 4).
 
 The two sides alternate within each round in one process, so a neighbour's load hits both alike, and each
-side's best round is compared (the round least disturbed). That ratio still moves from one process to
-the next by more than the harness costs (ResNet-18 on an H100: 0.88, then 1.20 alone; the tutorial Net at
+side's best round is compared (the round least disturbed). That ratio still moves from one process to the
+next by more than the harness costs (ResNet-18 on an H100: 0.88, then 1.20 alone; the tutorial Net at
 batch 64 on a 2-core VM: 0.86-1.08 over six processes, both sides moving), so each case runs in
-`PROCESSES` fresh processes and the median one is the figure, printed with the range. `python -m benchmarks.bench_overhead cuda`
-runs the GPU figures (`make gpu-check` does); `make bench` runs the CPU ones.
+`PROCESSES` fresh processes and the median one is the figure, printed with the range. `python -m
+benchmarks.bench_overhead cuda` runs the GPU figures (`make gpu-check` does); `make bench` runs the CPU
+ones.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import torch
 
 from benchmarks import BadArgument, exit_with
 from devicebench.config.fields import build_config
-from devicebench.data.cifar import normalize_uint8
+from devicebench.data.cifar import gather_block, normalize_uint8
 from devicebench.data.synthetic import make_split
 from devicebench.host.context import Context
 from devicebench.host.timing import device_sync
@@ -87,27 +93,25 @@ def bare_loop(case: Case, device: torch.device) -> float:
     optimizer = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
     criterion = torch.nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(0)
-    epochs = []
-    for _ in range(EPOCHS):  # each epoch's order drawn and gathered before the clock, as data in memory is
-        order = torch.randperm(case.samples, generator=generator).to(device)
-        epochs.append((x_all.index_select(0, order), y_all.index_select(0, order)))
     for i in range(min(3, case.samples // case.batch)):  # whole batches only: an empty one is no warm-up
-        x, y = (
-            epochs[0][0][i * case.batch : (i + 1) * case.batch],
-            epochs[0][1][i * case.batch : (i + 1) * case.batch],
-        )
+        x, y = x_all[i * case.batch : (i + 1) * case.batch], y_all[i * case.batch : (i + 1) * case.batch]
         optimizer.zero_grad()
         criterion(net(x), y).backward()
         optimizer.step()
     sync = device_sync(device)
     sync()
     start = time.perf_counter()
-    for xs, ys in epochs:
-        for i in range(0, case.samples, case.batch):
-            optimizer.zero_grad()
-            loss = criterion(net(xs[i : i + case.batch]), ys[i : i + case.batch])
-            loss.backward()
-            optimizer.step()
+    block = gather_block(case.batch)
+    for _ in range(EPOCHS):  # each epoch shuffled on the clock, as any loop over data in memory must
+        order = torch.randperm(case.samples, generator=generator).to(device)
+        for first in range(0, case.samples, block):
+            idx = order[first : first + block]
+            xs, ys = x_all.index_select(0, idx), y_all.index_select(0, idx)
+            for i in range(0, len(idx), case.batch):
+                optimizer.zero_grad()
+                loss = criterion(net(xs[i : i + case.batch]), ys[i : i + case.batch])
+                loss.backward()
+                optimizer.step()
     sync()
     return EPOCHS * case.samples / (time.perf_counter() - start)
 
@@ -145,9 +149,9 @@ CHILD_TIMEOUT_S = 900  # one case in one process: ~20-70 s here; a hung child mu
 
 
 def in_fresh_processes(
-    case: Case, device_name: str, server: ForkServer | None = None
+    case: Case, device_name: str, server: ForkServer | None = None, processes: int = PROCESSES
 ) -> list[tuple[float, float, float]] | str:
-    """`ratio` of the case in `PROCESSES` fresh processes of this module, one after the other (forked
+    """`ratio` of the case in `processes` fresh processes of this module, one after the other (forked
     from `server`, a plan's warm server, where given); or, where one fails, what it said last (the
     bench goes on with the next case)."""
     argv = [
@@ -159,7 +163,7 @@ def in_fresh_processes(
         "child",
     ]
     results = []
-    for _ in range(PROCESSES):
+    for _ in range(processes):
         try:
             if server is None:
                 proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
@@ -204,9 +208,14 @@ def summary(case: Case, where: str, results: list[tuple[float, float, float]]) -
     return line, ok
 
 
-def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
+def main(device_name: str = "cpu", only: str = "", child: str = "", processes: str = "") -> int:
     """`only`: comma-separated `model:batch` cases to run (all by default), e.g. `tutorial:256,resnet18:128`.
-    `child`: measure the one case `only` names in this process and print its ratio (what the parent reads)."""
+    `child`: measure the one case `only` names in this process and print its ratio (what the parent reads).
+    `processes`: fresh processes per case and start (default PROCESSES; `make gpu-check` runs 1, and
+    measures the spread between processes with its ResNet-18 repeats)."""
+    if processes and (not processes.isdigit() or int(processes) < 1):
+        raise BadArgument(f"bench_overhead: processes must be a whole number >= 1, not {processes!r}")
+    per_case = int(processes) if processes else PROCESSES
     device = torch.device(device_name)
     cases = GPU_CASES if device.type == "cuda" else CPU_CASES
     cases = pick(cases, only)
@@ -226,7 +235,9 @@ def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
     with warm_server(env) as server:
         for case in cases:
             for how, via in (("", None), (", forked from a plan's warm server", server)):
-                results = in_fresh_processes(case, device_name, via) if how == "" or via else "no server"
+                results = (
+                    in_fresh_processes(case, device_name, via, per_case) if how == "" or via else "no server"
+                )
                 if isinstance(results, str):
                     line, ok = (
                         f"overhead: {case.model} batch {case.batch} on {where}{how}: FAILED: {results}",
@@ -240,4 +251,4 @@ def main(device_name: str = "cpu", only: str = "", child: str = "") -> int:
 
 
 if __name__ == "__main__":
-    exit_with(main, *sys.argv[1:4])
+    exit_with(main, *sys.argv[1:5])

@@ -28,3 +28,12 @@ def test_a_case_name_that_is_not_a_case_is_an_error_not_an_empty_pass() -> None:
     assert pick(CPU_CASES, "") == CPU_CASES
     with pytest.raises(SystemExit, match="no case 'child'; the cases here: tutorial:4, tutorial:64"):
         pick(CPU_CASES, "child")
+
+
+def test_a_process_count_that_is_not_a_whole_number_is_refused_before_any_work() -> None:
+    """`make gpu-check` runs one process per case and start; a typo must not run zero and pass."""
+    from benchmarks.bench_overhead import main
+
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(SystemExit, match=f"processes must be a whole number >= 1, not '{bad}'"):
+            main("cpu", "tutorial:4", "", bad)

@@ -331,6 +331,12 @@ def _batch_images(entry: dict[str, Any], path: Path) -> np.ndarray:
 GATHER_SAMPLES = 2048
 
 
+def gather_block(batch_size: int) -> int:
+    """How many shuffled images are gathered at once for `batch_size`: whole batches, so batch edges stay
+    put (benchmarks/bench_overhead's bare loop gathers the same blocks, so both time the same work)."""
+    return max(batch_size, GATHER_SAMPLES // batch_size * batch_size)
+
+
 class TensorLoader:
     """A split held on the device as normalised float32; each epoch is a fresh slice of a `randperm`.
 
@@ -375,7 +381,7 @@ class TensorLoader:
                 yield self.images[i : i + step], self.labels[i : i + step]
             return
         order = torch.randperm(n, generator=self.generator).to(self.device)
-        chunk = max(step, GATHER_SAMPLES // step * step)  # whole batches, so batch edges stay put
+        chunk = gather_block(step)
         for start in range(0, n, chunk):
             idx = order[start : start + chunk]
             images, labels = self.images.index_select(0, idx), self.labels.index_select(0, idx)
