@@ -65,6 +65,20 @@ def test_module_of_takes_only_this_interpreters_dash_m_commands() -> None:
     assert module_of([sys.executable, "-c", "pass"]) is None
 
 
+def test_a_caller_that_never_asked_for_ready_closes_a_quiet_server() -> None:
+    """A plan whose runs never needed the server closes it with its `ready` line unread: the server's
+    next read is a reset, not an end of file, and it printed a traceback on the plan's stderr."""
+    code = (
+        "import select, sys\nfrom devicebench.util.forkserver import ForkServer\n"
+        "fs = ForkServer(['json'], {})\n"
+        "assert select.select([fs.control], [], [], 60)[0]  # 'ready' waits, unread\n"
+        "fs.close()\nsys.exit(fs.proc.returncode)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stderr) == (0, "")
+
+
 def test_the_plan_runs_cold_when_asked(tmp_path: Path) -> None:
     from devicebench.plan import suite  # lazy: MLflow, for this test alone
 

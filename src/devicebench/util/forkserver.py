@@ -97,8 +97,12 @@ def _run_module(module: str, args: Sequence[str]) -> int:
 
 
 def _receive(control: socket.socket) -> tuple[dict, list[int]] | None:
-    """One request and its descriptors; None when the caller has gone (end of file)."""
-    data, fds, _, _ = socket.recv_fds(control, _MAX_REQUEST, 4)
+    """One request and its descriptors; None when the caller has gone: end of file, or a reset when it
+    closed its end before reading our `ready` line (a plan that never needed a warm run)."""
+    try:
+        data, fds, _, _ = socket.recv_fds(control, _MAX_REQUEST, 4)
+    except ConnectionResetError:
+        return None
     if not data:
         for fd in fds:
             os.close(fd)
