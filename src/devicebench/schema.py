@@ -68,6 +68,13 @@ SERVE_BATCH = "serve/best_batch_size"  # where SERVE_RATE was measured
 # Memory, bytes
 PEAK_BYTES = "memory/peak_bytes"  # the device allocator's peak (GPU)
 PEAK_RSS_BYTES = "memory/peak_rss_bytes"  # the process's
+
+# What the GPU did over the training epochs, as NVML saw it (host/gpu_state.py): why a run moved
+GPU_BUSY_SHARE = "gpu/busy_share"  # the share of time a kernel ran: well under 1 is a host-bound step
+GPU_SM_CLOCK_MHZ = "gpu/sm_clock_mhz"  # the mean SM clock
+GPU_SM_CLOCK_SHARE = "gpu/sm_clock_share"  # that mean over the SM clock's maximum
+GPU_POWER_CAPPED_S = "gpu/power_capped_s"  # seconds the clocks were held down by the power limit
+GPU_THERMAL_CAPPED_S = "gpu/thermal_capped_s"  # ... by temperature
 # Money (pricing/costs.py), where the run had a price
 COST_USD = "cost/usd"
 COST_PER_HOUR = "cost/usd_per_hour"

@@ -44,34 +44,49 @@ def gpu_identity(
     `CUDA_VISIBLE_DEVICES` or MIG, torch's `cuda:1` need not be NVML's device 1. `nvml` and `uuid` are
     injectable so tests can run without a GPU.
     """
-    if device.type != "cuda":
+    opened = open_nvml(device, nvml=nvml, uuid=uuid)
+    if opened is None:
         return {}
-    nvml = pynvml if nvml is None else nvml
-    raw = torch_uuid(device) if uuid is None else uuid
-    if not raw:
-        return {}
+    nvml, handle, found = opened
     try:
-        nvml.nvmlInit()
-    except Exception:
-        return {}
-    try:
-        return _identity(nvml, raw)
+        return _identity(nvml, handle, found)
     except Exception:
         return {}
     finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+        close_nvml(nvml)
 
 
-def _identity(nvml: Any, raw: str) -> dict[str, str]:
-    handle, found = None, ""
+def open_nvml(
+    device: torch.device, *, nvml: ModuleType | Any = None, uuid: str | None = None
+) -> tuple[Any, Any, str] | None:
+    """(NVML initialised, the device's handle, the UUID NVML knows it by), the device found by the UUID
+    torch gives for it; None off CUDA, without NVML, or for a device NVML does not know (NVML closed
+    again). The caller closes it (`close_nvml`). `nvml` and `uuid` are injectable for tests."""
+    if device.type != "cuda":
+        return None
+    nvml = pynvml if nvml is None else nvml
+    raw = torch_uuid(device) if uuid is None else uuid
+    if not raw:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return None
     candidates = [raw] if raw.startswith(("GPU-", "MIG-")) else [f"GPU-{raw}", f"MIG-{raw}", raw]
-    for candidate in candidates:
+    for candidate in candidates:  # torch's UUID may lack the `GPU-` or `MIG-` prefix NVML spells
         with contextlib.suppress(Exception):
-            handle, found = nvml.nvmlDeviceGetHandleByUUID(candidate), candidate
-            break
-    if handle is None:
-        return {}
+            return nvml, nvml.nvmlDeviceGetHandleByUUID(candidate), candidate
+    close_nvml(nvml)
+    return None
+
+
+def close_nvml(nvml: Any) -> None:
+    """NVML shut down, whatever state it is in: what it says then cannot change a run."""
+    with contextlib.suppress(Exception):
+        nvml.nvmlShutdown()
+
+
+def _identity(nvml: Any, handle: Any, found: str) -> dict[str, str]:
     out = {"gpu_uuid": _text(nvml.nvmlDeviceGetUUID(handle)) or found}
     is_mig = False
     with contextlib.suppress(Exception):

@@ -20,7 +20,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
-from devicebench.schema import COST_PER_EPOCH, COST_PER_MILLION, GFLOP_PER_USD, glance_key, headline_point
+from devicebench.schema import (
+    COST_PER_EPOCH,
+    COST_PER_MILLION,
+    GFLOP_PER_USD,
+    GPU_BUSY_SHARE,
+    GPU_POWER_CAPPED_S,
+    GPU_SM_CLOCK_SHARE,
+    GPU_THERMAL_CAPPED_S,
+    glance_key,
+    headline_point,
+)
 from devicebench.util.fmt import (
     fmt_amount,
     fmt_count,
@@ -29,6 +39,7 @@ from devicebench.util.fmt import (
     fmt_quality,
     fmt_rel_error,
     fmt_s,
+    fmt_share,
 )
 
 SEP = " · "
@@ -101,6 +112,32 @@ def oversubscribed(device: str, budget: Mapping[str, str]) -> str:
     return f"oversubscribed: {busy} busy threads on {cores} cores"
 
 
+# Below these a GPU run's speed is not the GPU's alone (host/gpu_state.py): under HOST_BOUND of the time
+# running kernels, the step waits on the host CPU, whose speed moves between processes (ResNet-18 at
+# 32 px: 11,852 and 14,644 img/s on one H100); a mean SM clock under CLOCK_LOW of its maximum, or
+# clocks capped for over CAPPED of training, is the GPU slowed by its own limits.
+HOST_BOUND = 0.8
+CLOCK_LOW = 0.9
+CAPPED = 0.05
+
+
+def gpu_caveat(gpu: Mapping[str, float], train_s: float) -> str:
+    """Why a GPU run's speed may not repeat, from what NVML saw over its epochs: `host-bound: GPU busy
+    41%`, `power-capped 12% of training`, `SM clock at 72% of max`; "" when none applies or unknown."""
+    said = []
+    busy = gpu.get(GPU_BUSY_SHARE)
+    if _finite(busy) and busy < HOST_BOUND:
+        said.append(f"host-bound: GPU busy {fmt_share(busy)}")
+    for key, what in ((GPU_POWER_CAPPED_S, "power"), (GPU_THERMAL_CAPPED_S, "thermal")):
+        capped = gpu.get(key)
+        if _finite(capped) and train_s > 0 and capped / train_s > CAPPED:
+            said.append(f"{what}-capped {fmt_share(min(capped / train_s, 1.0))} of training")
+    clock = gpu.get(GPU_SM_CLOCK_SHARE)
+    if _finite(clock) and clock < CLOCK_LOW:
+        said.append(f"SM clock at {fmt_share(clock)} of max")
+    return ", ".join(said)
+
+
 def summary_line(
     workload: str,
     device: str,
@@ -108,10 +145,12 @@ def summary_line(
     price: Price | str,
     world_size: int = 1,
     budget: Mapping[str, str] | None = None,
+    gpu: Mapping[str, float] | None = None,
 ) -> str:
     """The run's one line: time · throughput · quality · device · cost (price source); a figure the
     run has not got is left out, and a run without a price says so rather than showing none. An
-    oversubscribed CPU (`budget`: the run's `cpu.*` facts) is said after the device."""
+    oversubscribed CPU (`budget`: the run's `cpu.*` facts) is said after the device, and so is what may
+    keep a GPU run's speed from repeating (`gpu`: its `gpu/*` figures, `gpu_caveat`)."""
     g = {k.removeprefix(glance_key("")): v for k, v in glance.items()}
     parts = []
     if workload == "matmul":
@@ -135,9 +174,9 @@ def summary_line(
         if "miou" in g:
             parts.append(f"mIoU {fmt_quality(g['miou'])}")
     parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))
-    caveat = oversubscribed(device, budget or {})
-    if caveat:
-        parts.append(caveat)
+    for caveat in (oversubscribed(device, budget or {}), gpu_caveat(gpu or {}, g.get("train_s", math.nan))):
+        if caveat:
+            parts.append(caveat)
     phrase = price_phrase(price)
     if "usd_per_epoch" in g:
         parts.append(f"{fmt_money(g['usd_per_epoch'])}/epoch ({phrase})")

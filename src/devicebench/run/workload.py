@@ -178,11 +178,12 @@ def _lead_with_figures(
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
     the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py); an
-    oversubscribed CPU (`budget`) is said there, since its figures measure contention."""
+    oversubscribed CPU (`budget`) is said there, since its figures measure contention, and so is a GPU
+    run whose speed may not repeat (its result's `gpu` figures: host-bound, capped or slow clocks)."""
 
     glance = glance_metrics(name, result, costs)
     tracker.log_metrics(glance)
-    line = summary_line(name, device, glance, price, world_size, budget)
+    line = summary_line(name, device, glance, price, world_size, budget, getattr(result, "gpu", {}))
     tracker.set_tags({NOTE_TAG: line})
     return line
 

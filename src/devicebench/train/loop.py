@@ -24,7 +24,7 @@ from typing import Any, cast
 import torch
 
 from devicebench.errors import Diverged
-from devicebench.host import peaks
+from devicebench.host import gpu_state, peaks
 from devicebench.host.timing import Timer
 from devicebench.models import count_parameters
 from devicebench.schema import (
@@ -78,6 +78,7 @@ class Fitted:
     allreduce_s: float | None = None  # a job of several processes: one gradient all-reduce, measured alone
     flops_per_sample: float | None = None  # forward + backward, counted once (summary.py)
     ranks: list[dict[str, float]] = field(default_factory=list)  # every rank's training figures, by rank
+    gpu: dict[str, float] = field(default_factory=dict)  # what the GPU did over the epochs (gpu_state)
 
     def totals(self) -> Totals:
         """The run's figures: the job's, in a job of several processes (`Totals.of_job`)."""
@@ -104,6 +105,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     done.flops_per_sample = train_flops_per_sample(task.build, x, y, task.loss_fn)
     done.allreduce_s = opts.world.allreduce_seconds(module, opts.device)
     reset_peak_memory(opts.device)
+    watch = gpu_state.watch(opts.device)  # NVML's own samples, read once at the end: nothing per step
     shared = LossLog(tracker, task.log_every)
     step = 0
     for epoch in range(1, opts.epochs + 1):
@@ -132,6 +134,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
         if task.eval_every_epoch or epoch == opts.epochs:
             ev, done.eval_metrics = _evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s)
             done.evals.append(ev)
+    done.gpu = watch.read() if watch is not None else {}
     own = Totals.of(done.epochs, done.evals)
     figures = {"train_s": own.train_s, "data_wait_s": own.data_wait_s, "train_samples": own.train_samples}
     done.ranks = opts.world.gather(figures) if opts.world.distributed else []
@@ -444,6 +447,7 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
             TRAIN_RATE: totals.train_samples_per_s,
             EVAL_RATE: totals.eval_samples_per_s,
             **peak_memory(opts.device),
+            **done.gpu,
             **done.dist_metrics(),
         }
     )

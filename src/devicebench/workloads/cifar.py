@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,6 +53,7 @@ class CifarResult:
     eval_samples_per_s: float
     to_target_s: float | None
     per_class: dict[str, float]
+    gpu: dict[str, float] = field(default_factory=dict)  # over the epochs (host/gpu_state.py); {} off CUDA
 
 
 class _PrintedLoss:
@@ -189,6 +190,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
         **done.totals().timings(),
         to_target_s=target.seconds,
         per_class=per_class,
+        gpu=done.gpu,
     )
 
 

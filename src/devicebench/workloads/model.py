@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,6 +53,7 @@ class ModelResult:
     eval_s: float
     train_samples_per_s: float
     eval_samples_per_s: float
+    gpu: dict[str, float] = field(default_factory=dict)  # over the epochs (host/gpu_state.py); {} off CUDA
 
 
 def check(cfg: Config) -> zoo.Spec:
@@ -150,6 +151,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> ModelResult:
         forward_flops=forward,
         task=spec.task,
         **done.totals().timings(),
+        gpu=done.gpu,
     )
 
 

@@ -16,7 +16,7 @@ import math
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ class UNetResult:
     epoch_losses: list[float]
     iou: dict[str, float]
     init_weights: str
+    gpu: dict[str, float] = field(default_factory=dict)  # over the epochs (host/gpu_state.py); {} off CUDA
 
 
 def segmentation_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -219,6 +220,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
         epoch_losses=[e.mean_loss for e in done.epochs],
         iou=iou,
         init_weights=done.init_weights,
+        gpu=done.gpu,
     )
     print(
         f"mIoU on the {ev.samples} validation images: {result.miou:.4f} "
