@@ -49,7 +49,7 @@ ui: ## open the MLflow UI on the embedded store (sqlite:///mlflow.db) at 127.0.0
 # with two workers a core sat idle a third of the time (8:35 with three, 9:22 with two, here); a file's
 # module-scoped server stays with one worker. `pytest tests/x.py` alone runs serially.
 test: $(VENV)/.installed ## run the test suite (real mlflow servers, real PostgreSQL where it answers)
-	$(BIN)/pytest -n 3 --dist loadfile --durations=15
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: $(VENV)/.installed ## ruff check and format check
 	$(BIN)/ruff check .
@@ -62,7 +62,7 @@ format: $(VENV)/.installed ## apply ruff's formatting and fixes
 bench: $(VENV)/.installed ## print the benchmark figures, each a ratio measured in one run
 	$(PY) -m benchmarks
 
-gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo, a short CPU-vs-GPU plan and the overhead bench on cuda (over 13 min on an H100; STEPS="tests demo" runs some)
+gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo, a short CPU-vs-GPU plan and the overhead bench on cuda (aim: 10 min on an H100; STEPS="tests demo" runs some)
 	$(PY) -m benchmarks.gpu_check $(STEPS)
 
 # Wheels for a GPU host without internet that keeps its own torch (README: On a GPU host without internet).

@@ -6,10 +6,11 @@ skipped), then experiments/gpu_check.yaml — every CUDA path once, small, with 
 compare table. Each step's exit code and time are printed at the end; any failure exits 1.
 
 On the H100 of 2026-11-24 the whole took about 13 minutes (tests 110 s, demo 138 s, the plan's 14 runs
-~330 s at 17-40 s each, the overhead bench ~4 min), more than one 10-minute command on a lent machine:
-`make gpu-check STEPS="tests demo"`, then `STEPS=plan`, then `STEPS=overhead` run it in three (the
-overhead bench has since run each case in 3 fresh processes, not yet timed on a GPU; where it runs long,
-`python -m benchmarks.bench_overhead cuda tutorial:4,tutorial:64` and then the other two cases split it).
+~330 s at 17-40 s each, the overhead bench ~4 min). Since then a plan's runs fork from a warm server and
+exit without interpreter teardown (issue 39: the demo plan took 0.42x its time on the 2-core VM), the
+plan repeats ResNet-18 five times (does a repeat hold to +-5 %?), and the overhead bench runs each case
+in one cold and one warm process; not yet timed on a GPU. Where it runs long on a lent machine,
+`make gpu-check STEPS="tests demo"`, then `STEPS=plan`, then `STEPS=overhead` split it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ STEPS = (  # (key for STEPS=, name, argv)
     ("demo", "demo plan", [sys.executable, "-m", "devicebench", "suite", "experiments/demo.yaml"]),
     ("plan", "gpu_check plan", [sys.executable, "-m", "devicebench", "suite", "experiments/gpu_check.yaml"]),
     # devicebench's train throughput against a bare loop at batch 4, 64, 256 and ResNet-18 at 128 (>= 0.95)
-    ("overhead", "harness overhead", [sys.executable, "-m", "benchmarks.bench_overhead", "cuda"]),
+    # one cold and one warm process per case: the spread between processes is the plan's ResNet-18 repeats
+    (
+        "overhead",
+        "harness overhead",
+        [sys.executable, "-m", "benchmarks.bench_overhead", "cuda", "", "", "1"],
+    ),
 )
 
 
