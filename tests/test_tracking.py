@@ -263,9 +263,7 @@ def test_replaying_a_model_twice_logs_it_once(
     step again: the run must still have exactly one model called `model`."""
     import shutil
 
-    import mlflow.pytorch
-
-    from devicebench.tracking.artifacts import model_options, portable_model
+    from devicebench.tracking.artifacts import portable_model, save_model
     from devicebench.tracking.journal import Journal
     from devicebench.tracking.replay import sync_spool
 
@@ -274,9 +272,7 @@ def test_replaying_a_model_twice_logs_it_once(
     s = settings_for(mlflow_server.url, tmp_path, experiment_name)
     journal = Journal(s.spool_dir, run_id, mlflow_server.url)
     module, _, signature = portable_model(Tiny(), torch.randn(2, 3, 8, 8))
-    mlflow.pytorch.save_model(
-        module, str(journal.files / "models" / "model"), signature=signature, **model_options()
-    )
+    save_model(module, journal.files / "models" / "model", signature)
     ts = int(time.time() * 1000)
     journal.append({"op": "metrics", "values": {"eval/accuracy": 0.75}, "step": 2, "ts": ts})
     (journal.files / "per_class.json").write_text(json.dumps({"columns": ["class"], "data": [["cat"]]}))
@@ -397,10 +393,9 @@ def test_saving_a_model_never_scans_every_installed_distribution(
     """MLflow's requirement check maps every installed distribution's files to modules first (0.8-1.4 s
     a cold run); devicebench pins its requirements, so the map starts as those and the scan never runs,
     while the check still compares each pin with what is installed."""
-    import mlflow.pytorch
     from mlflow.utils import requirements_utils
 
-    from devicebench.tracking.artifacts import PINNED, model_options, portable_model
+    from devicebench.tracking.artifacts import PINNED, portable_model, save_model
 
     def scan() -> None:
         raise AssertionError("MLflow scanned every installed distribution")
@@ -408,9 +403,50 @@ def test_saving_a_model_never_scans_every_installed_distribution(
     monkeypatch.setattr(requirements_utils, "_MODULES_TO_PACKAGES", None)  # a fresh process's state
     monkeypatch.setattr(requirements_utils.importlib_metadata, "packages_distributions", scan)
     module, _, signature = portable_model(Tiny(), torch.randn(2, 3, 8, 8))
-    mlflow.pytorch.save_model(module, str(tmp_path / "model"), signature=signature, **model_options())
+    save_model(module, tmp_path / "model", signature)
     reqs = (tmp_path / "model" / "requirements.txt").read_text().split()
     assert {r.split("==")[0] for r in reqs} >= {*PINNED, "mlflow"} - {"torchvision"}
     assert f"torch=={torch.__version__.split('+')[0]}" in reqs
     mismatches = [requirements_utils._check_requirement_satisfied(r) for r in ("torch==0.0.1", "numpy")]
     assert str(mismatches[0]).startswith("torch (current: ") and mismatches[1] is None
+
+
+def test_a_saved_model_loads_where_devicebench_is_not_installed(tmp_path: Path) -> None:
+    """A UNet and the tutorial net, saved as every run saves its model, load and predict in an interpreter
+    that cannot import devicebench: the model carries the code its pickle needs, and only that (each
+    file is one upload to the server; the report, plan and tracking code once went with every model)."""
+    import subprocess
+    import sys
+
+    from devicebench.models.cifar_net import Net
+    from devicebench.models.unet import UNet
+    from devicebench.tracking.artifacts import portable_model, save_model
+
+    for name, model, example in (
+        ("net", Net(), torch.randn(2, 3, 32, 32)),
+        ("unet", UNet(3, 21, base_channels=4), torch.randn(2, 3, 32, 32)),
+    ):
+        module, _, signature = portable_model(model, example)
+        save_model(module, tmp_path / name, signature)
+    code = tmp_path / "unet" / "code" / "devicebench"
+    shipped = sorted(str(p.relative_to(code)) for p in code.rglob("*.py"))
+    assert "models/unet.py" in shipped and "models/cifar_net.py" in shipped and "__init__.py" in shipped
+    assert not [p for p in shipped if p.startswith(("report/", "plan/", "tracking/", "run/"))], shipped
+    assert len(shipped) < 20, shipped
+    script = (
+        "import importlib.util, sys\n"
+        "sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        "sys.path = [p for p in sys.path if not p.rstrip('/').endswith('/src')]\n"
+        "assert importlib.util.find_spec('devicebench') is None, 'devicebench is importable here'\n"
+        "import mlflow.pytorch, torch\n"
+        "for name, shape in (('net', (10,)), ('unet', (21, 32, 32))):\n"
+        "    out = mlflow.pytorch.load_model(sys.argv[1] + '/' + name)(torch.randn(3, 3, 32, 32))\n"
+        "    assert tuple(out.shape) == (3, *shape), out.shape\n"
+        "print('loaded', sys.modules['devicebench'].__file__)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "loaded " in proc.stdout and "/code/devicebench/" in proc.stdout, proc.stdout

@@ -9,16 +9,20 @@ logs its own run through this package, on hosts where torch need not be installe
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib.metadata
 import json
 import logging
+import shutil
+import tempfile
 import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -100,12 +104,17 @@ def link_metrics(client: Any, run_id: str, model_id: str, points: list[list[Any]
 PINNED = ("torch", "torchvision", "numpy", "cloudpickle")  # a logged model's requirements (and mlflow)
 
 
-def model_options() -> dict[str, Any]:
+# Where a logged model's code starts: the modules whose classes a pickled devicebench model holds.
+MODEL_MODULES = ("devicebench.models",)
+
+
+@contextmanager
+def model_options() -> Iterator[dict[str, Any]]:
     """How every model is saved: pickled eager modules, their code carried along, requirements pinned.
 
-    Pickle (not MLflow's graph export) keeps the batch dimension free. `code_paths` ships the
-    devicebench package inside the model, so it loads where devicebench is not installed. Explicit
-    requirements spare MLflow's inference of them, which starts a subprocess
+    Pickle (not MLflow's graph export) keeps the batch dimension free. `code_paths` ships the part of
+    devicebench the pickle can need (`model_code`), so the model loads where devicebench is not
+    installed. Explicit requirements spare MLflow's inference of them, which starts a subprocess
     and took ~10 s a run on a 2-core VM.
     """
     seed_requirements_map()
@@ -115,11 +124,58 @@ def model_options() -> dict[str, Any]:
             reqs.append(f"{dist}=={importlib.metadata.version(dist).split('+')[0]}")
         except importlib.metadata.PackageNotFoundError:
             continue
-    return {
-        "serialization_format": "pickle",
-        "code_paths": [str(Path(devicebench.__file__).resolve().parent)],
-        "pip_requirements": reqs,
-    }
+    with tempfile.TemporaryDirectory(prefix="devicebench-model-code-") as tmp:
+        package = Path(tmp) / "devicebench"
+        root = Path(devicebench.__file__).resolve().parent
+        for rel in model_code():
+            (package / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / rel, package / rel)
+        yield {"serialization_format": "pickle", "code_paths": [str(package)], "pip_requirements": reqs}
+
+
+@cache
+def model_code() -> tuple[str, ...]:
+    """The files of devicebench (relative to the package) that MODEL_MODULES import, transitively,
+    with every package's `__init__.py` on the way: 11 files, not the whole package's 110. Each file of
+    a model is one upload (one request to the server, ~6 ms of client time here, more across a WAN),
+    and the report, plans and tracking code were shipped inside every model for nothing."""
+    root = Path(devicebench.__file__).resolve().parent
+    seen: set[str] = set()
+    todo = list(MODEL_MODULES)
+    while todo:
+        name = todo.pop()
+        path = _module_file(root, name)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the packages it sits in
+        if path.name == "__init__.py" and name in MODEL_MODULES:
+            todo += [f"{name}.{f.stem}" for f in path.parent.glob("*.py") if f.stem != "__init__"]
+        todo += _devicebench_imports(path)
+    return tuple(sorted({str(_module_file(root, n).relative_to(root)) for n in seen}))
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    """`devicebench.a.b`'s file under the package `root`: a/b/__init__.py or a/b.py; None if neither."""
+    if name != "devicebench" and not name.startswith("devicebench."):
+        return None
+    base = root.joinpath(*name.split(".")[1:])
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _devicebench_imports(path: Path) -> list[str]:
+    """Every devicebench module (or name in one, which may be a module) that `path` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+    return [n for n in found if n == "devicebench" or n.startswith("devicebench.")]
 
 
 def seed_requirements_map() -> None:
@@ -188,22 +244,22 @@ def upload_model(run_id: str, module: Any, name: str, signature: Any, input_exam
     metric's whole history to find them: a run's summary figures (`time/*`, `cost/*`) would be shown as
     the model's own, at one request per metric name. The metrics that measure the model are linked by
     `link_metrics`; `LINK_NONE_STEP` is a step no devicebench metric is logged at."""
-    with mlflow.start_run(run_id=run_id), _quiet_mlflow():
+    with mlflow.start_run(run_id=run_id), _quiet_mlflow(), model_options() as options:
         info = _pytorch_flavor().log_model(
             module,
             name=name,
             signature=signature,
             input_example=input_example,
             step=LINK_NONE_STEP,
-            **model_options(),
+            **options,
         )
     return str(info.model_id)
 
 
 def save_model(module: Any, path: Path, signature: Any) -> None:
     """Save a portable module to a folder of the spool, packaged as `upload_model` would log it."""
-    with _quiet_mlflow():
-        _pytorch_flavor().save_model(module, str(path), signature=signature, **model_options())
+    with _quiet_mlflow(), model_options() as options:
+        _pytorch_flavor().save_model(module, str(path), signature=signature, **options)
 
 
 def _logged_model_id(client: Any, run_id: str, name: str) -> str | None:
