@@ -81,6 +81,17 @@ class MlflowServer:
         ]
 
     def start(self, timeout_s: float = 90.0) -> MlflowServer:
+        """Started and answering /health (stopped again if it does not within `timeout_s`)."""
+        self.launch()
+        try:
+            wait_healthy(self.url, timeout_s, self.proc)
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def launch(self) -> MlflowServer:
+        """Started, not waited for: the caller does other work while it imports MLflow (~6 CPU-s)."""
         log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - handed to the child process
         # No MLflow job runner: devicebench uses none, and it forks ~10 consumers that each import MLflow.
         quiet = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -92,11 +103,6 @@ class MlflowServer:
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        try:
-            wait_healthy(self.url, timeout_s, self.proc)
-        except Exception:
-            self.stop()
-            raise
         return self
 
     def stop(self, timeout_s: float = 3.0) -> None:

@@ -1,15 +1,20 @@
 """Session-wide real servers: one SQLite-backed and (where PostgreSQL answers) one PostgreSQL-backed
-`mlflow server` on 127.0.0.1, each started once per test session because a start costs ~20 s."""
+`mlflow server` on 127.0.0.1, each started once per test session because a start costs ~20 s on a
+loaded 2-core host. Under `make test` (xdist) the SQLite one is started once for all workers, by the
+controller, while the workers import and collect (SHARED_SERVER)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from servers import MlflowServer, pg_available, pg_database
+from servers import MlflowServer, pg_available, pg_database, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,27 +22,35 @@ ROOT = Path(__file__).resolve().parents[1]
 # The files that take longest, longest first. `make test` gives each of its workers a whole file at a
 # time (--dist loadfile) and the next one when it is done; a long file handed out last kept one worker
 # busy alone for the last minute or more while the others sat idle. Longest first keeps all busy to the end.
-# Order by each file's total seconds in a fresh-clone run (2026-11-25, `--durations=0` summed per file).
+# xdist would put the files with most tests first instead (test_demo.py, one test of 39 s, went last and
+# ran alone at the end), hence `--no-loadscope-reorder` in the Makefile.
+# Order by each file's wall seconds on one worker in a fresh-clone run (2026-11-25, a timeline per worker).
 SLOWEST_FIRST = (
-    "test_matmul.py",  # 78 s
-    "test_server_script.py",  # 68
-    "test_faults.py",  # 62
-    "test_bad_input.py",  # 58
-    "test_suite.py",  # 58
-    "test_cifar_mlflow.py",  # 57
-    "test_demo.py",  # 56, one test
-    "test_reliability.py",  # 39
-    "test_distributed.py",  # 33
-    "test_tuning.py",  # 31
-    "test_report_store.py",  # 31
-    "test_prices.py",  # 27
-    "test_unet_mlflow.py",  # 26
-    "test_security.py",  # 21
-    "test_model_workload.py",  # 17
-    "test_unet_workload.py",  # 10
-    "test_cifar_workload.py",  # 8
-    "test_cli.py",  # 8
-    "test_compare_entry.py",  # 8
+    "test_server_script.py",  # 88 s
+    "test_matmul.py",  # 87
+    "test_faults.py",  # 82
+    "test_suite.py",  # 69
+    "test_cifar_mlflow.py",  # 65
+    "test_bad_input.py",  # 59
+    "test_report_store.py",  # 42
+    "test_demo.py",  # 39, one test
+    "test_distributed.py",  # 38
+    "test_prices.py",  # 32
+    "test_reliability.py",  # 29
+    "test_unet_mlflow.py",  # 28
+    "test_tuning.py",  # 26
+    "test_security.py",  # 20
+    "test_cli.py",  # 18
+    "test_unet_workload.py",  # 17
+    "test_mlproject_python.py",  # 12
+    "test_tracking.py",  # 12
+    "test_cifar_workload.py",  # 12
+    "test_forkserver.py",  # 10
+    "test_training_gpu_paths.py",  # 10
+    "test_model_workload.py",  # 10
+    "test_reliability_iv.py",  # 10
+    "test_cifar_data.py",  # 9
+    "test_compare_entry.py",  # 9
 )
 
 
@@ -77,9 +90,49 @@ def repo_root() -> Path:
     return ROOT
 
 
+# Where the controller of an xdist run tells its workers about the server it started for them (JSON of
+# MlflowServer's fields). One server, not one per worker: each start is ~6 CPU-s of imports, and on a
+# 2-core host under three workers the first test of each worker waited 15-45 s for its own.
+SHARED_SERVER = "DEVICEBENCH_TESTS_SQLITE_SERVER"
+_SHARED = pytest.StashKey[tuple[MlflowServer, Path]]()  # the controller's own: the server and its folder
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller launches the shared server before its workers start (they inherit os.environ)."""
+    if not _is_xdist_controller(config) or SHARED_SERVER in os.environ:
+        return
+    d = Path(tempfile.mkdtemp(prefix="devicebench-tests-mlflow-"))
+    server = MlflowServer(f"sqlite:///{d / 'mlflow.db'}", d / "artifacts", log_path=d / "server.log").launch()
+    config.stash[_SHARED] = (server, d)
+    os.environ[SHARED_SERVER] = json.dumps(
+        {"backend_uri": server.backend_uri, "artifacts_dir": str(d / "artifacts"), "port": server.port}
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_SHARED, None)
+    if shared is not None:
+        server, d = shared
+        server.stop()
+        os.environ.pop(SHARED_SERVER, None)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """A real `mlflow server` on a SQLite store, shared by the whole session."""
+    """A real `mlflow server` on a SQLite store, shared by the whole session (and, under xdist, by every
+    worker: the controller's, which the workers only wait for and never stop)."""
+    shared = os.environ.get(SHARED_SERVER)
+    if shared:
+        fields = json.loads(shared)
+        server = MlflowServer(fields["backend_uri"], Path(fields["artifacts_dir"]), port=fields["port"])
+        wait_healthy(server.url, 120)
+        yield server
+        return
     d = tmp_path_factory.mktemp("mlflow-sqlite")
     server = MlflowServer(f"sqlite:///{d / 'mlflow.db'}", d / "artifacts", log_path=d / "server.log")
     server.start()

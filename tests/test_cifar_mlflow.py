@@ -9,7 +9,6 @@ from pathlib import Path
 
 import mlflow
 import mlflow.pytorch
-import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from own_tags import facts_of
@@ -19,7 +18,15 @@ from test_cifar_workload import CLASS_METRICS, SUMMARY_METRICS
 from devicebench.config.fields import build_config, config_key, to_params
 from devicebench.config.workloads import CifarConfig
 from devicebench.models.cifar_net import Net
-from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
+from servers import (
+    ABSENT_GPU,
+    ABSENT_GPU_SAYS,
+    MlflowServer,
+    devicebench_env,
+    run_cli,
+    run_mlflow_project,
+    runs_of,
+)
 
 ARTIFACTS = {"confusion_matrix.png", "confusion_matrix.json", "per_class.json", "timings.json", "host.json"}
 TABLES = [{"path": "per_class.json", "type": "table"}, {"path": "confusion_matrix.json", "type": "table"}]
@@ -186,22 +193,24 @@ def test_cli_cifar_on_a_cifar_format_directory(
     _check_model(mlflow_server.url, run.info.run_id)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA")
-def test_mlflow_run_cifar_on_cuda_here_fails_with_one_line(
+def test_mlflow_run_cifar_on_an_absent_gpu_fails_with_one_line(
     mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
+    """`mlflow run` of any entry: one line, a FAILED run that says why (matmul's entry had the same test,
+    through the same device check, at ~9 CPU-s a `mlflow run`; test_cli covers the CLI's)."""
     proc = run_mlflow_project(
         "cifar",
-        {"device": "cuda", "data": "synthetic"},
+        {"device": ABSENT_GPU, "data": "synthetic"},
         devicebench_env(mlflow_server.url),
         experiment=experiment_name,
     )
     assert proc.returncode != 0
     ours = [line for line in proc.stderr.splitlines() if line.startswith("devicebench:")]
-    assert len(ours) == 1 and "finds no CUDA device" in ours[0]
+    assert len(ours) == 1 and ABSENT_GPU_SAYS.search(ours[0]), proc.stderr
     assert "Traceback" not in proc.stderr
     (run,) = runs_of(mlflow_server.url, experiment_name)
     assert run.info.status == "FAILED"
+    assert ABSENT_GPU_SAYS.match(facts_of(run)["devicebench.error"])
 
 
 def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
@@ -218,7 +227,7 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     assert thread_counts(16) == [16, 8, 4, 2, 1] and thread_counts(6) == [6, 4, 2, 1]
     env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
     args = ["--data", "synthetic", "--epochs", "1", "--batch_size", "8", "--train_limit", "1600"]
-    budget = 30
+    budget = 15  # what fits is the machine's to say (below); 15 s ran 7 of 7 trials alone here
     proc = run_cli(
         ["tune", "cifar", *args, "--test_limit", "100", "--tune_budget_s", str(budget)], env, cwd=tmp_path
     )
@@ -226,20 +235,24 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     said = [line for line in proc.stderr.splitlines() if line.startswith("tune cifar: [")]
     run = _finished_run(mlflow_server.url, experiment_name)
     tags = facts_of(run)
-    # 7 of 7 ran alone here; under the suite's 3 workers on 2 cores a 2-thread trial can take 20x longer
-    assert tags["devicebench.cpu.tuned"] == "true" and int(tags["devicebench.cpu.tuned.trials"]) >= 5
-    assert len(said) == 7 + CONFIRM, proc.stderr  # every trial is said, a skipped one too
+    # How many trials fit is the machine's to say: 7 of 7 ran alone here, 2 of 7 in a CI run on a busier
+    # machine (a 2-thread trial beside the suite's 3 workers can take 20x longer). What must hold at any
+    # speed: every trial is said, the tag counts those with a figure, a skipped one is said as such.
+    ran = int(tags["devicebench.cpu.tuned.trials"])
+    assert tags["devicebench.cpu.tuned"] == "true" and ran >= 1
+    assert 7 + 1 <= len(said) <= 7 + CONFIRM, proc.stderr  # every trial is said, a skipped one too
     path = MlflowClient(mlflow_server.url).download_artifacts(
         run.info.run_id, "cpu_tuning.json", str(tmp_path)
     )
     table = json.loads(Path(path).read_text())  # MLflow's table: {"columns": [...], "data": [[...], ...]}
     every = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
     rows = [r for r in every if r["note"] != SIZING]  # a new feed's short first run, listed, not counted
-    assert len(rows) == 7 + CONFIRM and sum(r["samples_per_s"] is not None for r in rows) >= 5
+    skipped = sum(r["note"] == "skipped: past the tuning budget" for r in rows)
+    assert len(rows) == len(said) and sum(r["samples_per_s"] is not None for r in rows) == ran
     assert {r["note"] for r in rows[7:]} <= {"confirmation", "skipped: past the tuning budget"}
-    assert sum(r["seconds"] for r in every) <= budget * 1.5, (
-        "the trials keep to their budget (the last may overrun)"
-    )
+    assert (f"{skipped} of {len(rows)} trials skipped" in proc.stderr) == (skipped > 0), proc.stderr
+    started = [r["seconds"] for r in every if r["seconds"] > 0]  # a skipped trial took no time
+    assert sum(started[:-1]) <= budget, "a trial starts only within the budget (the last may overrun it)"
     median = float(tags["devicebench.cpu.tuned.chosen_median_samples_per_s"])
     measured = run.data.metrics["throughput/train_samples_per_s"]
     # Not slower than the trial that chose it (a run of every step can be faster than a few hundred:
