@@ -234,3 +234,9 @@ def test_unet_tunes_for_real_with_the_dataloader_only(tmp_path: Path) -> None:
         chosen.setting.num_workers,
     )
     assert not hasattr(measured, "loader")
+
+
+def test_a_setting_is_said_in_plain_words() -> None:
+    assert str(Setting(1, "dataloader", 1)) == "1 thread, DataLoader, 1 worker"  # was "1 workers"
+    assert str(Setting(2, "dataloader", 0)) == "2 threads, DataLoader, 0 workers"
+    assert str(Setting(4, "tensor", 0)) == "4 threads, data in memory"

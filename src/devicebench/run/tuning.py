@@ -72,7 +72,8 @@ class Setting:
         return dataclasses.replace(cfg, **{k: v for k, v in wanted.items() if k in have})
 
     def __str__(self) -> str:
-        feed = "data in memory" if self.loader == "tensor" else f"DataLoader, {self.num_workers} workers"
+        workers = f"{self.num_workers} worker{'' if self.num_workers == 1 else 's'}"
+        feed = "data in memory" if self.loader == "tensor" else f"DataLoader, {workers}"
         return f"{self.threads} thread{'s' if self.threads > 1 else ''}, {feed}"
 
 
