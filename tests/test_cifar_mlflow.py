@@ -254,13 +254,16 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     started = [r["seconds"] for r in every if r["seconds"] > 0]  # a skipped trial took no time
     assert sum(started[:-1]) <= budget, "a trial starts only within the budget (the last may overrun it)"
     median = float(tags["devicebench.cpu.tuned.chosen_median_samples_per_s"])
-    measured = run.data.metrics["throughput/train_samples_per_s"]
-    # Not slower than the trial that chose it (a run of every step can be faster than a few hundred:
-    # CI measured 4,500 against a 2,957 trial on 3 workers and 2 cores). Alone, the measured run (a fresh
-    # process, run/workload._measure_tuned) ran at 0.95-1.01 of its trial, 3 of 3; in the tuning process
-    # itself it had run at 0.77-0.83 when the trials chose 2 threads.
-    assert measured >= 0.5 * median, (measured, median)
+    assert median > 0 and run.data.metrics["throughput/train_samples_per_s"] > 0
+    # No speed ratio here: alone, the measured run (a fresh process, run/workload._measure_tuned) ran at
+    # 0.95-1.01 of its trial, 3 of 3, but beside the suite's other workers a fresh-clone `make test` saw
+    # 0.47 (852 against 1,822 samples/s) and CI once 1.5 (4,500 against 2,957). What must hold at any
+    # speed: the measured run trains the way the chosen trial did.
     assert "cifar run" in proc.stderr and proc.stdout.strip().splitlines()[-1].startswith("train ")
     chosen = tags["devicebench.cpu.tuned.setting"]
     assert run.data.params["cpu_threads"] == chosen.split()[0]
+    in_memory = chosen.endswith("data in memory")
+    assert run.data.params["loader"] == ("tensor" if in_memory else "dataloader"), chosen
+    if not in_memory:
+        assert chosen.split("DataLoader, ")[1].split()[0] == run.data.params["num_workers"], chosen
     assert tags["devicebench.work_key"] and run.data.params["loader"] in ("tensor", "dataloader")
