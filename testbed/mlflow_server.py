@@ -61,6 +61,13 @@ class MlflowServer:
     # in the worker's thread pool), and each extra worker imports MLflow's server again (~7 CPU-s a start).
     workers: int = 1
 
+    @classmethod
+    def in_folder(cls, d: Path, port: int | None = None) -> MlflowServer:
+        """A server on a SQLite store kept in folder `d` (mlflow.db, artifacts/, server.log), on `port`
+        or a free one."""
+        store = f"sqlite:///{d / 'mlflow.db'}"
+        return cls(store, d / "artifacts", port=port or free_port(), log_path=d / "server.log")
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"

@@ -90,8 +90,8 @@ def repo_root() -> Path:
     return ROOT
 
 
-# Where the controller of an xdist run tells its workers about the server it started for them (JSON of
-# MlflowServer's fields). One server, not one per worker: each start is ~6 CPU-s of imports, and on a
+# Where the controller of an xdist run tells its workers about the server it started for them (JSON: its
+# folder and port). One server, not one per worker: each start is ~6 CPU-s of imports, and on a
 # 2-core host under three workers the first test of each worker waited 15-45 s for its own.
 SHARED_SERVER = "DEVICEBENCH_TESTS_SQLITE_SERVER"
 _SHARED = pytest.StashKey[tuple[MlflowServer, Path]]()  # the controller's own: the server and its folder
@@ -106,11 +106,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _is_xdist_controller(config) or SHARED_SERVER in os.environ:
         return
     d = Path(tempfile.mkdtemp(prefix="devicebench-tests-mlflow-"))
-    server = MlflowServer(f"sqlite:///{d / 'mlflow.db'}", d / "artifacts", log_path=d / "server.log").launch()
+    server = MlflowServer.in_folder(d).launch()
     config.stash[_SHARED] = (server, d)
-    os.environ[SHARED_SERVER] = json.dumps(
-        {"backend_uri": server.backend_uri, "artifacts_dir": str(d / "artifacts"), "port": server.port}
-    )
+    os.environ[SHARED_SERVER] = json.dumps({"folder": str(d), "port": server.port})
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -129,12 +127,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     shared = os.environ.get(SHARED_SERVER)
     if shared:
         fields = json.loads(shared)
-        server = MlflowServer(fields["backend_uri"], Path(fields["artifacts_dir"]), port=fields["port"])
+        server = MlflowServer.in_folder(Path(fields["folder"]), port=fields["port"])
         wait_healthy(server.url, 120)
         yield server
         return
-    d = tmp_path_factory.mktemp("mlflow-sqlite")
-    server = MlflowServer(f"sqlite:///{d / 'mlflow.db'}", d / "artifacts", log_path=d / "server.log")
+    server = MlflowServer.in_folder(tmp_path_factory.mktemp("mlflow-sqlite"))
     server.start()
     yield server
     server.stop()

@@ -176,7 +176,7 @@ def all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) ->
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
     """A real server this module may stop and start again on the same SQLite store and port."""
     d = tmp_path_factory.mktemp("faults-server")
-    srv = MlflowServer(f"sqlite:///{d / 'mlflow.db'}", d / "artifacts", log_path=d / "server.log")
+    srv = MlflowServer.in_folder(d)
     srv.start()
     yield srv
     srv.stop()

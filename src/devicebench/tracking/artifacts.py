@@ -140,20 +140,20 @@ def model_code() -> tuple[str, ...]:
     a model is one upload (one request to the server, ~6 ms of client time here, more across a WAN),
     and the report, plans and tracking code were shipped inside every model for nothing."""
     root = Path(devicebench.__file__).resolve().parent
-    seen: set[str] = set()
+    seen: dict[str, Path] = {}
     todo = list(MODEL_MODULES)
     while todo:
         name = todo.pop()
         path = _module_file(root, name)
         if name in seen or path is None:
             continue
-        seen.add(name)
+        seen[name] = path
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the packages it sits in
         if path.name == "__init__.py" and name in MODEL_MODULES:
             todo += [f"{name}.{f.stem}" for f in path.parent.glob("*.py") if f.stem != "__init__"]
         todo += _devicebench_imports(path)
-    return tuple(sorted({str(_module_file(root, n).relative_to(root)) for n in seen}))
+    return tuple(sorted({str(path.relative_to(root)) for path in seen.values()}))
 
 
 def _module_file(root: Path, name: str) -> Path | None:
