@@ -27,7 +27,7 @@ help: ## list the targets
 # process compiled torch and MLflow again (25 s, not 7 s, to import both; `make test` took 18 min).
 # Hence `pip install --no-compile`: pip compiles ~17,000 files one at a time (3:05 on a 2-core VM), most
 # of which no command here imports; testbed/bytecode.py then imports what devicebench, the tests and
-# a server use, in one process (~20 s), so that three test workers do not each compile it again.
+# a server use, in two processes at once (13.5 s), so that three test workers do not each compile it again.
 export PYTHONDONTWRITEBYTECODE :=
 
 $(VENV)/.installed: pyproject.toml

@@ -6,18 +6,24 @@ in its own forked process with its own environment, working directory, stdout an
 code, through the same `devicebench.run.cli.main` the console script calls. What a fork cannot show (warnings
 printed while importing) is covered by the tests that start the real console script.
 
-Protocol, one JSON object a line on stdin: {"args": [...], "env": {...}, "cwd": "...", "out": "DIR"},
-and optionally "script": a Python file run as `python SCRIPT ARGS...` instead of the CLI (the fault driver).
-The child writes DIR/stdout, DIR/stderr and, last, DIR/rc (atomically); the parent answers nothing.
+`python cli_zygote.py SOCKET` preloads, then listens on the Unix socket SOCKET: any number of test
+processes connect (an xdist run shares one zygote among its workers: each start is ~8 CPU-s of imports)
+and send, one JSON object a line, {"args": [...], "env": {...}, "cwd": "...", "out": "DIR"}, and
+optionally "script": a Python file run as `python SCRIPT ARGS...` instead of the CLI (the fault driver).
+The child writes DIR/pid, DIR/stdout, DIR/stderr and, last, DIR/rc (atomically); the zygote answers
+nothing. It exits when its stdin closes: its owner has gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
+import select
 import signal
+import socket
 import sys
 import traceback
 from pathlib import Path
@@ -57,6 +63,7 @@ def child(request: dict) -> None:
         if request.get("sigint"):  # as a fresh interpreter whose SIGINT was not ignored: Ctrl-C raises
             signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setpgid(0, 0)  # a group of its own: a timed-out command is killed with its children
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the zygote's lifeline to its owner
         out = Path(request["out"])
         out.mkdir(parents=True, exist_ok=True)
         (out / "pid.tmp").write_text(str(os.getpid()))
@@ -98,17 +105,42 @@ def _run(request: dict) -> int:
     return main(request["args"])
 
 
-def main() -> None:
+def serve(listener: socket.socket) -> None:
+    """Fork a child per request line from any connection, until stdin reaches its end."""
+    conns: dict[socket.socket, bytes] = {}
+    while True:
+        ready = select.select([sys.stdin, listener, *conns], [], [])[0]
+        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
+            return
+        if listener in ready:
+            conn, _ = listener.accept()
+            conns[conn] = b""
+        for conn in [c for c in ready if c in conns]:
+            chunk = conn.recv(65536)
+            if not chunk:
+                conns.pop(conn).close()
+                continue
+            *lines, conns[conn] = (conns[conn] + chunk).split(b"\n")
+            for line in filter(None, (raw.strip() for raw in lines)):
+                request = json.loads(line)
+                if os.fork() == 0:
+                    for s in (listener, *conns):
+                        s.close()
+                    child(request)
+
+
+def main(path: str) -> None:
     preload()
+    gc.collect()
+    gc.freeze()  # a child's first collection does not walk the heap it inherited
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    listener.listen(64)
+    os.replace(path + ".tmp", path)  # a client that sees the path can connect
     print("ready", flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        if os.fork() == 0:
-            child(request)
+    serve(listener)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

@@ -1,20 +1,24 @@
-"""Session-wide real servers: one SQLite-backed and (where PostgreSQL answers) one PostgreSQL-backed
-`mlflow server` on 127.0.0.1, each started once per test session because a start costs ~20 s on a
-loaded 2-core host. Under `make test` (xdist) the SQLite one is started once for all workers, by the
-controller, while the workers import and collect (SHARED_SERVER)."""
+"""What the whole test session shares: a SQLite-backed `mlflow server` on 127.0.0.1 (a start costs ~20 s
+on a loaded 2-core host) and the zygote that forks `devicebench` commands (tests/zygote.py). Under
+`make test` (xdist) the controller starts both once for all workers, while the workers import and
+collect (SHARED_SERVER, SHARED_ZYGOTE). PostgreSQL-backed servers are test_server_script.py's: the
+compose service's own script, on a throwaway database."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from servers import MlflowServer, pg_available, pg_database, wait_healthy
+from servers import MlflowServer, wait_healthy
+from zygote import SHARED_ZYGOTE
+from zygote import launch as launch_zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +98,9 @@ def repo_root() -> Path:
 # folder and port). One server, not one per worker: each start is ~6 CPU-s of imports, and on a
 # 2-core host under three workers the first test of each worker waited 15-45 s for its own.
 SHARED_SERVER = "DEVICEBENCH_TESTS_SQLITE_SERVER"
-_SHARED = pytest.StashKey[tuple[MlflowServer, Path]]()  # the controller's own: the server and its folder
+_SHARED = pytest.StashKey[
+    tuple[MlflowServer, subprocess.Popen, Path]
+]()  # the controller's own, and their folder
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
@@ -102,21 +108,28 @@ def _is_xdist_controller(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller launches the shared server before its workers start (they inherit os.environ)."""
+    """The controller launches the shared server and the shared zygote (tests/zygote.py) before its
+    workers start (they inherit os.environ), and waits for neither: both load while workers collect."""
     if not _is_xdist_controller(config) or SHARED_SERVER in os.environ:
         return
     d = Path(tempfile.mkdtemp(prefix="devicebench-tests-mlflow-"))
     server = MlflowServer.in_folder(d).launch()
-    config.stash[_SHARED] = (server, d)
+    zygote = launch_zygote(d / "zygote.socket", d)
+    config.stash[_SHARED] = (server, zygote, d)
     os.environ[SHARED_SERVER] = json.dumps({"folder": str(d), "port": server.port})
+    os.environ[SHARED_ZYGOTE] = str(d / "zygote.socket")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shared = config.stash.get(_SHARED, None)
     if shared is not None:
-        server, d = shared
+        server, zygote, d = shared
         server.stop()
+        assert zygote.stdin is not None
+        zygote.stdin.close()  # its end of file: the zygote exits
+        zygote.wait(10)
         os.environ.pop(SHARED_SERVER, None)
+        os.environ.pop(SHARED_ZYGOTE, None)
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -133,25 +146,6 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
         return
     server = MlflowServer.in_folder(tmp_path_factory.mktemp("mlflow-sqlite"))
     server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def pg_uri() -> Iterator[str]:
-    """A throwaway PostgreSQL database for this session (dropped afterwards)."""
-    if not pg_available():
-        pytest.skip("PostgreSQL is not answering on 127.0.0.1:5432")
-    with pg_database() as uri:
-        yield uri
-
-
-@pytest.fixture(scope="session")
-def pg_mlflow_server(pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """A real `mlflow server` on PostgreSQL, shared by the whole session."""
-    d = tmp_path_factory.mktemp("mlflow-pg")
-    server = MlflowServer(pg_uri, d / "artifacts", log_path=d / "server.log")
-    server.start(timeout_s=120)
     yield server
     server.stop()
 

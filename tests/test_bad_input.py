@@ -7,10 +7,11 @@ run carrying `devicebench.error` -- never a FINISHED run, because a result that 
 a report.
 
 A fresh process costs 3-6 s of CPU here (torch, torchvision and MLflow imports), so each case is a fork
-of one interpreter that imported the CLI once (tests/cli_zygote.py): its own process, environment,
-directory, stdout, stderr and exit code, through the same `devicebench.run.cli.main` the console script calls.
-Cases start together on a small pool when the module begins and each test waits for its own; the
-basic-auth server for the 401 case starts alongside them.
+of one interpreter that imported the CLI once (tests/cli_zygote.py, the test run's shared zygote): its own
+process, environment, directory, stdout, stderr and exit code, through the same `devicebench.run.cli.main`
+the console script calls. Cases start together on a small pool when the module begins and each test
+waits for its own. Wrong credentials for a basic-auth server are refused in test_server_script.py, which
+has such a server already (one started here for that one row cost ~9 CPU-s).
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from pathlib import Path
 import pytest
 
 from servers import VENV_BIN, devicebench_env, free_port
-from zygote import Zygote
+from zygote import Zygote, shared
 
 HERE = Path(__file__).resolve().parent
-AUTH_PASSWORD = "bad-input-admin-password-1"
 WORKERS = 2  # the CI machine has two cores
 
 
@@ -141,7 +141,6 @@ class Case:
     run: str = "none"
     setup: Callable[[Path], dict[str, str]] | None = None
     env: dict[str, str] = field(default_factory=dict)
-    server: str = ""  # "auth": against the basic-auth server with wrong credentials
     code: int = 2
 
 
@@ -404,7 +403,7 @@ CASES = [
     Case("compare-unknown-workload", ("compare", "--workload", "resnet"), "resnet"),
     # the store and settings
     Case("store-unreachable", M, "is not reachable", env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port}"}),
-    Case("store-wrong-credentials", M, "refused the credentials (HTTP 401)", server="auth"),
+    # wrong credentials for a basic-auth server: test_server_script.py, beside its own such server
     Case("experiment-deleted", M, "experiment 'gone' is deleted", setup=deleted_experiment),
     Case(
         "store-database-refused",  # no MLflow retry lines: one line, at once
@@ -513,47 +512,6 @@ class Outcome:
     runs: list = field(default_factory=list)
 
 
-class AuthServer:
-    """`docker/mlflow-server.sh` with MLFLOW_AUTH=true on SQLite, started in the background (~25 s)."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.server = None
-        self.error: BaseException | None = None
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._start, daemon=True)
-        self.thread.start()
-
-    def _start(self) -> None:
-        try:
-            from test_server_script import start_script_server
-
-            self.server = start_script_server(
-                self.tmp,
-                f"sqlite:///{self.tmp / 'auth.db'}",
-                MLFLOW_AUTH="true",
-                MLFLOW_WORKERS="1",  # one client at a time; each worker imports MLflow's server again
-                MLFLOW_AUTH_ADMIN_USERNAME="admin",
-                MLFLOW_AUTH_ADMIN_PASSWORD=AUTH_PASSWORD,
-                MLFLOW_FLASK_SERVER_SECRET_KEY="bad-input-test-key",
-            )
-        except BaseException as e:  # reported by the case that needs it
-            self.error = e
-        finally:
-            self.ready.set()
-
-    def url(self) -> str:
-        self.ready.wait(150)
-        if self.server is None:
-            raise RuntimeError(f"the basic-auth server did not start: {self.error}")
-        return self.server.url
-
-    def stop(self) -> None:
-        self.ready.wait(150)
-        if self.server is not None:
-            self.server.stop()
-
-
 # Nothing may create a logger in a pool thread while pytest runs a test's phases: pytest's log capture
 # iterates `logging`'s logger dict as each phase starts, and two CI runs failed with "dictionary changed
 # size during iteration" there while a pool thread imported torch and PIL (~150 new loggers) for a case's
@@ -562,9 +520,7 @@ class AuthServer:
 STORE_LOCK = threading.Lock()
 
 
-def run_case(
-    case: Case, tmp: Path, extra: dict[str, str], auth: AuthServer | None, zygote: Zygote
-) -> Outcome:
+def run_case(case: Case, tmp: Path, extra: dict[str, str], zygote: Zygote) -> Outcome:
     uri = f"sqlite:///{tmp / 'm.db'}"
     env = devicebench_env(
         uri,
@@ -579,30 +535,20 @@ def run_case(
     env.update(extra)
     for k, v in case.env.items():
         env[k] = v.format(port=free_port())
-    if case.server == "auth":
-        assert auth is not None
-        uri = auth.url()
-        env.update(
-            MLFLOW_TRACKING_URI=uri,
-            MLFLOW_TRACKING_USERNAME="admin",
-            MLFLOW_TRACKING_PASSWORD="wrong-1234567",
-        )
     args = [a.format(tmp=tmp) for a in case.args]
     proc = zygote.run(args, env, cwd=tmp, timeout_s=55)
     out = Outcome(proc, uri, tmp)
     with STORE_LOCK:
-        out.runs = stored_runs(uri, tmp, auth if case.server == "auth" else None)
+        out.runs = stored_runs(uri, tmp)
     return out
 
 
-def stored_runs(uri: str, tmp: Path, auth: AuthServer | None) -> list:
+def stored_runs(uri: str, tmp: Path) -> list:
     """Every run in the case's store, in any experiment and lifecycle stage."""
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
-    if auth is not None:  # read the server's own store file (the test's client has no credentials)
-        uri = f"sqlite:///{auth.tmp / 'auth.db'}"
-    elif not (tmp / "m.db").exists():
+    if not (tmp / "m.db").exists():
         return []
     client = MlflowClient(uri)
     ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
@@ -626,28 +572,20 @@ def outcomes(
     warm = root / "_warm"  # every logger a store read makes, made here (see STORE_LOCK)
     warm.mkdir()
     MlflowClient(f"sqlite:///{warm / 'm.db'}").search_experiments()
-    stored_runs(f"sqlite:///{warm / 'm.db'}", warm, None)
-    # the auth case last: its server is still starting while the others run
-    ordered = sorted(selected, key=lambda c: c.server == "auth")
+    stored_runs(f"sqlite:///{warm / 'm.db'}", warm)
     extras = {}
-    for c in ordered:  # in this thread: a case's data imports torch and PIL, which make loggers
+    for c in selected:  # in this thread: a case's data imports torch and PIL, which make loggers
         (root / c.id).mkdir(parents=True, exist_ok=True)
         extras[c.id] = c.setup(root / c.id) if c.setup else {}
-    import test_server_script  # noqa: F401 - what the auth server's thread imports, imported here
-
-    auth = AuthServer(tmp_path_factory.mktemp("auth")) if any(c.server == "auth" for c in selected) else None
-    zygote = Zygote()
+    zygote = shared()
     pool = ThreadPoolExecutor(max_workers=WORKERS)
-    futures = {c.id: pool.submit(run_case, c, root / c.id, extras[c.id], auth, zygote) for c in ordered}
+    futures = {c.id: pool.submit(run_case, c, root / c.id, extras[c.id], zygote) for c in selected}
     try:
         yield futures
     finally:
         for f in futures.values():
             f.cancel()
         pool.shutdown(wait=True)
-        zygote.close()
-        if auth is not None:
-            auth.stop()
 
 
 @pytest.mark.timeout(120)

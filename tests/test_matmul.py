@@ -133,7 +133,7 @@ def _check_matmul_run(uri: str, experiment: str) -> None:
     }
 
 
-def _mlflow_run_matmul(uri: str, experiment: str, quick: bool = False) -> None:
+def mlflow_run_matmul(uri: str, experiment: str, quick: bool = False) -> None:
     """The acceptance command, `mlflow run . -e matmul`, against a server; then read the run back.
     `quick`: one process, no time floor, where the store is what is tested (not the timing)."""
     proc = run_mlflow_project(
@@ -150,14 +150,8 @@ def _mlflow_run_matmul(uri: str, experiment: str, quick: bool = False) -> None:
 def test_mlflow_run_matmul_on_a_sqlite_backed_server(
     mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
-    _mlflow_run_matmul(mlflow_server.url, experiment_name)
-
-
-@pytest.mark.postgres
-def test_mlflow_run_matmul_on_a_postgres_backed_server(
-    pg_mlflow_server: MlflowServer, experiment_name: str
-) -> None:
-    _mlflow_run_matmul(pg_mlflow_server.url, experiment_name, quick=True)
+    """On PostgreSQL: test_server_script.py, against the compose service's own server."""
+    mlflow_run_matmul(mlflow_server.url, experiment_name)
 
 
 @pytest.mark.gpu

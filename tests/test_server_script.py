@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_matmul import mlflow_run_matmul
 
 from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, pg_available, pg_database, run_cli
 
@@ -319,6 +320,13 @@ def test_eight_concurrent_runs_lose_no_metric_and_artifacts_come_back(
     assert any(p.read_bytes() == local.read_bytes() for p in stored), "artifact not in the destination"
 
 
+@pytest.mark.postgres
+@needs_postgres
+def test_mlflow_run_matmul_logs_through_the_server(pg_server: ScriptServer) -> None:
+    """The acceptance command, `mlflow run . -e matmul`, into the PostgreSQL-backed server compose runs."""
+    mlflow_run_matmul(pg_server.url, f"mlflow-run-{os.getpid()}-{time.time_ns()}", quick=True)
+
+
 # --- basic auth -----------------------------------------------------------------------------------
 
 
@@ -346,25 +354,30 @@ def test_auth_tables_live_beside_the_tracking_tables(auth_server: ScriptServer) 
 
 @pytest.mark.postgres
 @needs_postgres
-def test_devicebench_logs_through_basic_auth(auth_server: ScriptServer) -> None:
+def test_devicebench_is_refused_with_wrong_credentials_then_logs_through_basic_auth(
+    auth_server: ScriptServer,
+) -> None:
+    """Wrong credentials: one line naming the 401, exit 2 and no run; the right ones: a FINISHED run,
+    the only one in its experiment."""
+    from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
     name = f"auth-{os.getpid()}-{time.time_ns()}"
     credentials = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD}
-    env = devicebench_env(auth_server.url, DEVICEBENCH_EXPERIMENT=name, **credentials)
-    proc = subprocess.run(
-        [str(VENV_BIN / "devicebench"), "matmul", "--sizes", "64", "--repeats", "2", *QUICK_MATMUL],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    matmul = ["matmul", "--sizes", "64", "--repeats", "2", *QUICK_MATMUL]
+    wrong = devicebench_env(auth_server.url, DEVICEBENCH_EXPERIMENT=name, **credentials)
+    wrong["MLFLOW_TRACKING_PASSWORD"] = "wrong-1234567"
+    refused = run_cli(matmul, wrong, timeout_s=120)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert lines[0].startswith("devicebench: error: ") and "refused the credentials (HTTP 401)" in lines[0]
+    proc = run_cli(matmul, devicebench_env(auth_server.url, DEVICEBENCH_EXPERIMENT=name, **credentials), 240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     os.environ.update(credentials)
     try:
         client = MlflowClient(tracking_uri=auth_server.url)
         experiment = client.get_experiment_by_name(name)
-        runs = client.search_runs([experiment.experiment_id])
+        runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL)
     finally:
         for key in credentials:
             os.environ.pop(key, None)

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -27,26 +28,21 @@ HERE = Path(__file__).resolve().parent
 
 
 class Zygote:
-    """One warm interpreter that forks a `devicebench` process per request (thread-safe)."""
+    """One warm interpreter that forks a `devicebench` process per request (thread-safe): its owner's,
+    started here, or one another process started (`path`: its socket), such as the one an xdist run's
+    controller starts for all its workers (conftest.py)."""
 
-    def __init__(self, cwd: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, cwd: Path | None = None) -> None:
         self.lock = threading.Lock()
         self.scratch = Path(tempfile.mkdtemp(prefix="devicebench-zygote-"))
-        # as `devicebench.run.cli.main` sets it before MLflow is imported (here MLflow is imported first)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
-        env.update(OMP_NUM_THREADS="1", MLFLOW_LOGGING_LEVEL="WARNING", GIT_PYTHON_REFRESH="quiet")
-        env.update(MLFLOW_DISABLE_TELEMETRY="true", DEVICEBENCH_DOTENV="none")
-        env["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-        self.proc = subprocess.Popen(
-            [str(VENV_BIN / "python"), str(HERE / "cli_zygote.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            cwd=cwd or self.scratch,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "ready", "the zygote did not start"
+        self.proc: subprocess.Popen | None = None
+        if path is None:
+            path = self.scratch / "socket"
+            self.proc = launch(path, cwd or self.scratch)
+            assert self.proc.stdout is not None
+            assert self.proc.stdout.readline().strip() == "ready", "the zygote did not start"
+        self.path = path
+        self.sock = connect(path)
 
     def start(
         self, args: list[str], env: dict[str, str], cwd: Path | None, script: str = "", sigint: bool = False
@@ -54,11 +50,9 @@ class Zygote:
         """Start one command (`devicebench ARGS`, or `python SCRIPT ARGS`) and return at once; `sigint`
         makes SIGINT raise KeyboardInterrupt in it even where this process was started ignoring it."""
         out = Path(tempfile.mkdtemp(prefix="cmd-", dir=self.scratch))
+        request = {"args": args, "env": env, "cwd": str(cwd or out), "out": str(out), "script": script}
         with self.lock:
-            assert self.proc.stdin is not None
-            request = {"args": args, "env": env, "cwd": str(cwd or out), "out": str(out), "script": script}
-            self.proc.stdin.write(json.dumps({**request, "sigint": sigint}) + "\n")
-            self.proc.stdin.flush()
+            self.sock.sendall((json.dumps({**request, "sigint": sigint}) + "\n").encode())
         return Forked(out, [script or "devicebench", *args])
 
     def run(
@@ -81,11 +75,47 @@ class Zygote:
             os.killpg(int((out / "pid").read_text()), signal.SIGKILL)
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
+        """Hang up; an owner also ends its zygote (children already forked run on)."""
+        with contextlib.suppress(OSError, AttributeError):
+            self.sock.close()
+        if self.proc is not None and self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+
+
+def launch(path: Path, cwd: Path) -> subprocess.Popen:
+    """The zygote process, listening on `path` once it has preloaded (~8 CPU-s), not waited for; it
+    lives until its stdin closes (the caller closes it, or exits)."""
+    # as `devicebench.run.cli.main` sets it before MLflow is imported (here MLflow is imported first)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
+    env.update(OMP_NUM_THREADS="1", MLFLOW_LOGGING_LEVEL="WARNING", GIT_PYTHON_REFRESH="quiet")
+    env.update(MLFLOW_DISABLE_TELEMETRY="true", DEVICEBENCH_DOTENV="none")
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    return subprocess.Popen(
+        [str(VENV_BIN / "python"), str(HERE / "cli_zygote.py"), str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        text=True,
+    )
+
+
+def connect(path: Path, timeout_s: float = 300) -> socket.socket:
+    """A connection to the zygote listening on `path`, waiting while it preloads (it binds once ready)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(path))
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no zygote answered at {path} within {timeout_s:.0f} s") from None
+            time.sleep(0.1)
 
 
 class Forked:
@@ -138,11 +168,16 @@ _SHARED: Zygote | None = None
 _SHARED_LOCK = threading.Lock()
 
 
+SHARED_ZYGOTE = "DEVICEBENCH_TESTS_ZYGOTE"  # the socket of the zygote an xdist controller started
+
+
 def shared() -> Zygote:
-    """This test process's zygote, started on first use and closed at exit."""
+    """The zygote of this test run: the one the xdist controller started for all its workers, or this
+    process's own, started on first use; closed at exit."""
     global _SHARED
     with _SHARED_LOCK:
-        if _SHARED is None or _SHARED.proc.poll() is not None:
-            _SHARED = Zygote()
+        if _SHARED is None or (_SHARED.proc is not None and _SHARED.proc.poll() is not None):
+            path = os.environ.get(SHARED_ZYGOTE)
+            _SHARED = Zygote(Path(path)) if path else Zygote()
             atexit.register(_SHARED.close)
         return _SHARED
