@@ -14,7 +14,7 @@ import torch
 from devicebench.config.fields import build_config
 from devicebench.host.context import Context
 from devicebench.host.gpu_state import watch
-from devicebench.run.run_line import gpu_caveat, summary_line
+from devicebench.run.run_line import summary_line
 from devicebench.schema import (
     GPU_BUSY_SHARE,
     GPU_POWER_CAPPED_S,
@@ -23,6 +23,7 @@ from devicebench.schema import (
     GPU_THERMAL_CAPPED_S,
 )
 from devicebench.tracking.protocol import MemoryTracker
+from devicebench.util.gpu_caveat import gpu_caveat
 from devicebench.workloads import cifar
 
 CUDA = torch.device("cuda", 0)

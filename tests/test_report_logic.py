@@ -862,6 +862,56 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
     ) in explain(own)
 
 
+def test_a_gpu_side_that_waited_on_its_host_or_its_own_limits_is_said_so() -> None:
+    """What NVML saw over the epochs (`gpu/*`, issue 39): a GPU busy 41 % of the time is host-bound, and
+    clocks held down by power or heat are the GPU's limits; neither is said where the figures are fine or
+    absent, nor host-bound where the loader already explains the wait."""
+    cpu = [rec("cpu", metrics=train(20.0))]
+    bound = rec("cuda:0", metrics={**train(4.0), "gpu/busy_share": 0.41, "gpu/sm_clock_share": 0.98})
+    assert verdicts.host_bound_gpu(pair(cpu, [bound])) == (
+        "cuda:0 host-bound: GPU busy 41% of its epochs: the step waits on this host's CPU (Python, kernel "
+        "launches, copies), so the figure moves with that CPU; a larger batch, CUDA graphs or compile gains"
+    )
+    assert verdicts.gpu_held_down(pair(cpu, [bound])) is None
+    hot = {**train(4.0), "gpu/busy_share": 0.97, "gpu/power_capped_s": 1.2, "gpu/sm_clock_share": 0.72}
+    held = pair(cpu, [rec("cuda:0", metrics=hot), rec("cuda:0", metrics=hot)])
+    assert verdicts.host_bound_gpu(held) is None
+    assert verdicts.gpu_held_down(held) == (
+        "cuda:0 slowed by its own limits (power-capped 30% of training, SM clock at 72% of max): below what "
+        "this GPU does; check its power limit and cooling before comparing"
+    )
+    fine = rec("cuda:0", metrics={**train(4.0), "gpu/busy_share": 0.97, "gpu/sm_clock_share": 0.99})
+    for quiet in (fine, rec("cuda:0", metrics=train(4.0))):
+        assert (
+            verdicts.host_bound_gpu(pair(cpu, [quiet])) is verdicts.gpu_held_down(pair(cpu, [quiet])) is None
+        )
+    starved = rec("cuda:0", metrics={**train(4.0, wait=3.0), "gpu/busy_share": 0.2})
+    assert (
+        verdicts.loader_bound(pair(cpu, [starved])) and verdicts.host_bound_gpu(pair(cpu, [starved])) is None
+    )
+    assert any("host-bound" in line for line in explain(pair(cpu, [bound])))
+
+
+def test_a_regression_on_a_host_bound_or_capped_gpu_says_what_else_may_explain_it() -> None:
+    """The nightly check's line and the report's list name NVML's reason beside the slowdown."""
+    runs = _nightly("cuda:0", [10.0, 10.2, 9.9, 10.1])
+    runs.append(rec("cuda:0", metrics={**train(13.0), "gpu/thermal_capped_s": 6.5}, start=2000))
+    (g,) = find_regressions(runs, 0.10)[0]
+    assert g.why == "thermal-capped 50% of training"
+    assert regression_line(g).endswith(
+        "; NVML on the newest run(s): thermal-capped 50% of training, so the host or the GPU's limits may "
+        "explain it, not the code"
+    )
+    (plain,) = find_regressions(_nightly("cuda:0", [10.0, 10.2, 9.9, 10.1, 13.0]), 0.10)[0]
+    assert plain.why == "" and "NVML" not in regression_line(plain)
+    from devicebench.report.render.content import build_doc
+    from devicebench.report.render.document import to_markdown
+
+    report = to_markdown(build_doc(judge(compare(runs, baseline="previous")), {}, {}))
+    regressions = report[report.index("## Regressions") :]
+    assert "- cifar · bs 128 on cuda:0\n  - NVML on the newest run(s): thermal-capped 50%" in regressions
+
+
 def test_a_gpu_side_far_below_its_peak_is_called_launch_bound_by_its_share() -> None:
     """The tutorial Net on an H100: ~7 GFLOP/s of 494 TFLOP/s TF32, far under 5 % of the peak."""
     gpu_tags = {"devicebench.util.dtype": "tf32"}

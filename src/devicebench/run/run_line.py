@@ -24,10 +24,6 @@ from devicebench.schema import (
     COST_PER_EPOCH,
     COST_PER_MILLION,
     GFLOP_PER_USD,
-    GPU_BUSY_SHARE,
-    GPU_POWER_CAPPED_S,
-    GPU_SM_CLOCK_SHARE,
-    GPU_THERMAL_CAPPED_S,
     glance_key,
     headline_point,
 )
@@ -39,8 +35,8 @@ from devicebench.util.fmt import (
     fmt_quality,
     fmt_rel_error,
     fmt_s,
-    fmt_share,
 )
+from devicebench.util.gpu_caveat import gpu_caveat
 
 SEP = " · "
 SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s", "model": "img/s"}
@@ -110,32 +106,6 @@ def oversubscribed(device: str, budget: Mapping[str, str]) -> str:
         return ""
     busy, cores = budget.get("cpu.busy_threads", "?"), budget.get("cpu.usable_cores", "?")
     return f"oversubscribed: {busy} busy threads on {cores} cores"
-
-
-# Below these a GPU run's speed is not the GPU's alone (host/gpu_state.py): under HOST_BOUND of the time
-# running kernels, the step waits on the host CPU, whose speed moves between processes (ResNet-18 at
-# 32 px: 11,852 and 14,644 img/s on one H100); a mean SM clock under CLOCK_LOW of its maximum, or
-# clocks capped for over CAPPED of training, is the GPU slowed by its own limits.
-HOST_BOUND = 0.8
-CLOCK_LOW = 0.9
-CAPPED = 0.05
-
-
-def gpu_caveat(gpu: Mapping[str, float], train_s: float) -> str:
-    """Why a GPU run's speed may not repeat, from what NVML saw over its epochs: `host-bound: GPU busy
-    41%`, `power-capped 12% of training`, `SM clock at 72% of max`; "" when none applies or unknown."""
-    said = []
-    busy = gpu.get(GPU_BUSY_SHARE)
-    if _finite(busy) and busy < HOST_BOUND:
-        said.append(f"host-bound: GPU busy {fmt_share(busy)}")
-    for key, what in ((GPU_POWER_CAPPED_S, "power"), (GPU_THERMAL_CAPPED_S, "thermal")):
-        capped = gpu.get(key)
-        if _finite(capped) and train_s > 0 and capped / train_s > CAPPED:
-            said.append(f"{what}-capped {fmt_share(min(capped / train_s, 1.0))} of training")
-    clock = gpu.get(GPU_SM_CLOCK_SHARE)
-    if _finite(clock) and clock < CLOCK_LOW:
-        said.append(f"SM clock at {fmt_share(clock)} of max")
-    return ", ".join(said)
 
 
 def summary_line(

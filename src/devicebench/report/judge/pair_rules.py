@@ -10,6 +10,7 @@ model's finding (model/regressions.py), not a rule here. The thresholds are modu
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -18,8 +19,9 @@ from devicebench.report.model.best_cpu import cpu_setting
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.report.read.records import RunRecord
-from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION, SERVE_P99
+from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION, SERVE_P99, TRAIN_S
 from devicebench.util.fmt import fmt_money, fmt_percent, fmt_quality, fmt_s, fmt_share, fmt_x
+from devicebench.util.gpu_caveat import held_down, host_bound
 from devicebench.util.stats import Stat
 
 LOADER_BOUND_SHARE = 0.5  # the GPU side waited for data more than half its training time
@@ -276,6 +278,43 @@ def peak_share(pair: Pair) -> str | None:
     )
 
 
+def _gpu_sides(pair: Pair) -> list[Side]:
+    return [s for s in (pair.base, pair.other) if not s.is_cpu]
+
+
+def host_bound_gpu(pair: Pair) -> str | None:
+    """A GPU side whose kernels ran for under `HOST_BOUND` of its epochs (`gpu/busy_share`, from NVML)
+    waited on the host: its speed, and so the speedup, is the host CPU's as much as the GPU's and moves
+    with it from one process to the next (issue 39: 11,852 and 14,644 img/s on one H100). Not said where
+    the loader or small batches already say why the GPU waited."""
+    if loader_bound(pair) or launch_bound(pair):
+        return None
+    for side in _gpu_sides(pair):
+        said = host_bound(side.gpu_figures)
+        if said:
+            return (
+                f"{side.device} {said} of its epochs: the step waits on this host's CPU (Python, kernel "
+                "launches, copies), so the figure moves with that CPU; a larger batch, CUDA graphs or "
+                "compile gains"
+            )
+    return None
+
+
+def gpu_held_down(pair: Pair) -> str | None:
+    """A GPU side whose clocks its own limits held down (power, heat: `gpu/*_capped_s`, the mean SM clock)
+    measured less than that GPU does: a comparison or a regression read from it is the host's cooling
+    or power limit as much as the work."""
+    for side in _gpu_sides(pair):
+        train = side.metrics.get(TRAIN_S)
+        said = held_down(side.gpu_figures, train.median if train else math.nan)
+        if said:
+            return (
+                f"{side.device} slowed by its own limits ({', '.join(said)}): below what this GPU does; "
+                "check its power limit and cooling before comparing"
+            )
+    return None
+
+
 def gpu_slower(pair: Pair) -> str | None:
     """A CPU/GPU pair where the GPU lost and neither the loader nor small batches explain it."""
     speedup = pair.headline
@@ -473,6 +512,8 @@ RULES: tuple[Callable[[Pair], str | None], ...] = (
     loader_bound,
     launch_bound,
     peak_share,
+    host_bound_gpu,
+    gpu_held_down,
     gpu_slower,
     unsynced_underreport,
     strict_fp32_on_tf32_gpu,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from devicebench.report.model.sides import GPU_METRICS
 from devicebench.report.read.records import RunRecord
 from devicebench.schema import TOTAL_S, TRAIN_S
+from devicebench.util.gpu_caveat import gpu_caveat
 from devicebench.util.stats import Stat
 
 
@@ -23,6 +26,7 @@ class Regression:
     newest: float
     baseline: Stat
     run_ids: tuple[str, ...]
+    why: str = ""  # what NVML saw on the newest GPU runs besides the code: `host-bound: GPU busy 41%`
 
     @property
     def change(self) -> float:
@@ -102,12 +106,20 @@ def find_regressions(
             if new is None or base is None:
                 continue
             if is_regression(new.median, base, threshold):
+                ids = tuple(r.run_id for r in newest)
                 found.append(
-                    Regression(
-                        workload, key, device, host, name, new.median, base, tuple(r.run_id for r in newest)
-                    )
+                    Regression(workload, key, device, host, name, new.median, base, ids, gpu_why(newest))
                 )
     return found, checked
+
+
+def gpu_why(runs: Sequence[RunRecord]) -> str:
+    """Why the newest GPU runs may be slower for a reason other than the work, from their `gpu/*`
+    figures (util/gpu_caveat.py): a host-bound step follows the host CPU, and capped clocks are the
+    GPU's power or cooling; "" where neither applies or nothing was measured (a CPU run, a MIG slice)."""
+    figures = {k: s.median for k in GPU_METRICS if (s := Stat.of(r.metrics.get(k) for r in runs)) is not None}
+    train = Stat.of(r.metrics.get(TRAIN_S) for r in runs)
+    return gpu_caveat(figures, train.median if train is not None else math.nan)
 
 
 def is_regression(newest: float, baseline: Stat, threshold: float) -> bool:

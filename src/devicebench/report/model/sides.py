@@ -30,6 +30,10 @@ from devicebench.schema import (
     EVAL_S,
     FORWARD_FLOPS,
     GFLOP_PER_USD,
+    GPU_BUSY_SHARE,
+    GPU_POWER_CAPPED_S,
+    GPU_SM_CLOCK_SHARE,
+    GPU_THERMAL_CAPPED_S,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
@@ -73,6 +77,8 @@ COST_METRICS = (
 )
 # data-parallel jobs: the upper bound on the share of training spent in all-reduce, and its time
 DIST_METRICS = (COMM_SHARE, ALLREDUCE_S)
+# what NVML saw the GPU do over a CUDA training run's epochs (host/gpu_state.py; util/gpu_caveat.py)
+GPU_METRICS = (GPU_BUSY_SHARE, GPU_SM_CLOCK_SHARE, GPU_POWER_CAPPED_S, GPU_THERMAL_CAPPED_S)
 SUMMARY_METRICS = (
     TIME_METRICS
     + SERVE_METRICS
@@ -82,6 +88,7 @@ SUMMARY_METRICS = (
     + COST_METRICS
     + DIST_METRICS
     + UTIL_METRICS
+    + GPU_METRICS
 )
 
 
@@ -112,6 +119,11 @@ class Side:
         job = f"{self.world_size} processes" if self.world_size > 1 else ""
         what = ", ".join(x for x in (self.device_name, self.shape, job, "tuned" if self.tuned else "") if x)
         return f"{self.device} ({what})" if what else self.device
+
+    @property
+    def gpu_figures(self) -> dict[str, float]:
+        """The median of each `gpu/*` figure its runs logged ({} for a CPU side or a MIG slice)."""
+        return {k: self.metrics[k].median for k in GPU_METRICS if k in self.metrics}
 
     @property
     def is_cpu(self) -> bool:

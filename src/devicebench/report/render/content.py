@@ -41,6 +41,7 @@ from devicebench.report.render.tables import (
     matmul_items,
     matmul_speedups,
     price_items,
+    regression_why,
     shown,
 )
 from devicebench.util.fmt import fmt_share
@@ -258,6 +259,14 @@ def _regressions(doc: list[Block], comp: Comparison, varying: Varying) -> None:
         for g in comp.regressions
     ]
     _table(doc, REGRESSION_COLUMNS, items)
+    bullets(
+        doc,
+        [
+            (f"{r.config} on {r.regression.device}", [regression_why(r.regression)])
+            for r in items
+            if r.regression.why
+        ],
+    )
 
 
 def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -> Doc:

@@ -23,7 +23,7 @@ from devicebench.report.model.scaling import Series
 from devicebench.report.render.content import pair_items
 from devicebench.report.render.document import Block, Doc, Table, paragraph, to_markdown
 from devicebench.report.render.labels import describe, varying_params
-from devicebench.report.render.tables import NOTE, PAIR_COLUMNS, cells, headers, shown
+from devicebench.report.render.tables import NOTE, PAIR_COLUMNS, cells, headers, regression_why, shown
 from devicebench.schema import (
     COST_RATIO_PREFIX,
     MAX_RUN_NAME,
@@ -189,7 +189,7 @@ def regression_line(g: Regression, config: str = "", newest: str = "") -> str:
         f"regression: {config or f'{g.workload} {g.config_key}'} on {g.device} @ {g.host}: {g.measure} "
         f"{fmt_sig4(g.newest)} s vs baseline median {fmt_sig4(b.median)} s ({fmt_change(g.change)}; "
         f"baseline {b.spread_kind} {fmt_sig4(b.lo)}–{fmt_sig4(b.hi)} s over {b.n} run(s)); newest run "
-        f"{newest or g.run_ids[-1]}"
+        f"{newest or g.run_ids[-1]}{f'; {regression_why(g)}' if g.why else ''}"
     )
 
 

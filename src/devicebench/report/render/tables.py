@@ -417,6 +417,11 @@ class RegressionItem:
     config: str
 
 
+def regression_why(g: Regression) -> str:
+    """What else the newest GPU runs measured, for a reader deciding whether to look at the code."""
+    return f"NVML on the newest run(s): {g.why}, so the host or the GPU's limits may explain it, not the code"
+
+
 REGRESSION_COLUMNS: tuple[Column[RegressionItem], ...] = (
     Column("config", "config", lambda r: r.config),
     Column("where", "device @ host", lambda r: f"{r.regression.device} @ {r.regression.host}"),
