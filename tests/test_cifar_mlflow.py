@@ -226,7 +226,7 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     assert len(settings("cifar", 2)) == 7 and len(settings("unet", 2)) == 5
     assert thread_counts(16) == [16, 8, 4, 2, 1] and thread_counts(6) == [6, 4, 2, 1]
     env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
-    args = ["--data", "synthetic", "--epochs", "1", "--batch_size", "8", "--train_limit", "1600"]
+    args = ["--data", "synthetic", "--epochs", "1", "--batch_size", "8", "--train_limit", "800"]
     budget = 15  # what fits is the machine's to say (below); 15 s ran 7 of 7 trials alone here
     proc = run_cli(
         ["tune", "cifar", *args, "--test_limit", "100", "--tune_budget_s", str(budget)], env, cwd=tmp_path

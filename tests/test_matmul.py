@@ -139,7 +139,7 @@ def mlflow_run_matmul(uri: str, experiment: str, quick: bool = False) -> None:
     proc = run_mlflow_project(
         "matmul",
         {"device": "cpu", "sizes": "128,256", "repeats": 2}
-        | ({"isolation": "none", "min_time_s": 0.0} if quick else {}),
+        | ({"isolation": "none", "min_time_s": 0.0} if quick else {"min_time_s": 0.05}),
         devicebench_env(uri),
         experiment=experiment,
     )
