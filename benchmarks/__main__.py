@@ -12,6 +12,7 @@ MODULES = (
     "benchmarks.bench_compare",
     "benchmarks.bench_fixed",
     "benchmarks.bench_zoo",
+    "benchmarks.bench_tune",
 )
 
 
