@@ -900,7 +900,7 @@ def test_a_regression_on_a_host_bound_or_capped_gpu_says_what_else_may_explain_i
     assert g.why == "thermal-capped 50% of training"
     assert regression_line(g).endswith(
         "; NVML on the newest run(s): thermal-capped 50% of training, so the host or the GPU's limits may "
-        "explain it, not the code"
+        "explain it rather than the code"
     )
     (plain,) = find_regressions(_nightly("cuda:0", [10.0, 10.2, 9.9, 10.1, 13.0]), 0.10)[0]
     assert plain.why == "" and "NVML" not in regression_line(plain)

@@ -419,7 +419,7 @@ class RegressionItem:
 
 def regression_why(g: Regression) -> str:
     """What else the newest GPU runs measured, for a reader deciding whether to look at the code."""
-    return f"NVML on the newest run(s): {g.why}, so the host or the GPU's limits may explain it, not the code"
+    return f"NVML on the newest run(s): {g.why}, so the host or the GPU's limits may explain it rather than the code"
 
 
 REGRESSION_COLUMNS: tuple[Column[RegressionItem], ...] = (
