@@ -98,9 +98,8 @@ def repo_root() -> Path:
 # folder and port). One server, not one per worker: each start is ~6 CPU-s of imports, and on a
 # 2-core host under three workers the first test of each worker waited 15-45 s for its own.
 SHARED_SERVER = "DEVICEBENCH_TESTS_SQLITE_SERVER"
-_SHARED = pytest.StashKey[
-    tuple[MlflowServer, subprocess.Popen, Path]
-]()  # the controller's own, and their folder
+# the controller's own server and zygote, and their folder
+_SHARED = pytest.StashKey[tuple[MlflowServer, subprocess.Popen, Path]]()
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
