@@ -35,6 +35,17 @@ if os.environ.get("RANK") == "1" and os.environ.get("DEVICEBENCH_JOB_DIR"):
         return real_step(self, *args, **kwargs)
     torch.optim.SGD.step = step
 """
+# Planted in every rank: the first import of MLflow leaves a file naming the rank that made it.
+WATCH_MLFLOW = """
+import os, sys
+if os.environ.get("DEVICEBENCH_JOB_DIR") and "RANK" in os.environ:
+    class _Watch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "mlflow":
+                open(os.path.join(os.environ["MLFLOW_SEEN_IN"], os.environ["RANK"]), "w").close()
+            return None
+    sys.meta_path.insert(0, _Watch())
+"""
 
 
 def _env(server: MlflowServer, experiment: str, **extra: str) -> dict[str, str]:
@@ -62,17 +73,24 @@ def _losses(uri: str, run_id: str) -> list[tuple[int, float]]:
 
 @needs_two_cores
 def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_global_batch(
-    mlflow_server: MlflowServer, experiment_name: str
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
     """Rank 0's run carries the world size, every rank's figures and the mean loss over ranks; with DDP
-    averaging the gradients, every step's loss equals one process's over the same global batch of 8."""
-    mark = uuid.uuid4().hex
-    env = _env(mlflow_server, experiment_name, DEVICEBENCH_TEST_MARK=mark)
+    averaging the gradients, every step's loss equals one process's over the same global batch of 8.
+    Rank 1 never imports MLflow (a second of CPU a rank): rank 0, which owns the run, does."""
+    mark, seen = uuid.uuid4().hex, tmp_path / "mlflow_seen_in"
+    seen.mkdir()
+    (tmp_path / "sitecustomize.py").write_text(WATCH_MLFLOW)
+    path = f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)
+    env = _env(
+        mlflow_server, experiment_name, DEVICEBENCH_TEST_MARK=mark, PYTHONPATH=path, MLFLOW_SEEN_IN=str(seen)
+    )
     job = run_cli(["cifar", "--nproc", "2", "--batch_size", "4", *SMALL], env, timeout_s=240)
     assert job.returncode == 0, job.stderr
     assert "finished on cpu ×2 (gloo)" in job.stderr and "Traceback" not in job.stderr
     assert job.stdout.count("Accuracy of the network") == 1  # rank 1 prints nothing
     assert not _leftovers(mark)
+    assert sorted(p.name for p in seen.iterdir()) == ["0"]
     one = run_cli(["cifar", "--batch_size", "8", *SMALL], env, timeout_s=240)
     assert one.returncode == 0, one.stderr
 

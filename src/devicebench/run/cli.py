@@ -27,7 +27,7 @@ from devicebench.config.fields import add_config_arguments, config_from_args
 from devicebench.config.settings import Settings, load_settings, preflight_store
 from devicebench.config.workloads import CONFIGS, WorkloadConfig
 from devicebench.errors import Interrupted, SpooledError, UsageError
-from devicebench.host.job import worker_rank
+from devicebench.host.job import record_failure, worker_rank
 from devicebench.pricing.prices import Pricing, pricing_for
 from devicebench.schema import (
     MAX_TAG_VALUE,
@@ -133,8 +133,6 @@ def _fail(message: str, code: int, error: BaseException | None = None) -> int:
     names the rank."""
     exiting()  # no SIGTERM may cut this line short or follow it with a traceback
     if worker_rank() is not None:
-        from devicebench.run.launch import record_failure  # lazy: torch's launcher; only a job's ranks
-
         record_failure(error, redact(message), code)
         return code
     print(f"{PROG}: error: {redact(message)}", file=sys.stderr)
@@ -182,6 +180,10 @@ def _checked(name: str, args: argparse.Namespace) -> tuple[WorkloadConfig, Setti
 
 def _run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
     cfg, settings, pricing = _checked(name, args)
+    if worker_rank():  # a job's rank other than 0: the work alone, no run and so no MLflow (work.py)
+        from devicebench.run.work import work_as_rank  # lazy: torch, once all is checked
+
+        return work_as_rank(name, cfg, settings)
     from devicebench.run.workload import run_workload  # lazy: torch and MLflow (~3 s), once all is checked
 
     return run_workload(name, cfg, settings, pricing, tune_budget_s)

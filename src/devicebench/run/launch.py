@@ -1,4 +1,4 @@
-"""`devicebench cifar --nproc N`: the job launcher, and the one contract between it and its ranks.
+"""`devicebench cifar --nproc N`: the job launcher, which runs the ranks and names the one that failed.
 
 With `nproc > 1` (or `nnodes > 1`) the CLI does not train: it relaunches itself under torchrun
 (`torch.distributed.run`, PyTorch's own elastic launcher, in this process) as N workers, each the same
@@ -7,22 +7,19 @@ it); the other ranks never touch the store. This process owns what no rank can s
 first and why. A rank that fails ends the job (torchrun stops the others within its monitor interval),
 and the launcher then ends the run FAILED naming that rank, so no job leaves a RUNNING run behind.
 
-What crosses the process boundary is a job folder (`DEVICEBENCH_JOB_DIR`, private, removed at the end):
-rank 0 writes the run id there as soon as its run exists, and any rank that fails writes one report
-(`rank-<r>.json`: exit code, one-line reason, time, whether it is a peer's failure seen through a
-collective). A rank killed by a signal writes nothing: torchrun's exit status names it.
+What crosses the process boundary is a job folder (`DEVICEBENCH_JOB_DIR`, private, removed at the end),
+read and written by host/job.py: the ranks' side of it is there, so a rank other than 0 never imports
+this module, nor MLflow.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,40 +32,12 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from devicebench.errors import Interrupted, UsageError
 from devicebench.host.device import check_processes
-from devicebench.host.job import JOB_DIR, worker_rank
+from devicebench.host.job import JOB_DIR, failure_reports, recorded_run
 from devicebench.schema import MAX_TAG_VALUE, tag
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.replay import sync_journal
 from devicebench.util.children import SAFE_PATH
-from devicebench.util.files import write_text_atomic
 from devicebench.util.redact import redact
-
-RUN_FILE = "run.json"
-# What a collective raises on the ranks that outlive a dead peer: a consequence, never the root cause.
-_PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "DistBackendError")
-
-
-# --------------------------------------------------------------------------------------------- ranks
-
-
-def record_run(run_id: str) -> None:
-    """Rank 0, as soon as its run exists: the launcher ends it FAILED if the job fails later."""
-    write_text_atomic(Path(os.environ[JOB_DIR]) / RUN_FILE, json.dumps({"run_id": run_id}))
-
-
-def record_failure(error: BaseException | None, message: str, code: int) -> None:
-    """A rank's failure, for the launcher to name (the rank prints nothing: the launcher is one voice)."""
-    rank = worker_rank()
-    if rank is None:
-        return
-    kind = type(error).__name__ if error is not None else ""
-    peer = any(s in message or s == kind for s in _PEER_SIGNS) or kind in ("DistNetworkError", "DistError")
-    report = {"rank": rank, "code": code, "message": message, "time": time.time(), "peer": peer}
-    with contextlib.suppress(OSError):
-        write_text_atomic(Path(os.environ[JOB_DIR]) / f"rank-{rank}.json", json.dumps(report))
-
-
-# --------------------------------------------------------------------------------------------- launcher
 
 
 @dataclass(frozen=True)
@@ -123,7 +92,9 @@ def launch(workload: str, argv: Sequence[str], cfg: Any, settings: Any, cores: i
             torchrun.run(parsed)  # what the `torchrun` command does with these flags, in this process
         return 0
     except ChildFailedError as e:
-        failure = blame(_reports(job), {r: (f.exitcode, f.signal_name()) for r, f in e.failures.items()})
+        failure = blame(
+            failure_reports(job), {r: (f.exitcode, f.signal_name()) for r, f in e.failures.items()}
+        )
         return _fail_job(settings, job, failure, cfg.nproc * cfg.nnodes)
     except SignalException as e:  # this process was told to stop: torchrun stopped the ranks with it
         raise Interrupted(int(e.sigval)) from None
@@ -145,15 +116,6 @@ def _quiet_torchrun() -> Any:
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
-
-
-def _reports(job: Path) -> dict[int, dict[str, Any]]:
-    out = {}
-    for path in job.glob("rank-*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            report = json.loads(path.read_text())
-            out[int(report["rank"])] = report
-    return out
 
 
 def blame(reports: Mapping[int, Mapping[str, Any]], exits: Mapping[int, tuple[int, str]]) -> Failure:
@@ -181,8 +143,7 @@ def _fail_job(settings: Any, job: Path, failure: Failure, world_size: int) -> in
     if failure.code == 3 and failure.rank == 0:  # rank 0 finished but could not deliver: its own words
         print(f"devicebench: error: {failure.reason}", file=sys.stderr)
         return 3
-    run = job / RUN_FILE
-    run_id = json.loads(run.read_text())["run_id"] if run.is_file() else None
+    run_id = recorded_run(job)
     ended = f"; run {run_id} ended FAILED" if run_id and _end_failed(settings, run_id, who, failure) else ""
     print(f"devicebench: error: {redact(f'{who} failed: {failure.reason}{ended}')}", file=sys.stderr)
     return failure.code if failure.code in (1, 2) else 1

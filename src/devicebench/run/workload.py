@@ -2,8 +2,8 @@
 
 Start the run → resolve the device → work → log → end the run; the CLI has checked the flags, the price
 table and the store before this module (torch and MLflow) is imported. With `nproc > 1` or `nnodes > 1`
-this process launches a job instead (launch.py) and each of its ranks comes back here: rank 0 runs the
-single-process path, with its run, the other ranks train without one.
+this process launches a job instead (launch.py): its rank 0 comes back here and runs the single-process
+path, with its run; the other ranks train without one, and without MLflow (work.py).
 """
 
 from __future__ import annotations
@@ -22,21 +22,21 @@ from devicebench.config.fields import config_key, to_params, work_key
 from devicebench.config.naming import run_name
 from devicebench.config.settings import Settings
 from devicebench.config.workloads import WorkloadConfig
-from devicebench.errors import DataUnavailable, OutOfMemory, UsageError
+from devicebench.errors import UsageError
 from devicebench.host.context import Context, LoadedModel
-from devicebench.host.cpu import cpu_budget, peak_rss_bytes, set_cpu_threads, usable_cores
-from devicebench.host.device import activate, device_name, host_fingerprint, resolve_device
-from devicebench.host.distributed import World
-from devicebench.host.job import worker_rank
+from devicebench.host.cpu import cpu_budget, peak_rss_bytes, usable_cores
+from devicebench.host.device import device_name, host_fingerprint, resolve_device
+from devicebench.host.job import record_run, worker_rank
 from devicebench.plan.handoff import Handoff
 from devicebench.pricing.costs import log_costs, log_price
 from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_share, price_side
 from devicebench.run import tuning
-from devicebench.run.launch import check_job, launch, record_run
+from devicebench.run.launch import check_job, launch
 from devicebench.run.run_line import glance_metrics, summary_line
+from devicebench.run.work import join, work
 from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, TOTAL_S, tag
 from devicebench.tracking.artifacts import load_logged_model
-from devicebench.tracking.protocol import Tracker, null_tracker, one_line
+from devicebench.tracking.protocol import Tracker
 from devicebench.tracking.runs import process_age_s, run_context
 from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.children import death_signal, python_argv
@@ -61,8 +61,6 @@ def run_workload(
     tuned = _tuned_from_env()
     if rank is None and world_size > 1:
         return _launch_job(name, cfg, settings, module)
-    if rank:
-        return _work_as_rank(module, cfg, settings)
     served = _checked_before_run(module, cfg)
     with _open_run(name, cfg, settings, module, world_size, tuned[0] if tuned else None) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
@@ -76,7 +74,7 @@ def run_workload(
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         host_t0 = time.perf_counter()
-        world, device = _join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
+        world, device = join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
         host = _log_host(tracker, device, settings)
         budget = _log_budget(tracker, host, cfg)
         host_s = time.perf_counter() - host_t0
@@ -84,7 +82,7 @@ def run_workload(
             tracker.set_tags({tag("dist.backend"): world.backend(device)})
         ctx = Context(device, settings.data_dir, progress_enabled(), world, served)
         try:
-            result = _work(module, cfg, ctx, tracker)
+            result = work(module, cfg, ctx, tracker)
         finally:
             world.leave()
         total_s = time.perf_counter() - started
@@ -227,32 +225,6 @@ def _open_run(
     )
 
 
-def _join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World, torch.device]:
-    """(this process's World, its device), resolved, made current, and the process group joined; torch's
-    CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
-
-    set_cpu_threads(cpu_threads)
-    world = World.from_env() if rank is not None else World()
-    device = world.device(resolve_device(requested))
-    activate(device)
-    world.join(device)
-    return world, device
-
-
-def _work_as_rank(module: Workload, cfg: WorkloadConfig, settings: Settings) -> int:
-    """A rank other than 0: the same work, its stdout silenced (rank 0 prints the run's lines) and
-    nothing logged; its figures reach rank 0 through the process group."""
-
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
-    world, device = _join(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
-    ctx = Context(device=device, data_root=settings.data_dir, progress=False, world=world)
-    try:
-        _work(module, cfg, ctx, null_tracker())
-    finally:
-        world.leave()
-    return 0
-
-
 def _launch_job(name: str, cfg: WorkloadConfig, settings: Settings, module: Workload) -> int:
     """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
     it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
@@ -329,20 +301,3 @@ def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: Work
         vcpus=(int(host["torch_threads"]) + workers) * processes,
         memory_gb=peak_rss_bytes() * processes / 2**30,
     )
-
-
-def _work(module: Workload, cfg: WorkloadConfig, ctx: Context, tracker: Tracker) -> object:
-    """The workload itself, returning its result; a permission problem or an out-of-memory becomes one
-    line naming the fix."""
-
-    try:
-        return module.run(cfg, ctx, tracker)
-    except PermissionError as e:  # a data dir, list or file the user pointed at that we may not read
-        raise DataUnavailable(
-            f"permission denied: {e.filename or one_line(e)}; give this user access or choose another path"
-        ) from None
-    except Exception as e:  # out of memory: one line naming the parameters to lower, exit 2, run FAILED
-        oom = OutOfMemory.from_exception(e, getattr(module, "MEMORY_PARAMS", ()))
-        if oom is None:
-            raise
-        raise oom from None
