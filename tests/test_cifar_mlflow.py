@@ -4,6 +4,7 @@ tag, table and the model with its linked metrics."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,6 +94,14 @@ def _check_host_and_duration(run) -> None:
     assert 0 < run.data.metrics["time/total_s"] <= run_s + 0.002  # + the store's millisecond rounding
 
 
+def _check_phases(m: dict[str, float], wall_s: float) -> None:
+    """The fixed cost by phase fits inside the process, and the process inside the wall time the test saw."""
+    assert 0 < m["time/store_s"] <= m["time/start_s"]
+    assert m["time/host_s"] + m["time/artifacts_s"] <= m["time/total_s"]
+    assert m["time/start_s"] + m["time/total_s"] <= m["time/process_s"] + 0.02  # + a 10 ms clock tick
+    assert m["time/process_s"] + m["time/end_s"] <= wall_s
+
+
 def test_mlflow_run_cifar_on_synthetic_data(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
@@ -179,11 +188,14 @@ def test_cli_cifar_on_a_cifar_format_directory(
     # is where `time/total_s` must start (it counted the imports and store check before the run).
     env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
     args = [f"--{k}={v}" for k, v in params.items()]
+    began = time.monotonic()
     proc = run_cli(["cifar", *args], env, cwd=tmp_path)
+    wall_s = time.monotonic() - began
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = _finished_run(mlflow_server.url, experiment_name)
     assert run.data.tags["devicebench.data"] == "cifar10"
     _check_host_and_duration(run)
+    _check_phases(run.data.metrics, wall_s)
     assert not [m for m in CLASS_METRICS if m not in run.data.metrics]
     assert run.data.metrics["throughput/train_samples_per_s"] > 0
     # cpu_threads is how the CPU ran, not the work: logged, in the fingerprint, outside the config key.

@@ -19,9 +19,26 @@ from devicebench.errors import Interrupted, SpoolUnwritable, StoreUnavailable
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import MemoryTracker
 from devicebench.tracking.replay import sync_spool
-from devicebench.tracking.runs import run_context
+from devicebench.tracking.runs import process_age_s, run_context
 from devicebench.tracking.store import store_error_hint
 from servers import MlflowServer, devicebench_env
+
+
+def test_a_process_age_starts_at_the_process_not_a_second_before() -> None:
+    """A child's age, read as soon as it is forked, is the few milliseconds it has lived: the age a run's
+    `time/start_s` and `time/process_s` are read from (psutil's, through /proc/stat's whole-second boot
+    time, read 0.95 s for a process 0.01 s old here)."""
+    read, write = os.pipe()
+    forked_at = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child only reads two clocks and writes one line: nothing a fork may not do
+        os.write(write, repr(process_age_s()).encode())
+        os._exit(0)
+    os.close(write)
+    age = float(os.read(read, 64).decode())
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert 0 <= age <= time.monotonic() - forked_at + 0.02  # + the kernel's 10 ms clock tick, rounded
 
 
 def settings_for(uri: str, tmp_path: Path, experiment: str, **extra: str) -> Settings:
