@@ -1,13 +1,15 @@
 """The fixed cost of a run: what a tiny cifar run pays beyond its training and evaluation (issue 39).
 
-A tiny run (256 synthetic images, one epoch) is timed as a whole process, cold (`python -m devicebench
+`python -m benchmarks.bench_fixed [cpu|cuda]` (`make bench`: cpu; `make gpu-check`: cuda, where a run
+also pays for its CUDA context). A tiny run (256 synthetic images, one epoch) is timed as a whole process, cold (`python -m devicebench
 cifar`, as a person starts it) and warm (forked from the server a plan's runs start from, handed the
 store the plan checked, as `suite` runs it). Its fixed cost is the process's wall time minus the
 `time/train_s` and `time/eval_s` it logged; each is printed against a bare `python -c "import torch"`
 timed in the same run, so the machine's speed cancels out. The phases each run logged (`time/start_s`,
 `store_s`, `host_s`, `artifacts_s`, `end_s`) say where the rest went. Target: warm fixed cost <= 3 s.
 A cold process cannot meet it here: a bare script that imports torch and takes one optimizer step
-(torch.optim imports torch._dynamo on it) is already over 3 s on this 2-core VM; that floor is printed too.
+(torch.optim imports torch._dynamo on it) is already over 3 s on this 2-core VM; that floor (on the
+device measured: with its CUDA context on cuda) is printed too.
 """
 
 from __future__ import annotations
@@ -22,22 +24,24 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from benchmarks import BadArgument, exit_with
 from devicebench.plan.handoff import Handoff, store_mark
 from devicebench.plan.suite import WARM_MODULES
 from devicebench.util.forkserver import ForkServer
 
 TARGET_S = 3.0
 RUNS = 3  # of each kind; the median is the figure
-TINY = ["cifar", "--device", "cpu", "--data", "synthetic", "--train_limit", "256", "--test_limit", "64"]
-TINY += ["--epochs", "1"]
+DEVICES = ("cpu", "cuda")
+TINY = ["cifar", "--data", "synthetic", "--train_limit", "256", "--test_limit", "64", "--epochs", "1"]
 PHASES = ("start", "store", "host", "artifacts", "end")
 
 
-# The least any cold training process pays before its first real step: torch, then one optimizer step,
-# which imports torch._dynamo (torch.optim's step wrapper does, compiling or not: 1.3-1.6 s here).
+# The least any cold training process pays before its first real step: torch, then one optimizer step
+# on the device, which imports torch._dynamo (torch.optim's step wrapper does, compiling or not: 1.3-1.6 s
+# here) and on cuda creates the CUDA context.
 BARE_TRAINING = (
-    "import torch; p = torch.zeros(1, requires_grad=True); o = torch.optim.SGD([p], lr=0.1); "
-    "p.sum().backward(); o.step()"
+    "import torch; p = torch.zeros(1, requires_grad=True, device={device!r}); "
+    "o = torch.optim.SGD([p], lr=0.1); p.sum().backward(); o.step(); p.sum().item()"
 )
 
 
@@ -48,7 +52,8 @@ def bare_s(code: str = "import torch") -> float:
     return time.perf_counter() - t0
 
 
-def _env(workdir: Path) -> dict[str, str]:
+def bench_env(workdir: Path) -> dict[str, str]:
+    """The tiny runs' environment: an embedded store of their own in `workdir`, no .env read."""
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     return {
         **os.environ,
@@ -66,65 +71,80 @@ def _last_run(env: dict[str, str]) -> dict[str, float]:
     return run.data.metrics
 
 
-def fixed_cold(env: dict[str, str], workdir: Path) -> tuple[float, dict[str, float]]:
+def _check_ran(code: int, stderr: str) -> None:
+    """A tiny run that failed ends the bench with its own last line (`device=cuda` on a host without
+    CUDA: devicebench's one line), not a traceback; there is no figure to print without it."""
+    if code != 0:
+        last = (stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        raise BadArgument(f"bench_fixed: a tiny run exited {code}: {last}")
+
+
+def fixed_cold(env: dict[str, str], workdir: Path, tiny: list[str]) -> tuple[float, dict[str, float]]:
     t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-P", "-m", "devicebench", *TINY],
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "devicebench", *tiny],
         env=env,
         cwd=workdir,
-        check=True,
         capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - t0
+    _check_ran(proc.returncode, proc.stderr)
     m = _last_run(env)
     return wall - m["time/train_s"] - m["time/eval_s"], m
 
 
-def fixed_warm(server: ForkServer, env: dict[str, str], workdir: Path) -> tuple[float, dict[str, float]]:
+def fixed_warm(
+    server: ForkServer, env: dict[str, str], workdir: Path, tiny: list[str]
+) -> tuple[float, dict[str, float]]:
     t0 = time.perf_counter()
-    child = server.start("devicebench", TINY, env, workdir)
+    child = server.start("devicebench", tiny, env, workdir)
     _, err = child.communicate(600)
     wall = time.perf_counter() - t0
-    if child.returncode != 0:
-        raise RuntimeError(f"a warm run failed (exit {child.returncode}): {err.strip()[-300:]}")
+    _check_ran(child.returncode, err)
     m = _last_run(env)
     return wall - m["time/train_s"] - m["time/eval_s"], m
 
 
-def _line(kind: str, results: list[tuple[float, dict[str, float]]], bare: float) -> tuple[str, float]:
+def _line(
+    kind: str, device: str, results: list[tuple[float, dict[str, float]]], bare: float
+) -> tuple[str, float]:
     fixed, metrics = sorted(results, key=lambda r: r[0])[len(results) // 2]
     phases = ", ".join(f"{p} {metrics.get(f'time/{p}_s', float('nan')):.2f}" for p in PHASES)
     line = (
-        f"fixed cost: tiny cifar run, {kind}: {fixed / bare:.2f}x a bare `import torch` ({fixed:.2f} s vs "
+        f"fixed cost: tiny cifar run on {device}, {kind}: {fixed / bare:.2f}x a bare `import torch` ({fixed:.2f} s vs "
         f"{bare:.2f} s; range {min(r[0] for r in results):.2f}-{max(r[0] for r in results):.2f} s over "
         f"{len(results)} runs; phases of the median one, s: {phases})"
     )
     return line, fixed
 
 
-def main() -> int:
+def main(device: str = "cpu") -> int:
+    if device not in DEVICES:
+        raise BadArgument(f"bench_fixed: device {device!r} is not allowed; allowed: {', '.join(DEVICES)}")
+    tiny = [*TINY, "--device", device]
     with tempfile.TemporaryDirectory(prefix="bench-fixed-") as d:
         workdir = Path(d)
-        env = _env(workdir)
+        env = bench_env(workdir)
         server = ForkServer(WARM_MODULES, env)
         try:
-            cold = [fixed_cold(env, workdir) for _ in range(RUNS)]  # the first also creates the store
+            cold = [fixed_cold(env, workdir, tiny) for _ in range(RUNS)]  # the first also creates the store
             server.ready()
             mark = store_mark(env["MLFLOW_TRACKING_URI"], time.time())
             warm_env = Handoff("", "", "", "", "", True, mark).env(env)
             for k in ("DEVICEBENCH_SUITE", "DEVICEBENCH_PARENT_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
                 warm_env.pop(k, None)  # a plain run, handed only the store the plan checked
-            warm = [fixed_warm(server, warm_env, workdir) for _ in range(RUNS)]
+            warm = [fixed_warm(server, warm_env, workdir, tiny) for _ in range(RUNS)]
         finally:
             server.close()
         bare = statistics.median(bare_s() for _ in range(RUNS))
-        floor = statistics.median(bare_s(BARE_TRAINING) for _ in range(RUNS))
-    cold_line, cold_s = _line("cold process", cold, bare)
-    warm_line, warm_s = _line("forked from a plan's warm server", warm, bare)
+        floor = statistics.median(bare_s(BARE_TRAINING.format(device=device)) for _ in range(RUNS))
+    cold_line, cold_s = _line("cold process", device, cold, bare)
+    warm_line, warm_s = _line("forked from a plan's warm server", device, warm, bare)
     ok = warm_s <= TARGET_S
     print(cold_line)
     print(
-        f"fixed cost: a bare training script (import torch, one SGD step) takes {floor:.2f} s = "
+        f"fixed cost: a bare training script (import torch, one SGD step on {device}) takes {floor:.2f} s = "
         f"{floor / bare:.2f}x a bare `import torch`: no cold training process here starts for less; the "
         f"cold run's fixed cost is {cold_s / floor:.2f}x it (MLflow, its SQLite store and model logging "
         "on top)"
@@ -134,4 +154,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, *sys.argv[1:2])

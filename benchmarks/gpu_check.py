@@ -3,14 +3,14 @@
 No line of the CUDA paths had run when this was written (no GPU was lent to the project), so this is
 the whole first look in one command: the `gpu`-marked tests, the demo plan (its cuda runs are no longer
 skipped), then experiments/gpu_check.yaml — every CUDA path once, small, with CPU pairs — and its
-compare table. Each step's exit code and time are printed at the end; any failure exits 1.
+compare table, a tiny cuda run's fixed cost (benchmarks/bench_fixed.py) and the harness overhead. Each step's exit code and time are printed at the end; any failure exits 1.
 
 On the H100 of 2026-11-24 the whole took about 13 minutes (tests 110 s, demo 138 s, the plan's 14 runs
 ~330 s at 17-40 s each, the overhead bench ~4 min). Since then a plan's runs fork from a warm server and
 exit without interpreter teardown (issue 39: the demo plan took 0.42x its time on the 2-core VM), the
 plan repeats ResNet-18 five times (does a repeat hold to +-5 %?), and the overhead bench runs each case
 in one cold and one warm process; not yet timed on a GPU. Where it runs long on a lent machine,
-`make gpu-check STEPS="tests demo"`, then `STEPS=plan`, then `STEPS=overhead` split it.
+`make gpu-check STEPS="tests demo"`, then `STEPS=plan`, then `STEPS="fixed overhead"` split it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ STEPS = (  # (key for STEPS=, name, argv)
     ("tests", "gpu tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]),
     ("demo", "demo plan", [sys.executable, "-m", "devicebench", "suite", "experiments/demo.yaml"]),
     ("plan", "gpu_check plan", [sys.executable, "-m", "devicebench", "suite", "experiments/gpu_check.yaml"]),
+    # what a tiny cuda run pays beyond its work, cold and forked from a plan's warm server (<= 3 s warm)
+    ("fixed", "fixed cost", [sys.executable, "-m", "benchmarks.bench_fixed", "cuda"]),
     # devicebench's train throughput against a bare loop at batch 4, 64, 256 and ResNet-18 at 128 (>= 0.95)
     # one cold and one warm process per case: the spread between processes is the plan's ResNet-18 repeats
     (
@@ -36,7 +38,7 @@ STEPS = (  # (key for STEPS=, name, argv)
 
 
 def chosen(names: list[str]) -> list[tuple[str, list[str]]]:
-    """The steps named by their keys (tests, demo, plan, overhead), in STEPS order; all when none."""
+    """The steps named by their keys (tests, demo, plan, fixed, overhead), in STEPS order; all when none."""
     known = [key for key, _, _ in STEPS]
     unknown = [n for n in names if n not in known]
     if unknown:
