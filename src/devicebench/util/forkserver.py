@@ -38,6 +38,7 @@ from pathlib import Path
 
 from devicebench.util.children import death_signal, python_argv
 from devicebench.util.leave import leave
+from devicebench.util.resident import Ranges, map_again, resident_file_pages
 
 READY_TIMEOUT_S = 300.0  # importing torch, torchvision and MLflow: 5-20 s on a loaded 2-core VM
 _MAX_REQUEST = 4 * 1024 * 1024  # one JSON request: an environment and a command line
@@ -52,11 +53,15 @@ def _sigint_as_started() -> object:
     return signal.getsignal(signal.SIGINT)
 
 
-def _child(request: dict, fds: list[int], keep_closed: list[socket.socket], sigint: object) -> None:
+def _child(
+    request: dict, fds: list[int], keep_closed: list[socket.socket], sigint: object, pages: Ranges
+) -> None:
     """In the forked process: become `python -m MODULE ARGS` as a fresh interpreter would run it, then
-    exit with its code (never return into the server's loop)."""
+    exit with its code (never return into the server's loop). The server's resident file pages are
+    mapped again first, so the child's resident set counts them as a fresh process's does (resident.py)."""
     code = 1
     try:
+        map_again(pages)
         for s in keep_closed:
             s.close()
         death_signal(signal.SIGTERM)()  # dies with the server, as the server dies with its caller
@@ -110,7 +115,7 @@ def _receive(control: socket.socket) -> tuple[dict, list[int]] | None:
     return json.loads(data.decode()), list(fds)
 
 
-def serve(control: socket.socket) -> None:
+def serve(control: socket.socket, pages: Ranges) -> None:
     """Fork a child per request until the caller closes its end; report each child's pid and exit code."""
     sigint = _sigint_as_started()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the plan and its run, not the server
@@ -124,7 +129,7 @@ def serve(control: socket.socket) -> None:
             answer = socket.socket(fileno=os.dup(fds[3]))
             pid = os.fork()
             if pid == 0:
-                _child(request, fds, [control, answer, *answers.values()], sigint)
+                _child(request, fds, [control, answer, *answers.values()], sigint, pages)
             for fd in fds:
                 os.close(fd)
             with contextlib.suppress(OSError):
@@ -158,12 +163,13 @@ def main(argv: Sequence[str]) -> int:
     # first full collection does not walk the ~1.5 million objects it inherited (~1 s of CPU, which
     # landed while a warm matmul run's NumPy child measured: n=512 at 0.85 of a cold run's figure).
     gc.collect()
+    pages = resident_file_pages()
     gc.freeze()
     try:
         control.sendall(f"ready {threading.active_count()}\n".encode())
     except OSError:  # the plan ended (refused, or done) while this server loaded: nothing to serve
         return 0
-    serve(control)
+    serve(control, pages)
     return 0
 
 
