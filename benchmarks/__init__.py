@@ -8,8 +8,9 @@ from typing import Any, NoReturn
 
 
 class BadArgument(SystemExit):
-    """A bad argument to a bench script: `exit_with` prints it as one line and the script exits 2, as
-    devicebench's own commands do (a plain `SystemExit(message)` exits 1)."""
+    """A bench script's one-line refusal: a bad argument, or a run it needs that cannot run here
+    (bench_fixed's `cuda` on a host without CUDA). `exit_with` prints it as one line and the script
+    exits 2, as devicebench's own commands do (a plain `SystemExit(message)` exits 1)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(2)

@@ -1,8 +1,8 @@
 """The fixed cost of a run: what a tiny cifar run pays beyond its training and evaluation (issue 39).
 
 `python -m benchmarks.bench_fixed [cpu|cuda]` (`make bench`: cpu; `make gpu-check`: cuda, where a run
-also pays for its CUDA context). A tiny run (256 synthetic images, one epoch) is timed as a whole process, cold (`python -m devicebench
-cifar`, as a person starts it) and warm (forked from the server a plan's runs start from, handed the
+also pays for its CUDA context). A tiny run (256 synthetic images, one epoch) is timed as a whole
+process, cold (`python -m devicebench cifar`, as a person starts it) and warm (forked from the server a plan's runs start from, handed the
 store the plan checked, as `suite` runs it). Its fixed cost is the process's wall time minus the
 `time/train_s` and `time/eval_s` it logged; each is printed against a bare `python -c "import torch"`
 timed in the same run, so the machine's speed cancels out. The phases each run logged (`time/start_s`,
@@ -112,8 +112,8 @@ def _line(
     fixed, metrics = sorted(results, key=lambda r: r[0])[len(results) // 2]
     phases = ", ".join(f"{p} {metrics.get(f'time/{p}_s', float('nan')):.2f}" for p in PHASES)
     line = (
-        f"fixed cost: tiny cifar run on {device}, {kind}: {fixed / bare:.2f}x a bare `import torch` ({fixed:.2f} s vs "
-        f"{bare:.2f} s; range {min(r[0] for r in results):.2f}-{max(r[0] for r in results):.2f} s over "
+        f"fixed cost: tiny cifar run on {device}, {kind}: {fixed / bare:.2f}x a bare `import torch` "
+        f"({fixed:.2f} s vs {bare:.2f} s; range {min(r[0] for r in results):.2f}-{max(r[0] for r in results):.2f} s over "
         f"{len(results)} runs; phases of the median one, s: {phases})"
     )
     return line, fixed

@@ -3,7 +3,8 @@
 No line of the CUDA paths had run when this was written (no GPU was lent to the project), so this is
 the whole first look in one command: the `gpu`-marked tests, the demo plan (its cuda runs are no longer
 skipped), then experiments/gpu_check.yaml — every CUDA path once, small, with CPU pairs — and its
-compare table, a tiny cuda run's fixed cost (benchmarks/bench_fixed.py) and the harness overhead. Each step's exit code and time are printed at the end; any failure exits 1.
+compare table, a tiny cuda run's fixed cost (benchmarks/bench_fixed.py) and the harness overhead. Each
+step's exit code and time are printed at the end; any failure exits 1.
 
 On the H100 of 2026-11-24 the whole took about 13 minutes (tests 110 s, demo 138 s, the plan's 14 runs
 ~330 s at 17-40 s each, the overhead bench ~4 min). Since then a plan's runs fork from a warm server and

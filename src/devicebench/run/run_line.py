@@ -20,13 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
-from devicebench.schema import (
-    COST_PER_EPOCH,
-    COST_PER_MILLION,
-    GFLOP_PER_USD,
-    glance_key,
-    headline_point,
-)
+from devicebench.schema import COST_PER_EPOCH, COST_PER_MILLION, GFLOP_PER_USD, glance_key, headline_point
 from devicebench.util.fmt import (
     fmt_amount,
     fmt_count,

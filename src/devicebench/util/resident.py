@@ -16,6 +16,8 @@ after the same imports. Linux 5.14 or newer; elsewhere nothing is listed and not
 from __future__ import annotations
 
 import ctypes
+import errno
+import itertools
 import os
 from array import array
 from collections.abc import Callable
@@ -65,7 +67,7 @@ def _resident(line: str, pagemap: BinaryIO) -> Ranges:
     entries.frombytes(pagemap.read((high - low) // _PAGE * 8))
     runs: Ranges = []
     start = None
-    for i, entry in enumerate([*entries, 0]):  # the 0 closes a run that reaches the mapping's end
+    for i, entry in enumerate(itertools.chain(entries, (0,))):  # the 0 closes a run at the mapping's end
         if entry & _PRESENT and start is None:
             start = i
         elif not entry & _PRESENT and start is not None:
@@ -81,5 +83,5 @@ def map_again(ranges: Ranges) -> None:
     if _MADVISE is None:
         return
     for address, length in ranges:
-        if _MADVISE(address, length, _MADV_POPULATE_READ) != 0 and ctypes.get_errno() == 22:  # EINVAL
+        if _MADVISE(address, length, _MADV_POPULATE_READ) != 0 and ctypes.get_errno() == errno.EINVAL:
             return
