@@ -13,7 +13,7 @@ import torch
 
 from devicebench.config.fields import build_config
 from devicebench.host.context import Context
-from devicebench.host.gpu_state import watch
+from devicebench.host.gpu_state import watch, watching
 from devicebench.run.run_line import summary_line
 from devicebench.schema import (
     GPU_BUSY_SHARE,
@@ -101,6 +101,22 @@ def test_a_mig_slice_gives_its_cap_figures_only_and_no_cuda_or_no_nvml_gives_non
 
     broken = SimpleNamespace(**{**vars(fake_nvml(utilization=[], clocks=[])), "nvmlInit": no_library})
     assert watch(CUDA, nvml=broken, uuid=UUID) is None
+
+
+def test_nvml_is_shut_down_once_whether_the_watched_epochs_end_or_raise() -> None:
+    """NVML's init is counted, so a watch shuts it down exactly once: after its read, or when training
+    raised before the read (it was left initialised then)."""
+    failed = fake_nvml(utilization=[40], clocks=[1980])
+    with pytest.raises(RuntimeError, match="an epoch failed"), watching(CUDA, nvml=failed, uuid=UUID) as w:
+        assert w is not None
+        raise RuntimeError("an epoch failed")
+    assert failed.calls == ["init", "shutdown"]
+    ended = fake_nvml(utilization=[40], clocks=[1980])
+    with watching(CUDA, nvml=ended, uuid=UUID) as w:
+        assert w is not None and w.read()[GPU_BUSY_SHARE] == pytest.approx(0.4)
+    assert [c for c in ended.calls if c in ("init", "shutdown")] == ["init", "shutdown"]
+    with watching(torch.device("cpu"), nvml=ended, uuid=UUID) as w:
+        assert w is None
 
 
 def test_the_run_line_says_why_a_gpu_runs_speed_may_not_repeat() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -44,12 +45,19 @@ class GpuWatch:
     handle: Any
     since_us: int  # NVML stamps its samples in microseconds of the host's wall clock
     capped_ns: dict[str, int] = field(default_factory=dict)
+    closed: bool = False
 
     def read(self) -> dict[str, float]:
         """The figures over the samples NVML kept since the watch began; NVML is closed after."""
         try:
             return {**self._busy_and_clock(), **self._capped()}
         finally:
+            self.close()
+
+    def close(self) -> None:
+        """NVML shut down once: its init is counted, so a second shutdown would close another user's."""
+        if not self.closed:
+            self.closed = True
             close_nvml(self.nvml)
 
     def _samples(self, kind: str) -> list[float]:
@@ -94,3 +102,17 @@ def watch(device: torch.device, *, nvml: ModuleType | Any = None, uuid: str | No
         return None
     nvml, handle, _ = opened
     return GpuWatch(nvml, handle, int(time.time() * 1e6), _capped_ns(nvml, handle))
+
+
+@contextlib.contextmanager
+def watching(
+    device: torch.device, *, nvml: ModuleType | Any = None, uuid: str | None = None
+) -> Iterator[GpuWatch | None]:
+    """`watch` over a `with` block: NVML is closed when it ends, read or not, so an epoch that raises
+    leaves no NVML open in a process that goes on (a test, a notebook, any other caller of `fit`)."""
+    opened = watch(device, nvml=nvml, uuid=uuid)
+    try:
+        yield opened
+    finally:
+        if opened is not None:
+            opened.close()

@@ -105,7 +105,26 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     done.flops_per_sample = train_flops_per_sample(task.build, x, y, task.loss_fn)
     done.allreduce_s = opts.world.allreduce_seconds(module, opts.device)
     reset_peak_memory(opts.device)
-    watch = gpu_state.watch(opts.device)  # NVML's own samples, read once at the end: nothing per step
+    with gpu_state.watching(opts.device) as watch:  # NVML's own samples, read once at the end
+        _train_epochs(done, model, optimizer, scaler, opts, data, task, tracker)
+        done.gpu = watch.read() if watch is not None else {}
+    own = Totals.of(done.epochs, done.evals)
+    figures = {"train_s": own.train_s, "data_wait_s": own.data_wait_s, "train_samples": own.train_samples}
+    done.ranks = opts.world.gather(figures) if opts.world.distributed else []
+    return done
+
+
+def _train_epochs(
+    done: Fitted,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    opts: Options,
+    data: Data,
+    task: Task,
+    tracker: Tracker,
+) -> None:
+    """The timed epochs, each evaluated where the task asks, recorded into `done` as they end."""
     shared = LossLog(tracker, task.log_every)
     step = 0
     for epoch in range(1, opts.epochs + 1):
@@ -134,11 +153,6 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
         if task.eval_every_epoch or epoch == opts.epochs:
             ev, done.eval_metrics = _evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s)
             done.evals.append(ev)
-    done.gpu = watch.read() if watch is not None else {}
-    own = Totals.of(done.epochs, done.evals)
-    figures = {"train_s": own.train_s, "data_wait_s": own.data_wait_s, "train_samples": own.train_samples}
-    done.ranks = opts.world.gather(figures) if opts.world.distributed else []
-    return done
 
 
 def _new_epoch(loader: Iterable, epoch: int) -> None:
