@@ -20,6 +20,14 @@ class BadArgument(SystemExit):
         return self.message
 
 
+def check_ran(bench: str, what: str, code: int, stderr: str) -> None:
+    """A run a bench needed that failed ends the bench with that run's own last line (devicebench's one
+    line, e.g. `device=cuda` on a host without CUDA), not a traceback: there is no figure without it."""
+    if code != 0:
+        last = (stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        raise BadArgument(f"{bench}: {what} exited {code}: {last}")
+
+
 def exit_with(main: Callable[..., int], *args: Any) -> NoReturn:
     """A script's `__main__`: its exit code, or one line and 2 for a bad argument."""
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from benchmarks import BadArgument, exit_with
+from benchmarks import BadArgument, check_ran, exit_with
 from devicebench.plan.handoff import Handoff, store_mark
 from devicebench.plan.suite import WARM_MODULES
 from devicebench.util.forkserver import ForkServer
@@ -71,14 +71,6 @@ def _last_run(env: dict[str, str]) -> dict[str, float]:
     return run.data.metrics
 
 
-def _check_ran(code: int, stderr: str) -> None:
-    """A tiny run that failed ends the bench with its own last line (`device=cuda` on a host without
-    CUDA: devicebench's one line), not a traceback; there is no figure to print without it."""
-    if code != 0:
-        last = (stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
-        raise BadArgument(f"bench_fixed: a tiny run exited {code}: {last}")
-
-
 def fixed_cold(env: dict[str, str], workdir: Path, tiny: list[str]) -> tuple[float, dict[str, float]]:
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -89,7 +81,7 @@ def fixed_cold(env: dict[str, str], workdir: Path, tiny: list[str]) -> tuple[flo
         text=True,
     )
     wall = time.perf_counter() - t0
-    _check_ran(proc.returncode, proc.stderr)
+    check_ran("bench_fixed", "a tiny run", proc.returncode, proc.stderr)
     m = _last_run(env)
     return wall - m["time/train_s"] - m["time/eval_s"], m
 
@@ -101,7 +93,7 @@ def fixed_warm(
     child = server.start("devicebench", tiny, env, workdir)
     _, err = child.communicate(600)
     wall = time.perf_counter() - t0
-    _check_ran(child.returncode, err)
+    check_ran("bench_fixed", "a tiny run", child.returncode, err)
     m = _last_run(env)
     return wall - m["time/train_s"] - m["time/eval_s"], m
 

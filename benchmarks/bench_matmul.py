@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from mlflow.tracking import MlflowClient
 
+from benchmarks import check_ran, exit_with
 from devicebench.config.fields import build_config, to_params
 from devicebench.config.settings import load_settings
 from devicebench.host.context import Context
@@ -61,8 +62,9 @@ print(2 * n**3 / statistics.median(ts) / 1e9)
 
 def fresh_gflops(backend: str, dtype: str, n: int) -> float:
     out = subprocess.run(
-        [sys.executable, "-c", FRESH, backend, dtype, str(n)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", FRESH, backend, dtype, str(n)], capture_output=True, text=True
     )
+    check_ran("bench_matmul", f"the fresh {backend} {dtype} n={n} product", out.returncode, out.stderr)
     return float(out.stdout.strip())
 
 
@@ -80,12 +82,14 @@ def cli_runs(
     }
     for _ in range(times):
         if server is None:
-            subprocess.run([sys.executable, "-m", "devicebench", "matmul", *args], env=env, check=True)
-            continue
-        child = server.start("devicebench", ["matmul", *args], {**server.env, **env}, workdir)
-        _, err = child.communicate()
-        if child.returncode != 0:
-            raise RuntimeError(f"a warm matmul run failed (exit {child.returncode}): {err[-300:]}")
+            cmd = [sys.executable, "-m", "devicebench", "matmul", *args]
+            proc = subprocess.run(cmd, env=env, stdout=None, stderr=subprocess.PIPE, text=True)
+            code, err = proc.returncode, proc.stderr
+        else:
+            child = server.start("devicebench", ["matmul", *args], {**server.env, **env}, workdir)
+            _, err = child.communicate()
+            code = child.returncode
+        check_ran("bench_matmul", f"a {'warm' if server else 'cold'} matmul run", code, err)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("bench-matmul")
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])[-times:]
@@ -209,4 +213,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

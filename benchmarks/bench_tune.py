@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import check_ran, exit_with
 from devicebench.schema import TRAIN_RATE
 
 TARGET = 0.9
@@ -36,8 +37,7 @@ def measured_over_trial(tmp: Path) -> tuple[float, str]:
     )
     cmd = [sys.executable, "-m", "devicebench", "tune", "cifar", *ARGS]
     proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"tune cifar failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    check_ran("bench_tune", "tune cifar", proc.returncode, proc.stderr)
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
@@ -59,4 +59,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)
