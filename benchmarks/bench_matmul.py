@@ -4,6 +4,9 @@
   `devicebench matmul` logs (both backends in one run) against the same product timed in a fresh
   process that runs nothing else (target >= 0.95 at every point); the same figure with
   `isolation=none` is printed beside it, to show what the isolation removes;
+* warm fidelity: the same points from runs forked from a plan's warm server against cold processes,
+  with a second cold arm against the first beside it (what the same comparison reads when nothing
+  differs);
 * stability: five `devicebench matmul --sizes 256 --dtypes float32` runs, each backend's five medians
   within ±10 % of their median;
 * tracking overhead: the matmul workload tracked into a real local `mlflow server` against the same
@@ -121,27 +124,41 @@ def fidelity(workdir: Path) -> tuple[float, float]:
     return worst["process"], worst["none"]
 
 
-WARM_ROUNDS = 4  # cold and warm runs alternate, so a neighbour's load hits both alike
+WARM_ROUNDS = 4  # cold, warm and second cold runs alternate, so a neighbour's load hits all three alike
+WARM_WORST, WARM_MEDIAN = 0.97, 0.98  # issue 39: >= 0.97 of a fresh process; "within 2 %"
 
 
-def warm_fidelity(workdir: Path) -> float:
-    """The worst point's median GFLOP/s of runs forked from a plan's warm server over that of cold
-    processes, `WARM_ROUNDS` of each, alternating. One run of each moved by up to 30 % at n=512 on a
-    2-core VM; the median of four moved by under 2 % (2026-11-25, once the server froze its heap)."""
+def warm_fidelity(workdir: Path) -> tuple[float, float, float]:
+    """(worst point, median point) of runs forked from a plan's warm server over cold processes, and the
+    worst point of a second cold arm over the first: the same comparison where nothing differs, printed
+    beside it as this sitting's noise.
+
+    Each point is the best of `WARM_ROUNDS` runs per arm. A neighbour's load only ever slows a run, and
+    what a warm start costs is in every warm run (the GC walk `gc.freeze` removed put n=512 at 0.85 in
+    each), so the best keeps a real cost and drops the load. Medians of four did not: on the 2-core VM
+    (2026-11-25) two cold arms' worst point read 0.868, 0.934 and 0.960 in three sittings, warm/cold
+    0.851, 0.925 and 0.970; the best of four read 0.981, 0.983 and 0.953, warm 0.984, 0.978 and 0.971."""
     sizes, dtypes = ",".join(map(str, SIZES)), ",".join(DTYPES)
+    args = ["--sizes", sizes, "--dtypes", dtypes]
     cold: list[dict[tuple[str, str, int], float]] = []
     warm: list[dict[tuple[str, str, int], float]] = []
+    cold2: list[dict[tuple[str, str, int], float]] = []
     with warm_server(dict(os.environ)) as server:
         assert server is not None and server.ready() == 1, "no warm server to measure"
         for _ in range(WARM_ROUNDS):
-            cold += cli_runs(["--sizes", sizes, "--dtypes", dtypes], 1, workdir)
-            warm += cli_runs(["--sizes", sizes, "--dtypes", dtypes], 1, workdir, server)
-    worst = 1e9
+            cold += cli_runs(args, 1, workdir)
+            warm += cli_runs(args, 1, workdir, server)
+            cold2 += cli_runs(args, 1, workdir)
+    ratios, controls = [], []
     for point in sorted(cold[0]):
-        c, w = statistics.median(r[point] for r in cold), statistics.median(r[point] for r in warm)
-        worst = min(worst, w / c)
-        print(f"  {point[0]:5} {point[1]:7} n={point[2]:<5} cold {c:7.1f}  warm {w:7.1f} ({w / c:.3f})")
-    return worst
+        c, w, c2 = (max(r[point] for r in arm) for arm in (cold, warm, cold2))
+        ratios.append(w / c)
+        controls.append(c2 / c)
+        print(
+            f"  {point[0]:5} {point[1]:7} n={point[2]:<5} cold {c:7.1f}  warm {w:7.1f} ({w / c:.3f})  "
+            f"second cold {c2:7.1f} ({c2 / c:.3f})"
+        )
+    return min(ratios), statistics.median(ratios), min(controls)
 
 
 def stability(workdir: Path) -> float:
@@ -191,12 +208,17 @@ def tracking_overhead() -> float:
 def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         iso, shared = fidelity(Path(d))
-        warm = warm_fidelity(Path(d))
-        ok_iso = iso >= 0.95 and warm >= 0.98
+        ok_iso = iso >= 0.95
         print(
             f"matmul: fidelity (logged / fresh process, worst of {len(SIZES) * 4} CPU points) = {iso:.3f} "
-            f"[target >= 0.95]; with isolation=none: {shared:.3f}; forked from a plan's warm server / cold, "
-            f"median of {WARM_ROUNDS} each = {warm:.3f} [target >= 0.98] {'ok' if ok_iso else 'MISSED'}"
+            f"[target >= 0.95]; with isolation=none: {shared:.3f} {'ok' if ok_iso else 'MISSED'}"
+        )
+        worst, middle, noise = warm_fidelity(Path(d))
+        ok_warm = worst >= WARM_WORST and middle >= WARM_MEDIAN
+        print(
+            f"matmul: forked from a plan's warm server / cold process, best of {WARM_ROUNDS} each: worst point "
+            f"{worst:.3f} [target >= {WARM_WORST}], median point {middle:.3f} [target >= {WARM_MEDIAN}]; "
+            f"a second cold arm's worst point, this sitting's noise: {noise:.3f} {'ok' if ok_warm else 'MISSED'}"
         )
         spread = stability(Path(d))
         ok_spread = spread <= 0.10
@@ -209,7 +231,7 @@ def main() -> int:
     print(
         f"matmul: tracking overhead (mlflow server / no-op tracker) = {over * 100:+.1f} % [target <= 3 %] {'ok' if ok_over else 'MISSED'}"
     )
-    return 0 if ok_iso and ok_spread and ok_over else 1
+    return 0 if ok_iso and ok_warm and ok_spread and ok_over else 1
 
 
 if __name__ == "__main__":
