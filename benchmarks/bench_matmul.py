@@ -161,6 +161,19 @@ def warm_fidelity(workdir: Path) -> tuple[float, float, float]:
     return min(ratios), statistics.median(ratios), min(controls)
 
 
+def warm_verdict(worst: float, middle: float, noise: float) -> tuple[bool, str]:
+    """ok where both targets are met; also where the worst point misses but stays within what two cold
+    arms differed by in the same sitting (the bench cannot tell a cost that small from the host's load,
+    and says so); the median point has no such excuse: a cost in every warm run moves it."""
+    if middle < WARM_MEDIAN:
+        return False, "MISSED"
+    if worst >= WARM_WORST:
+        return True, "ok"
+    if worst >= noise:
+        return True, "ok: the worst point is within this sitting's noise"
+    return False, "MISSED"
+
+
 def stability(workdir: Path) -> float:
     """The largest deviation of one of five runs' medians from their median, over both backends."""
     runs = cli_runs(["--sizes", "256", "--dtypes", "float32"], 5, workdir)
@@ -214,11 +227,11 @@ def main() -> int:
             f"[target >= 0.95]; with isolation=none: {shared:.3f} {'ok' if ok_iso else 'MISSED'}"
         )
         worst, middle, noise = warm_fidelity(Path(d))
-        ok_warm = worst >= WARM_WORST and middle >= WARM_MEDIAN
+        ok_warm, said = warm_verdict(worst, middle, noise)
         print(
             f"matmul: forked from a plan's warm server / cold process, best of {WARM_ROUNDS} each: worst point "
             f"{worst:.3f} [target >= {WARM_WORST}], median point {middle:.3f} [target >= {WARM_MEDIAN}]; "
-            f"a second cold arm's worst point, this sitting's noise: {noise:.3f} {'ok' if ok_warm else 'MISSED'}"
+            f"a second cold arm's worst point, this sitting's noise: {noise:.3f} {said}"
         )
         spread = stability(Path(d))
         ok_spread = spread <= 0.10
