@@ -46,7 +46,7 @@ from devicebench.models.cifar_net import build_model
 from devicebench.plan.suite import warm_server
 from devicebench.tracking.protocol import null_tracker
 from devicebench.util.forkserver import ForkServer
-from devicebench.workloads.cifar import Config, run
+from devicebench.workloads.cifar import CifarResult, Config, run
 
 TARGET = 0.95
 EPOCHS = 2
@@ -118,6 +118,11 @@ def bare_loop(case: Case, device: torch.device) -> float:
 
 def devicebench_loop(case: Case, device: torch.device) -> float:
     """`throughput/train_samples_per_s` as devicebench logs it for the same work."""
+    return devicebench_result(case, device).train_samples_per_s
+
+
+def devicebench_result(case: Case, device: torch.device) -> CifarResult:
+    """What `cifar.run` measured for the same work, untracked (bench_repeat reads its NVML figures too)."""
     cfg = build_config(
         Config,
         {
@@ -133,7 +138,7 @@ def devicebench_loop(case: Case, device: torch.device) -> float:
     )
     ctx = Context(device, Path(tempfile.gettempdir()), False)
     with contextlib.redirect_stdout(io.StringIO()):  # the tutorial's printed lines
-        return run(cfg, ctx, null_tracker()).train_samples_per_s
+        return run(cfg, ctx, null_tracker())
 
 
 def ratio(case: Case, device: torch.device) -> tuple[float, float, float]:

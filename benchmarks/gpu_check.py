@@ -12,6 +12,8 @@ exit without interpreter teardown (issue 39: the demo plan took 0.42x its time o
 plan repeats ResNet-18 five times (does a repeat hold to +-5 %?), and the overhead bench runs each case
 in one cold and one warm process; not yet timed on a GPU. Where it runs long on a lent machine,
 `make gpu-check STEPS="tests demo"`, then `STEPS=plan`, then `STEPS="fixed overhead"` split it.
+`STEPS=repeat` (never run unless named) is the follow-up where ResNet-18's repeats spread beyond ±5 %:
+benchmarks/bench_repeat.py changes one suspect at a time (order, cuDNN's algorithm choice, allocator).
 """
 
 from __future__ import annotations
@@ -36,15 +38,20 @@ STEPS = (  # (key for STEPS=, name, argv)
         [sys.executable, "-m", "benchmarks.bench_overhead", "cuda", "", "", "1"],
     ),
 )
+# Run only when named: why ResNet-18's figure moves between fresh processes, one suspect at a time
+# (12 fresh processes of training, not yet timed on a GPU)
+EXTRA_STEPS = (("repeat", "repeat suspects", [sys.executable, "-m", "benchmarks.bench_repeat", "cuda"]),)
 
 
 def chosen(names: list[str]) -> list[tuple[str, list[str]]]:
-    """The steps named by their keys (tests, demo, plan, fixed, overhead), in STEPS order; all when none."""
-    known = [key for key, _, _ in STEPS]
+    """The steps named by their keys, in their order; when none are named, STEPS (EXTRA_STEPS only by name)."""
+    known = [key for key, _, _ in (*STEPS, *EXTRA_STEPS)]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise BadArgument(f"gpu-check: unknown step {unknown[0]!r}; expected some of {', '.join(known)}")
-    return [(name, argv) for key, name, argv in STEPS if not names or key in names]
+    if not names:
+        return [(name, argv) for _, name, argv in STEPS]
+    return [(name, argv) for key, name, argv in (*STEPS, *EXTRA_STEPS) if key in names]
 
 
 def main(names: list[str]) -> int:

@@ -14,11 +14,14 @@ def test_steps_are_chosen_by_key_in_their_own_order() -> None:
     assert [n for n, _ in chosen(["overhead", "tests"])] == ["gpu tests", "harness overhead"]
     assert [n for n, _ in chosen(["demo"])] == ["demo plan"]
     assert [n for n, _ in chosen(["overhead", "fixed"])] == ["fixed cost", "harness overhead"]
+    # the suspects' step costs minutes beyond the 10 the default steps aim at: run only when named
+    assert "repeat suspects" not in [n for n, _ in chosen([])]
+    assert [n for n, _ in chosen(["repeat", "tests"])] == ["gpu tests", "repeat suspects"]
 
 
 def test_an_unknown_step_is_one_line_naming_the_known_ones() -> None:
     with pytest.raises(
-        SystemExit, match=r"unknown step 'plans'; expected some of tests, demo, plan, fixed, overhead"
+        SystemExit, match=r"unknown step 'plans'; expected some of tests, demo, plan, fixed, overhead, repeat"
     ):
         chosen(["plans"])
 
@@ -29,5 +32,5 @@ def test_a_bad_step_is_one_line_and_exit_2_before_anything_starts() -> None:
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        "gpu-check: unknown step 'plans'; expected some of tests, demo, plan, fixed, overhead"
+        "gpu-check: unknown step 'plans'; expected some of tests, demo, plan, fixed, overhead, repeat"
     ]

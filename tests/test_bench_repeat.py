@@ -1,0 +1,67 @@
+"""benchmarks/bench_repeat.py, the follow-up to ResNet-18's moving figure on a GPU, run here on its small
+CPU case: each variant really changes its one suspect in fresh processes, the verdict is about `default`,
+and a bad argument is one line before any work."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import BadArgument
+from benchmarks.bench_repeat import Sample, main, verdict
+
+NO_NVML = (math.nan,) * 4
+
+
+def _samples(*ours: float) -> list[Sample]:
+    return [Sample("cudnn.benchmark=False,alloc=default,first=bare", v, 1000.0, NO_NVML) for v in ours]
+
+
+def test_the_verdict_is_whether_default_holds_to_5_percent_with_every_variant_said() -> None:
+    said, ok = verdict({"default": _samples(1000, 1040, 980), "cudnn_benchmark": _samples(1000, 1200, 900)})
+    assert ok and said == (
+        "repeat: within ±5% over fresh processes: default holds (±4.0%); cudnn_benchmark does not (±20.0%) ok"
+    )
+    said, ok = verdict({"default": _samples(11_852, 14_644), "expandable": "a process failed (exit 1): x"})
+    assert (
+        not ok and "default does not (±" in said and "expandable FAILED" in said and said.endswith("MISSED")
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("gpu",), "bench_repeat: device 'gpu' is not allowed; allowed: cuda, cpu"),
+        (("cpu", "0"), "bench_repeat: processes must be a whole number >= 1, not '0'"),
+        (("cpu", "1", "cudnn"), "bench_repeat: no variant 'cudnn'; the variants: default, ours_first, "),
+    ],
+)
+def test_a_bad_argument_is_one_line_before_any_work(args: tuple[str, ...], said: str) -> None:
+    with pytest.raises(BadArgument) as refused:
+        main(*args)
+    assert str(refused.value).startswith(said)
+
+
+def test_each_variant_runs_its_suspect_in_fresh_processes_on_the_cpu_case() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_repeat", "cpu", "1", "expandable,ours_first"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "repeat: tutorial batch 64, 1,280 samples an epoch, on cpu"
+    runs = {ln.split(" (")[0]: ln for ln in lines[1:4]}
+    assert runs["repeat: default"].startswith(
+        "repeat: default (cudnn.benchmark=False,alloc=default,first=bare): devicebench "
+    )
+    # the allocator's setting reached the child's environment; only the order changed for ours_first
+    assert "(cudnn.benchmark=False,alloc=expandable_segments:True,first=bare)" in runs["repeat: expandable"]
+    assert "(cudnn.benchmark=False,alloc=default,first=ours)" in runs["repeat: ours_first"]
+    assert all("over 1 fresh processes" in ln and ln.endswith("no NVML figures") for ln in runs.values())
+    assert lines[4].startswith("repeat: within ±5% over fresh processes: default holds (±0.0%); expandable ")
+    assert lines[4].endswith(" ok") and len(lines) == 5
