@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from benchmarks import BadArgument
-from benchmarks.bench_repeat import Sample, main, verdict
+from benchmarks.bench_repeat import Sample, main, measure, verdict
 
 NO_NVML = (math.nan,) * 4
 
@@ -45,9 +46,9 @@ def test_a_bad_argument_is_one_line_before_any_work(args: tuple[str, ...], said:
     assert str(refused.value).startswith(said)
 
 
-def test_each_variant_runs_its_suspect_in_fresh_processes_on_the_cpu_case() -> None:
+def test_the_allocator_variant_reaches_a_fresh_processs_environment_on_the_cpu_case() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_repeat", "cpu", "1", "expandable,ours_first"],
+        [sys.executable, "-m", "benchmarks.bench_repeat", "cpu", "1", "expandable"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -55,13 +56,22 @@ def test_each_variant_runs_its_suspect_in_fresh_processes_on_the_cpu_case() -> N
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == "repeat: tutorial batch 64, 1,280 samples an epoch, on cpu"
-    runs = {ln.split(" (")[0]: ln for ln in lines[1:4]}
-    assert runs["repeat: default"].startswith(
+    assert lines[1].startswith(
         "repeat: default (cudnn.benchmark=False,alloc=default,first=bare): devicebench "
     )
-    # the allocator's setting reached the child's environment; only the order changed for ours_first
-    assert "(cudnn.benchmark=False,alloc=expandable_segments:True,first=bare)" in runs["repeat: expandable"]
-    assert "(cudnn.benchmark=False,alloc=default,first=ours)" in runs["repeat: ours_first"]
-    assert all("over 1 fresh processes" in ln and ln.endswith("no NVML figures") for ln in runs.values())
-    assert lines[4].startswith("repeat: within ±5% over fresh processes: default holds (±0.0%); expandable ")
-    assert lines[4].endswith(" ok") and len(lines) == 5
+    # PYTORCH_CUDA_ALLOC_CONF is read once, when the allocator starts: only a fresh process can take it
+    assert lines[2].startswith("repeat: expandable (cudnn.benchmark=False,alloc=expandable_segments:True,")
+    assert all("over 1 fresh processes" in ln and ln.endswith("no NVML figures") for ln in lines[1:3])
+    assert lines[3].startswith("repeat: within ±5% over fresh processes: default holds (±0.0%); expandable ")
+    assert lines[3].endswith(" ok") and len(lines) == 4
+
+
+def test_the_order_and_cudnn_variants_run_as_they_say(
+    monkeypatch: pytest.MonkeyPatch, one_torch_thread: None
+) -> None:
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)  # measure sets it; restored after
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    ours_first = measure("ours_first", torch.device("cpu"))
+    assert ours_first.ran_with == "cudnn.benchmark=False,alloc=default,first=ours"
+    assert ours_first.ours > 0 and ours_first.bare > 0 and all(math.isnan(v) for v in ours_first.nvml)
+    assert measure("cudnn_benchmark", torch.device("cpu")).ran_with.startswith("cudnn.benchmark=True,")
