@@ -117,8 +117,9 @@ def serve(listener: socket.socket) -> None:
             conns[conn] = b""
         for conn in [c for c in ready if c in conns]:
             chunk = conn.recv(65536)
-            if not chunk:
-                conns.pop(conn).close()
+            if not chunk:  # the worker closed its end: forget its buffer, close ours
+                del conns[conn]
+                conn.close()
                 continue
             *lines, conns[conn] = (conns[conn] + chunk).split(b"\n")
             for line in filter(None, (raw.strip() for raw in lines)):

@@ -45,12 +45,12 @@ SLOWEST_FIRST = (
     "test_tuning.py",  # 26
     "test_security.py",  # 20
     "test_cli.py",  # 18
-    "test_bench_repeat.py",  # 18 alone (2026-11-25, not yet timed in a make test)
     "test_unet_workload.py",  # 17
     "test_mlproject_python.py",  # 12
     "test_tracking.py",  # 12
     "test_cifar_workload.py",  # 12
     "test_forkserver.py",  # 10
+    "test_bench_repeat.py",  # 10 alone (2026-11-25)
     "test_training_gpu_paths.py",  # 10
     "test_model_workload.py",  # 10
     "test_reliability_iv.py",  # 10

@@ -1,18 +1,16 @@
 """benchmarks/bench_repeat.py, the follow-up to ResNet-18's moving figure on a GPU, run here on its small
-CPU case: each variant really changes its one suspect in fresh processes, the verdict is about `default`,
-and a bad argument is one line before any work."""
+CPU case: each variant really changes its one suspect (the allocator's in a fresh process), the verdict
+is about `default`, and a bad argument is one line before any work."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from benchmarks import BadArgument
-from benchmarks.bench_repeat import Sample, main, measure, verdict
+from benchmarks.bench_repeat import Sample, in_fresh_process, line, main, measure, verdict
 
 NO_NVML = (math.nan,) * 4
 
@@ -47,23 +45,16 @@ def test_a_bad_argument_is_one_line_before_any_work(args: tuple[str, ...], said:
 
 
 def test_the_allocator_variant_reaches_a_fresh_processs_environment_on_the_cpu_case() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_repeat", "cpu", "1", "expandable"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
-    assert lines[0] == "repeat: tutorial batch 64, 1,280 samples an epoch, on cpu"
-    assert lines[1].startswith(
-        "repeat: default (cudnn.benchmark=False,alloc=default,first=bare): devicebench "
-    )
     # PYTORCH_CUDA_ALLOC_CONF is read once, when the allocator starts: only a fresh process can take it
-    assert lines[2].startswith("repeat: expandable (cudnn.benchmark=False,alloc=expandable_segments:True,")
-    assert all("over 1 fresh processes" in ln and ln.endswith("no NVML figures") for ln in lines[1:3])
-    assert lines[3].startswith("repeat: within ±5% over fresh processes: default holds (±0.0%); expandable ")
-    assert lines[3].endswith(" ok") and len(lines) == 4
+    got = in_fresh_process("expandable", "cpu")
+    assert isinstance(got, Sample), got
+    assert got.ran_with == "cudnn.benchmark=False,alloc=expandable_segments:True,first=bare"
+    assert got.ours > 0 and got.bare > 0 and all(math.isnan(v) for v in got.nvml)  # no NVML on the CPU
+    said = line("expandable", [got, Sample(got.ran_with, got.ours * 1.1, got.bare, got.nvml)])
+    assert said.startswith(
+        "repeat: expandable (cudnn.benchmark=False,alloc=expandable_segments:True,first=bare)"
+    )
+    assert "over 2 fresh processes" in said and said.endswith("; no NVML figures")
 
 
 def test_the_order_and_cudnn_variants_run_as_they_say(
