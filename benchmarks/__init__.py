@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -20,12 +21,23 @@ class BadArgument(SystemExit):
         return self.message
 
 
+def last_line(output: str, none: str = "no output") -> str:
+    """What a failed child said last: devicebench's one line, or a traceback's final line."""
+    return (output.strip().splitlines() or [none])[-1]
+
+
 def check_ran(bench: str, what: str, code: int, stderr: str) -> None:
     """A run a bench needed that failed ends the bench with that run's own last line (devicebench's one
     line, e.g. `device=cuda` on a host without CUDA), not a traceback: there is no figure without it."""
     if code != 0:
-        last = (stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
-        raise BadArgument(f"{bench}: {what} exited {code}: {last}")
+        raise BadArgument(f"{bench}: {what} exited {code}: {last_line(stderr, '(nothing on stderr)')}")
+
+
+def deviation(values: list[float]) -> float:
+    """The largest deviation of one value from the median of all, as a share of that median: a repeat's
+    stability as a nightly check sees it."""
+    mid = statistics.median(values)
+    return max(abs(v / mid - 1.0) for v in values)
 
 
 def exit_with(main: Callable[..., int], *args: Any) -> NoReturn:

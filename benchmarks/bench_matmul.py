@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from mlflow.tracking import MlflowClient
 
-from benchmarks import check_ran, exit_with
+from benchmarks import check_ran, deviation, exit_with
 from devicebench.config.fields import build_config, to_params
 from devicebench.config.settings import load_settings
 from devicebench.host.context import Context
@@ -86,7 +86,7 @@ def cli_runs(
     for _ in range(times):
         if server is None:
             cmd = [sys.executable, "-m", "devicebench", "matmul", *args]
-            proc = subprocess.run(cmd, env=env, stdout=None, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.run(cmd, env=env, stderr=subprocess.PIPE, text=True)
             code, err = proc.returncode, proc.stderr
         else:
             child = server.start("devicebench", ["matmul", *args], {**server.env, **env}, workdir)
@@ -177,11 +177,6 @@ def warm_verdict(worst: float, middle: float, noise: float) -> tuple[bool, str]:
 STABLE = 0.10  # each run's median within ±10 % of the five runs' median
 
 
-def _deviation(values: list[float]) -> float:
-    mid = statistics.median(values)
-    return max(abs(v / mid - 1.0) for v in values)
-
-
 def stability(workdir: Path) -> tuple[float, float]:
     """(the largest deviation of one of five runs' medians from their median, over both backends; the
     same of the bare product in five fresh processes that run nothing else, alternating with the runs).
@@ -199,7 +194,7 @@ def stability(workdir: Path) -> tuple[float, float]:
     worst, noise = 0.0, 0.0
     for b in BACKENDS:
         values = [r[(b, "float32", 256)] for r in runs]
-        worst, noise = max(worst, _deviation(values)), max(noise, _deviation(bare[b]))
+        worst, noise = max(worst, deviation(values)), max(noise, deviation(bare[b]))
         print(
             f"  {b:5} float32 n=256 GFLOP/s of five runs: {', '.join(f'{v:.1f}' for v in values)}; "
             f"bare, fresh: {', '.join(f'{v:.1f}' for v in bare[b])}"

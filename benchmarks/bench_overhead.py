@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import BadArgument, exit_with
+from benchmarks import BadArgument, exit_with, last_line
 from devicebench.config.fields import build_config
 from devicebench.data.cifar import gather_block, normalize_uint8
 from devicebench.data.synthetic import make_split
@@ -181,8 +181,7 @@ def in_fresh_processes(
             return f"a process ran past {CHILD_TIMEOUT_S} s"
         lines = [ln.split() for ln in out.splitlines() if ln.startswith("ratio ")]
         if code != 0 or len(lines) != 1:
-            tail = (err.strip().splitlines() or ["no output"])[-1]
-            return f"a process failed (exit {code}): {tail}"
+            return f"a process failed (exit {code}): {last_line(err)}"
         results.append((float(lines[0][1]), float(lines[0][2]), float(lines[0][3])))
     return results
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import BadArgument, exit_with
+from benchmarks import BadArgument, deviation, exit_with, last_line
 from benchmarks.bench_overhead import CHILD_TIMEOUT_S, Case, bare_loop, devicebench_result
 from devicebench.schema import GPU_BUSY_SHARE, GPU_POWER_CAPPED_S, GPU_SM_CLOCK_SHARE, GPU_THERMAL_CAPPED_S
 
@@ -95,16 +95,10 @@ def in_fresh_process(variant: str, device_name: str) -> Sample | str:
         return f"a process ran past {CHILD_TIMEOUT_S} s"
     lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("sample ")]
     if proc.returncode != 0 or len(lines) != 1:
-        return f"a process failed (exit {proc.returncode}): {(proc.stderr.strip().splitlines() or ['no output'])[-1]}"
+        return f"a process failed (exit {proc.returncode}): {last_line(proc.stderr)}"
     _, ran_with, *figures = lines[0]
     ours, bare, *nvml = (float(f) for f in figures)
     return Sample(ran_with, ours, bare, tuple(nvml))
-
-
-def spread(values: list[float]) -> float:
-    """The largest deviation of one value from the median of all, as a share of that median."""
-    mid = statistics.median(values)
-    return max(abs(v / mid - 1.0) for v in values)
 
 
 def _nvml_range(samples: list[Sample]) -> str:
@@ -121,8 +115,8 @@ def line(variant: str, samples: list[Sample]) -> str:
     ours, bare = [s.ours for s in samples], [s.bare for s in samples]
     return (
         f"repeat: {variant} ({samples[0].ran_with}): devicebench {statistics.median(ours):,.0f} samples/s "
-        f"(±{spread(ours):.1%} over {len(samples)} fresh processes: {', '.join(f'{v:,.0f}' for v in ours)}), "
-        f"bare loop {statistics.median(bare):,.0f} (±{spread(bare):.1%}); {_nvml_range(samples)}"
+        f"(±{deviation(ours):.1%} over {len(samples)} fresh processes: {', '.join(f'{v:,.0f}' for v in ours)}), "
+        f"bare loop {statistics.median(bare):,.0f} (±{deviation(bare):.1%}); {_nvml_range(samples)}"
     )
 
 
@@ -133,7 +127,7 @@ def verdict(results: dict[str, list[Sample] | str]) -> tuple[str, bool]:
         if isinstance(got, str):
             said.append(f"{variant} FAILED")
             continue
-        worst = max(spread([s.ours for s in got]), spread([s.bare for s in got]))
+        worst = max(deviation([s.ours for s in got]), deviation([s.bare for s in got]))
         holds[variant] = worst <= HOLD
         said.append(f"{variant} {'holds' if holds[variant] else 'does not'} (±{worst:.1%})")
     ok = holds.get("default", False)
