@@ -105,6 +105,21 @@ def test_leaving_joins_threads_runs_atexit_flushes_and_keeps_the_code() -> None:
     assert (proc.returncode, proc.stdout.split(), proc.stderr) == (3, ["buffered", "thread", "atexit"], "err")
 
 
+def test_leaving_stops_an_idle_thread_pool_as_the_interpreter_would() -> None:
+    """A ThreadPoolExecutor left open (MLflow keeps one per artifact repository: `infer` downloading a
+    model from a local store) has idle non-daemon workers that only threading's exit hook stops: joined
+    without it, `leave` waited for them for ever."""
+    code = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from devicebench.util.leave import leave\n"
+        "pool = ThreadPoolExecutor(2)\n"
+        "print(pool.submit(lambda: 'pooled').result())\n"
+        "leave(4)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout.split(), proc.stderr) == (4, ["pooled"], "")
+
+
 def test_a_plan_asks_a_warm_child_what_devices_this_host_has(server, tmp_path: Path) -> None:
     """The suite's skip check forks `devicebench.host.capacity` from its warm server rather than import
     torch itself; the child's one JSON line is the answer `capacity` gives in-process."""

@@ -24,13 +24,20 @@ def leave(code: object) -> NoReturn:
     """Exit with `code` (an int; anything else is 1, as `sys.exit` would print it and exit 1)."""
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
+    shut_down()
+    os._exit(code if isinstance(code, int) else 1)
+
+
+def shut_down() -> None:
+    """What interpreter shutdown does that matters, for a process about to `os._exit`: a forked child
+    that skips it leaves MLflow's temporary model folders behind and its last lines unflushed."""
     with contextlib.suppress(BaseException):
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
+        # what the interpreter runs first: threading's own exit hooks (a ThreadPoolExecutor's idle
+        # workers are told to stop: joined without them, MLflow's download pool hung the exit), then
+        # every non-daemon thread joined
+        threading._shutdown()
     with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()  # what interpreter shutdown runs
+        atexit._run_exitfuncs()  # then what interpreter shutdown runs next
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
-    os._exit(code if isinstance(code, int) else 1)
