@@ -170,3 +170,27 @@ def test_resnet18_forward_flops_are_twice_torchvisions_multiply_adds() -> None:
 
     flops = forward_flops_per_sample(meta_model(resnet18), (3, 224, 224))
     assert flops == pytest.approx(2 * 1.814e9, rel=0.02)
+
+
+def test_infer_through_a_server_leaves_no_download_behind(
+    mlflow_server, experiment_name: str, tmp_path: Path
+) -> None:
+    """`infer` on a model behind a tracking server downloads it first; MLflow's loader leaves that copy
+    in $TMPDIR for good unless told where to put it (a nightly serve run left one a night)."""
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "tiny.py").write_text(FACTORY)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name, TMPDIR=str(tmp))
+    trained = run_cli(["model", "--model", "tiny.py:build", "--input", "3x16x16", "--batch_size", "4",
+                       "--train_limit", "8", "--test_limit", "4", *QUIET], env, cwd=tmp_path)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    client = MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name(experiment_name)
+    (model,) = client.search_logged_models([exp.experiment_id])
+    served = run_cli(["infer", "--model_uri", f"models:/{model.model_id}", "--batch_sizes", "1",
+                      "--requests", "100", "--min_time_s", "0", *QUIET], env, cwd=tmp_path)  # fmt: skip
+    assert served.returncode == 0, served.stderr[-3000:]
+    left = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
+    assert left == [], left

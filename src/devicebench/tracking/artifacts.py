@@ -293,13 +293,26 @@ def log_saved_model(client: Any, run_id: str, path: Path, name: str) -> str:
     return upload_model(run_id, model, name, info.signature)
 
 
+# Served models' local copies: kept while the process runs (a model's logged code may be imported
+# lazily from its folder), removed at exit (the folders' finalizers run at exit, util/leave.py too).
+_SERVED: list[tempfile.TemporaryDirectory] = []
+
+
 def load_logged_model(uri: str) -> LoadedModel:
     """The logged model at `uri` (`models:/<id>`, `runs:/<run>/<path>`) on the CPU, with one sample's
-    shape from its signature; a URI that names no model is one line naming `model_uri`."""
+    shape from its signature; a URI that names no model is one line naming `model_uri`.
+
+    Downloaded once, into a folder of ours: MLflow's loaders, given a URI behind a server, each download
+    it into a temporary folder they never remove (get_model_info and load_model: two a run, for good)."""
+    folder = tempfile.TemporaryDirectory(prefix="devicebench-served-")
+    _SERVED.append(folder)
     try:
-        info = mlflow.models.get_model_info(uri)
         with _quiet_mlflow():
-            module = _pytorch_flavor().load_model(uri, map_location="cpu")
+            local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=folder.name)
+            if not (Path(local) / mlflow.models.model.MLMODEL_FILE_NAME).is_file():
+                raise MlflowException("it holds no MLmodel file")
+            info = mlflow.models.Model.load(local)
+            module = _pytorch_flavor().load_model(local, map_location="cpu")
     except (MlflowException, OSError) as e:
         said = " ".join(str(getattr(e, "message", e)).split())[:300]
         raise UsageError(f"no loadable model at {uri}: {said}", param="model_uri") from None
