@@ -82,14 +82,24 @@ def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_glob
     seen.mkdir()
     (tmp_path / "sitecustomize.py").write_text(WATCH_MLFLOW)
     path = f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     env = _env(
-        mlflow_server, experiment_name, DEVICEBENCH_TEST_MARK=mark, PYTHONPATH=path, MLFLOW_SEEN_IN=str(seen)
+        mlflow_server,
+        experiment_name,
+        DEVICEBENCH_TEST_MARK=mark,
+        PYTHONPATH=path,
+        MLFLOW_SEEN_IN=str(seen),
+        TMPDIR=str(tmp),
     )
     job = run_cli(["cifar", "--nproc", "2", "--batch_size", "4", *SMALL], env, timeout_s=240)
     assert job.returncode == 0, job.stderr
     assert "finished on cpu ×2 (gloo)" in job.stderr and "Traceback" not in job.stderr
     assert job.stdout.count("Accuracy of the network") == 1  # rank 1 prints nothing
     assert not _leftovers(mark)
+    # the job folder goes, and torchrun's logs with it (they were a torchelastic_* folder per job)
+    left = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
+    assert left == [], left
     assert sorted(p.name for p in seen.iterdir()) == ["0"]
     one = run_cli(["cifar", "--batch_size", "8", *SMALL], env, timeout_s=240)
     assert one.returncode == 0, one.stderr

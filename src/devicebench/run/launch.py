@@ -83,7 +83,9 @@ def launch(workload: str, argv: Sequence[str], cfg: Any, settings: Any, cores: i
     # torchrun builds the ranks' command line (`python -u -m devicebench`): -P goes in as its variable
     env = {JOB_DIR: str(job), **worker_env(cfg.nproc, cores), **SAFE_PATH}
     args = torchrun_args(cfg.nproc, cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint)
-    parsed = torchrun.parse_args([*args, "-m", "devicebench"])
+    # torchrun's own folder (error files, per-attempt logs) inside the job's: without --log-dir it
+    # makes a torchelastic_* folder in $TMPDIR per job and never removes it
+    parsed = torchrun.parse_args([*args, f"--log-dir={job / 'torchrun'}", "-m", "devicebench"])
     parsed.training_script_args = [workload, *argv]  # given to argparse, `--nproc` would read as its own
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # torchrun's workers inherit this process's environment
