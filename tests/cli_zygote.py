@@ -25,6 +25,7 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def child(request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # as a fresh process: $TMPDIR read again (the zygote cached its own)
         for fd, name in ((1, "stdout"), (2, "stderr")):
             target = os.open(out / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(target, fd)
@@ -83,9 +85,14 @@ def child(request: dict) -> None:
             traceback.print_exc()  # what the interpreter would print for an uncaught exception
             code = 1
     finally:
+        # as the console script leaves (util/leave.py): atexit handlers run, MLflow's temporary model
+        # folders among them (a child that skipped them left a few in $TMPDIR per command), then the
+        # exit code is written, last, so a reader that sees it sees everything the command printed
         with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
+            from devicebench.util.leave import shut_down
+
+            shut_down()
+        with contextlib.suppress(Exception):
             tmp = Path(request["out"]) / "rc.tmp"
             tmp.write_text(str(code))
             tmp.replace(Path(request["out"]) / "rc")

@@ -279,7 +279,8 @@ from devicebench.data.loader import data_loader
 from devicebench.data.synthetic import SyntheticCIFAR10
 from devicebench.models.cifar_net import build_model
 from devicebench.models.unet import UNet
-root = Path(tempfile.mkdtemp())
+folder = tempfile.TemporaryDirectory()  # removed as the process exits
+root = Path(folder.name)
 write_cifar(root, per_batch=4, test=4)
 for ds in (CIFAR10Files(root, False, tutorial_transform(), verify=False), SyntheticCIFAR10(False, tutorial_transform(), 8)):
     x, y = next(iter(data_loader(ds, 4, torch.device("cpu"), shuffle=True, num_workers=0)))

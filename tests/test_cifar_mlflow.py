@@ -46,11 +46,13 @@ def _finished_run(uri: str, experiment: str):
     return run
 
 
-def _check_model(uri: str, run_id: str, name: str = "cifar-tutorial") -> torch.nn.Module:
+def _check_model(uri: str, run_id: str, dst: Path, name: str = "cifar-tutorial") -> torch.nn.Module:
+    """The logged model, downloaded into `dst` (MLflow's own choice is a temporary folder it keeps)."""
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
+    dst.mkdir(exist_ok=True)
     try:
-        net = mlflow.pytorch.load_model(f"runs:/{run_id}/{name}")
+        net = mlflow.pytorch.load_model(f"runs:/{run_id}/{name}", dst_path=str(dst))
     finally:
         mlflow.set_tracking_uri(previous)
     for n in (1, 7):
@@ -159,7 +161,7 @@ def test_mlflow_run_cifar_on_synthetic_data(
     table = _load_table(mlflow_server.url, run, "per_class.json")
     assert list(table.columns) == ["class", "accuracy", "correct", "total"] and table["total"].sum() == 500
     _check_linked_metrics(client, run)
-    net = _check_model(mlflow_server.url, run.info.run_id)
+    net = _check_model(mlflow_server.url, run.info.run_id, tmp_path / "model")
     Net().load_state_dict(net.state_dict())  # the weights load into the tutorial's own class
     # MLflow's random name is replaced by the scheme every launch path uses, and compare with no flags
     # (every experiment, as a newcomer types it) finds the run
@@ -202,7 +204,7 @@ def test_cli_cifar_on_a_cifar_format_directory(
     assert run.data.params["cpu_threads"] == "1" and facts_of(run)["devicebench.host.torch_threads"] == "1"
     cfg = build_config(CifarConfig, {k: str(v) for k, v in params.items()})
     assert run.data.tags["devicebench.config_key"] == config_key("cifar", replace(cfg, cpu_threads=0))
-    _check_model(mlflow_server.url, run.info.run_id)
+    _check_model(mlflow_server.url, run.info.run_id, tmp_path / "model")
 
 
 def test_mlflow_run_cifar_on_an_absent_gpu_fails_with_one_line(

@@ -619,7 +619,7 @@ def test_a_dataloader_worker_whose_peer_left_mid_handshake_prints_no_traceback(t
     )
     proc = subprocess.run(
         [str(VENV_BIN / "python"), str(script)],
-        env=devicebench_env("sqlite:///unused.db"),
+        env=devicebench_env("sqlite:///unused.db", TMPDIR=str(tmp_path)),  # the sharer's folder: ours
         capture_output=True,
         text=True,
         timeout=30,

@@ -188,11 +188,13 @@ def test_a_logged_model_accepts_any_batch_size(
         (0.75, 2),
     ]
     mlflow.set_tracking_uri(mlflow_server.url)
-    loaded = mlflow.pytorch.load_model(f"runs:/{run_id}/model")
+    (tmp_path / "loaded").mkdir()
+    (tmp_path / "pyfunc").mkdir()
+    loaded = mlflow.pytorch.load_model(f"runs:/{run_id}/model", dst_path=str(tmp_path / "loaded"))
     for n in (1, 7):
         x = torch.randn(n, 3, 8, 8)
         assert torch.allclose(loaded(x), model(x), atol=1e-6)
-    pyfunc = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    pyfunc = mlflow.pyfunc.load_model(f"runs:/{run_id}/model", dst_path=str(tmp_path / "pyfunc"))
     assert pyfunc.predict(np.random.rand(7, 3, 8, 8).astype(np.float32)).shape == (7, 10)
 
 

@@ -84,14 +84,16 @@ def test_synthetic_run_finishes_with_the_schema(
     assert linked["eval/miou"] == metrics["eval/miou"] and {"eval/loss", "eval/dice"} <= set(linked)
 
 
-def test_logged_model_loads_and_predicts_masks(synthetic_run: tuple, mlflow_server: MlflowServer) -> None:
+def test_logged_model_loads_and_predicts_masks(
+    synthetic_run: tuple, mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
     import mlflow
     import mlflow.pytorch
     import torch
 
     run, _ = synthetic_run
     mlflow.set_tracking_uri(mlflow_server.url)
-    model = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/unet")
+    model = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/unet", dst_path=str(tmp_path))
     model.eval()
     for n in (1, 3):
         with torch.no_grad():

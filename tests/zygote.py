@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -75,7 +76,8 @@ class Zygote:
             os.killpg(int((out / "pid").read_text()), signal.SIGKILL)
 
     def close(self) -> None:
-        """Hang up; an owner also ends its zygote (children already forked run on)."""
+        """Hang up; an owner also ends its zygote (children already forked run on); the commands'
+        output folders go."""
         with contextlib.suppress(OSError, AttributeError):
             self.sock.close()
         if self.proc is not None and self.proc.stdin is not None:
@@ -83,6 +85,7 @@ class Zygote:
                 self.proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def launch(path: Path, cwd: Path) -> subprocess.Popen:
