@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -430,24 +428,19 @@ def test_skip_unavailable_lists_gpu_runs_as_skipped(
 def test_four_suites_starting_at_once_on_a_fresh_store_all_get_its_experiment(tmp_path: Path) -> None:
     """Issue 40, item 2: four suites at once on a fresh SQLite store all died in MLflow's schema
     migration (`duplicate column name: step`) when the plan's experiment was created before the store's
-    locked creation. Four processes run a suite's start (prepare_store) at once, as four suites do."""
-    code = (
+    locked creation. Four processes run a suite's start (prepare_store) at once, as four suites do:
+    forks of the warm zygote, so the four reach the store within milliseconds of each other (cold
+    interpreters arrived seconds apart, after ~3 CPU-s of imports each)."""
+    from zygote import shared
+
+    script = tmp_path / "start.py"
+    script.write_text(
         "import dataclasses\nfrom devicebench.config.settings import load_settings\n"
         "from devicebench.plan.suite import prepare_store\n"
         "print(prepare_store(dataclasses.replace(load_settings(), experiment='four')))\n"
     )
     env = devicebench_env(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
+    procs = [shared().start([], env, tmp_path, script=str(script)) for _ in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err.strip().splitlines()[-1:] for _, err in outs]
     assert len({out.strip() for out, _ in outs}) == 1, "one experiment, the same id for all four"
