@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -617,13 +618,16 @@ def test_a_dataloader_worker_whose_peer_left_mid_handshake_prints_no_traceback(t
         "time.sleep(0.5)\n"
         "raise SystemExit(0)\n"
     )
-    proc = subprocess.run(
-        [str(VENV_BIN / "python"), str(script)],
-        env=devicebench_env("sqlite:///unused.db", TMPDIR=str(tmp_path)),  # the sharer's folder: ours
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    # the sharer's folder in one of ours, removed after: a short path (a Unix socket's is at most 107
+    # bytes, which tmp_path under a long $TMPDIR passes), and not left in $TMPDIR when the script ends
+    with tempfile.TemporaryDirectory(prefix="peer-") as tmp:
+        proc = subprocess.run(
+            [str(VENV_BIN / "python"), str(script)],
+            env=devicebench_env("sqlite:///unused.db", TMPDIR=tmp),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", proc.stderr
 
