@@ -2,14 +2,14 @@
 
 `python -m benchmarks.bench_fixed [cpu|cuda]` (`make bench`: cpu; `make gpu-check`: cuda, where a run
 also pays for its CUDA context). A tiny run (256 synthetic images, one epoch) is timed as a whole
-process, cold (`python -m devicebench cifar`, as a person starts it) and warm (forked from the server a plan's runs start from, handed the
-store the plan checked, as `suite` runs it). Its fixed cost is the process's wall time minus the
-`time/train_s` and `time/eval_s` it logged; each is printed against a bare `python -c "import torch"`
-timed in the same run, so the machine's speed cancels out. The phases each run logged (`time/start_s`,
-`store_s`, `host_s`, `artifacts_s`, `end_s`) say where the rest went. Target: warm fixed cost <= 3 s.
-A cold process cannot meet it here: a bare script that imports torch and takes one optimizer step
-(torch.optim imports torch._dynamo on it) is already over 3 s on this 2-core VM; that floor (on the
-device measured: with its CUDA context on cuda) is printed too.
+process, cold (`python -m devicebench cifar`, as a person starts it) and warm (forked from the server a
+plan's runs start from, handed the store the plan checked, as `suite` runs it). Its fixed cost is the
+process's wall time minus the `time/train_s` and `time/eval_s` it logged; each is printed against a bare
+`python -c "import torch"` timed in the same run, so the machine's speed cancels out. The phases each run
+logged (`time/start_s`, `store_s`, `host_s`, `artifacts_s`, `end_s`) say where the rest went. Target:
+warm fixed cost <= 3 s. A cold process cannot meet it here: a bare script that imports torch and takes
+one optimizer step (torch.optim imports torch._dynamo on it) is already over 3 s on this 2-core VM; that
+floor (on the device measured: with its CUDA context on cuda) is printed too.
 """
 
 from __future__ import annotations
@@ -103,9 +103,10 @@ def _line(
 ) -> tuple[str, float]:
     fixed, metrics = sorted(results, key=lambda r: r[0])[len(results) // 2]
     phases = ", ".join(f"{p} {metrics.get(f'time/{p}_s', float('nan')):.2f}" for p in PHASES)
+    low, high = min(r[0] for r in results), max(r[0] for r in results)
     line = (
         f"fixed cost: tiny cifar run on {device}, {kind}: {fixed / bare:.2f}x a bare `import torch` "
-        f"({fixed:.2f} s vs {bare:.2f} s; range {min(r[0] for r in results):.2f}-{max(r[0] for r in results):.2f} s over "
+        f"({fixed:.2f} s vs {bare:.2f} s; range {low:.2f}-{high:.2f} s over "
         f"{len(results)} runs; phases of the median one, s: {phases})"
     )
     return line, fixed

@@ -257,8 +257,9 @@ def main() -> int:
         worst, middle, noise = warm_fidelity(Path(d))
         ok_warm, said = warm_verdict(worst, middle, noise)
         print(
-            f"matmul: forked from a plan's warm server / cold process, best of {WARM_ROUNDS} each: worst point "
-            f"{worst:.3f} [target >= {WARM_WORST}], median point {middle:.3f} [target >= {WARM_MEDIAN}]; "
+            f"matmul: forked from a plan's warm server / cold process, best of {WARM_ROUNDS} each: "
+            f"worst point {worst:.3f} [target >= {WARM_WORST}], "
+            f"median point {middle:.3f} [target >= {WARM_MEDIAN}]; "
             f"a second cold arm's worst point, this sitting's noise: {noise:.3f} {said}"
         )
         spread, noise = stability(Path(d))

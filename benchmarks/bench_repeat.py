@@ -113,9 +113,10 @@ def _nvml_range(samples: list[Sample]) -> str:
 def line(variant: str, samples: list[Sample]) -> str:
     """A variant's line: each loop's median samples/s and spread, what NVML saw, what it ran with."""
     ours, bare = [s.ours for s in samples], [s.bare for s in samples]
+    each = ", ".join(f"{v:,.0f}" for v in ours)
     return (
         f"repeat: {variant} ({samples[0].ran_with}): devicebench {statistics.median(ours):,.0f} samples/s "
-        f"(±{deviation(ours):.1%} over {len(samples)} fresh processes: {', '.join(f'{v:,.0f}' for v in ours)}), "
+        f"(±{deviation(ours):.1%} over {len(samples)} fresh processes: {each}), "
         f"bare loop {statistics.median(bare):,.0f} (±{deviation(bare):.1%}); {_nvml_range(samples)}"
     )
 

@@ -44,7 +44,8 @@ EXTRA_STEPS = (("repeat", "repeat suspects", [sys.executable, "-m", "benchmarks.
 
 
 def chosen(names: list[str]) -> list[tuple[str, list[str]]]:
-    """The steps named by their keys, in their order; when none are named, STEPS (EXTRA_STEPS only by name)."""
+    """The steps named by their keys, in their order; when none are named, STEPS (EXTRA_STEPS only by
+    name)."""
     known = [key for key, _, _ in (*STEPS, *EXTRA_STEPS)]
     unknown = [n for n in names if n not in known]
     if unknown:

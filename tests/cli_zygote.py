@@ -29,6 +29,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from devicebench.util.leave import shut_down
+
 
 def preload() -> None:
     """Everything a command may import, so a forked child starts warm (absent modules are skipped)."""
@@ -89,8 +91,6 @@ def child(request: dict) -> None:
         # folders among them (a child that skipped them left a few in $TMPDIR per command), then the
         # exit code is written, last, so a reader that sees it sees everything the command printed
         with contextlib.suppress(Exception):
-            from devicebench.util.leave import shut_down
-
             shut_down()
         with contextlib.suppress(Exception):
             tmp = Path(request["out"]) / "rc.tmp"
