@@ -14,6 +14,7 @@ import copy
 import importlib.metadata
 import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -42,6 +43,7 @@ import devicebench
 from devicebench.errors import UsageError
 from devicebench.host.context import LoadedModel
 
+_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 LINK_NONE_STEP = -1  # no devicebench metric has a negative step (epochs, sizes and batches count from 0)
 _REPO_CACHE_SIZE = 8  # runs whose repository is kept; a process sends to one or two runs at a time
 _REPOS: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -195,16 +197,20 @@ def seed_requirements_map() -> None:
 
 @contextmanager
 def _quiet_mlflow() -> Iterator[None]:
-    """MLflow warns on stderr while saving a pickled model; our stderr carries one line per outcome."""
+    """MLflow warns on stderr while saving a pickled model, and draws a progress bar there while it
+    downloads one (MLflow reads the setting at each download); our stderr carries one line per outcome."""
     logger = logging.getLogger("mlflow")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    bar = os.environ.get(_PROGRESS_BAR)
+    os.environ[_PROGRESS_BAR] = "false"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
         logger.setLevel(level)
+        os.environ.pop(_PROGRESS_BAR, None) if bar is None else os.environ.__setitem__(_PROGRESS_BAR, bar)
 
 
 def portable_model(model: Any, input_example: Any) -> tuple[Any, Any, Any]:
