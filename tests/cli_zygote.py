@@ -52,6 +52,7 @@ def preload() -> None:
         "mlflow",
         "mlflow.tracking",
         "mlflow.store.tracking.sqlalchemy_store",
+        "devicebench.tracking.git_source",
         "matplotlib.pyplot",
     ):
         with contextlib.suppress(ImportError):

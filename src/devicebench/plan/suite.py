@@ -126,6 +126,7 @@ WARM_MODULES = (
     "torchvision.models",
     "mlflow.pytorch",
     "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
+    "devicebench.tracking.git_source",  # GitPython, for each new run's commit tag (~50 ms of each run)
     "devicebench.report.command",  # the plan's report, forked from here too
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`

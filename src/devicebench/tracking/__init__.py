@@ -15,6 +15,7 @@ the store, so the rules that keep a measurement trustworthy live here once, a mo
   replays only journals whose process is gone, and ends a run that died without an end record FAILED;
 * `artifacts`: how models are packaged (any batch size, code carried along) and files uploaded;
 * `tracker`: `MlflowTracker`, the `Tracker` that writes through all of the above.
+* `git_source`: GitPython, loaded once by a plan's warm server for every run's commit tag.
 
 The package itself imports nothing: a caller names the module it needs, so a workload that imports
 `tracking.protocol` (the `Tracker` it is handed) loads that module alone. `protocol`, `signals`,
