@@ -29,30 +29,21 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from devicebench.plan.suite import WARM_MODULES
 from devicebench.util.leave import shut_down
 
 
 def preload() -> None:
-    """Everything a command may import, so a forked child starts warm (absent modules are skipped)."""
+    """Everything a command may import, so a forked child starts warm (absent modules are skipped):
+    what a plan's warm server loads for its runs, and what the other commands use."""
     for name in (
-        "devicebench.run.cli",
+        *WARM_MODULES,
         "devicebench.config.fields",
         "devicebench.host.device",
         "devicebench.config.settings",
         "devicebench.tracking",
-        "devicebench.plan.suite",
-        "devicebench.workloads.matmul",
-        "devicebench.workloads.cifar",
-        "devicebench.workloads.unet",
-        "devicebench.workloads.model",
-        "devicebench.workloads.infer",
-        "torchvision.models",  # the model workload's zoo (and torch._dynamo): ~2 s a fork otherwise
-        "mlflow.pytorch",
-        "devicebench.report.command",
         "mlflow",
         "mlflow.tracking",
-        "mlflow.store.tracking.sqlalchemy_store",
-        "devicebench.tracking.git_source",
         "matplotlib.pyplot",
     ):
         with contextlib.suppress(ImportError):

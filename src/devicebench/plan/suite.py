@@ -116,7 +116,11 @@ def _child_env(
 
 # What a warm server imports once for all of a plan's runs (util/forkserver.py): the run's own module
 # (torch, MLflow), every workload, and torchvision whole (its models and torch._dynamo, ~2.3 s a process).
+# The last group is what every run still imported after the server had loaded the rest (86 modules,
+# ~120 ms of each run; a tiny cifar run forked from here took 1.84-1.93 s with them, 2.01-2.03 s without,
+# medians of 5 alternating, 2026-11-25): all imports, none of which starts a thread or opens anything.
 WARM_MODULES = (
+    "devicebench.run.cli",  # `python -m devicebench`'s entry
     "devicebench.run.workload",
     "devicebench.workloads.matmul",
     "devicebench.workloads.cifar",
@@ -128,6 +132,10 @@ WARM_MODULES = (
     "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
     "devicebench.tracking.git_source",  # GitPython, for each new run's commit tag (~50 ms of each run)
     "devicebench.report.command",  # the plan's report, forked from here too
+    "mlflow.pyfunc",  # what log_model writes the model with (~70 ms)
+    "mlflow.tracing.processor.otel",  # what set_tracking_uri resets MLflow's tracer with (~55 ms)
+    "sqlalchemy.dialects.sqlite",  # the embedded store's engine (~15 ms)
+    "matplotlib.backends.backend_agg",  # the figures' renderer (~10 ms)
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
 # A server costs what one cold run's imports cost (about 8 CPU-s here), paid beside the suite's own
