@@ -135,6 +135,7 @@ WARM_MODULES = (
     "mlflow.pyfunc",  # what log_model writes the model with (~70 ms)
     "mlflow.tracing.processor.otel",  # what set_tracking_uri resets MLflow's tracer with (~55 ms)
     "sqlalchemy.dialects.sqlite",  # the embedded store's engine (~15 ms)
+    "mlflow.tracking.request_header.registry",  # each request's headers, with a tracking server (~15 ms)
     "matplotlib.backends.backend_agg",  # the figures' renderer (~10 ms)
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
