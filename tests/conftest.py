@@ -97,7 +97,8 @@ def _freeze() -> None:
     """What a worker keeps (torch, MLflow, every test module, each file's lazy imports: over a million
     objects) frozen out of the collector's sight, after one collection of what is new since the last
     freeze: a full collection then walks only what the running file made. Before, each of a worker's
-    12-14 full collections walked all of it: 6-12 CPU-s a worker in `make test` (2026-11-25)."""
+    12-14 full collections walked all of it: ~20 CPU-s over three workers in `make test`, ~12 after
+    (2026-11-25; one run each, both besides a DataLoader's 5-s shutdown wait in one of them)."""
     gc.collect()
     gc.freeze()
 

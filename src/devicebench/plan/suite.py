@@ -116,9 +116,10 @@ def _child_env(
 
 # What a warm server imports once for all of a plan's runs (util/forkserver.py): the run's own module
 # (torch, MLflow), every workload, and torchvision whole (its models and torch._dynamo, ~2.3 s a process).
-# The last group is what every run still imported after the server had loaded the rest (86 modules,
-# ~120 ms of each run; a tiny cifar run forked from here took 1.84-1.93 s with them, 2.01-2.03 s without,
-# medians of 5 alternating, 2026-11-25): all imports, none of which starts a thread or opens anything.
+# The entry, GitPython and the last group are what every run still imported after the server had loaded
+# the rest (86 modules, ~120 ms of each run): with them bench_fixed's warm fixed cost read 1.35 s twice,
+# against 1.46-1.56 s (2026-11-25), and bench_matmul's warm fidelity did not move (alternating, fresh
+# processes). All are imports only: none starts a thread or opens anything.
 WARM_MODULES = (
     "devicebench.run.cli",  # `python -m devicebench`'s entry
     "devicebench.run.workload",
