@@ -66,8 +66,8 @@ format: $(VENV)/.installed ## apply ruff's formatting and fixes
 bench: $(VENV)/.installed ## print the benchmark figures, each a ratio measured in one run
 	$(PY) -m benchmarks
 
-gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo, a short CPU-vs-GPU plan, a run's fixed cost and the overhead bench on cuda (aim: 10 min on an H100; STEPS="tests demo" runs some)
-	$(PY) -m benchmarks.gpu_check $(STEPS)
+gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo, a short CPU-vs-GPU plan, a run's fixed cost and the overhead bench on cuda (aim: 10 min on an H100; STEPS="tests demo" runs some, BUDGET=540 ends all within 540 s, LOGS=dir keeps the log and table)
+	$(PY) -m benchmarks.gpu_check $(if $(BUDGET),--budget $(BUDGET)) $(if $(LOGS),--logs $(LOGS)) $(STEPS)
 
 # Wheels for a GPU host without internet that keeps its own torch (README: On a GPU host without internet).
 # Needs only pip and a package index here, not .venv. PYV: the host's Python; DEST: where the wheels go.
