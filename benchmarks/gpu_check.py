@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
+import math
 import os
 import signal
 import subprocess
@@ -115,12 +115,16 @@ def table(done: Sequence[Done]) -> str:
     return "\n".join(["| step | exit | seconds |", "|---|---|---|", *rows]) + "\n"
 
 
+def _write(data: bytes, sinks: Sequence[IO[bytes]]) -> None:
+    for sink in sinks:
+        sink.write(data)
+        sink.flush()
+
+
 def _copy(source: IO[bytes], sinks: Sequence[IO[bytes]]) -> None:
     """A step's output, line by line, to the console and the log as it comes."""
     for line in iter(source.readline, b""):
-        for sink in sinks:
-            sink.write(line)
-            sink.flush()
+        _write(line, sinks)
 
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
@@ -168,15 +172,18 @@ def run_step(step: Step, share_s: float | None, sinks: Sequence[IO[bytes]]) -> D
     return Done(step.name, proc.returncode, time.perf_counter() - t0, share_s, cut)
 
 
-def run_steps(steps: Sequence[Step], budget_s: float | None = None, logs: Path | None = None) -> list[Done]:
-    """Every step in turn; with a budget each gets its share of what is left (unused time goes on to the
-    next). With `logs`, the output goes to logs/gpu-check.log and the table so far to logs/gpu-check.md
-    after each step."""
+def run_steps(
+    steps: Sequence[Step], budget_s: float | None = None, logs: Path | None = None, title: str = ""
+) -> list[Done]:
+    """Every step in turn, after the `title` line; with a budget each gets its share of what is left
+    (unused time goes on to the next). With `logs`, the output goes to logs/gpu-check.log too and the
+    table so far to logs/gpu-check.md after each step."""
     deadline = None if budget_s is None else time.monotonic() + budget_s
     log = None if logs is None else open(logs / "gpu-check.log", "ab")  # noqa: SIM115 - closed below
     sinks = [sys.stdout.buffer, *([log] if log is not None else [])]
     done: list[Done] = []
     try:
+        _write(f"{title}\n".encode() if title else b"", sinks)
         for i, step in enumerate(steps):
             share_s = None
             if deadline is not None:
@@ -185,7 +192,7 @@ def run_steps(steps: Sequence[Step], budget_s: float | None = None, logs: Path |
                 done.append(Done(step.name, None, 0.0, share_s))
             else:
                 share = "" if share_s is None else f"  (its share of the budget: {share_s:.0f} s)"
-                _copy(io.BytesIO(f"\n=== {step.name}: {' '.join(step.argv[1:])}{share}\n".encode()), sinks)
+                _write(f"\n=== {step.name}: {' '.join(step.argv[1:])}{share}\n".encode(), sinks)
                 done.append(run_step(step, share_s, sinks))
             if logs is not None:
                 write_text_atomic(logs / "gpu-check.md", table(done))
@@ -200,7 +207,7 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return value
 
@@ -230,11 +237,9 @@ def main(args: list[str]) -> int:
     if not torch.cuda.is_available():
         print("gpu-check: torch finds no CUDA device on this host; run it on a GPU instance", file=sys.stderr)
         return 2
-    print(
-        f"gpu-check on {torch.cuda.get_device_name(0)} ×{torch.cuda.device_count()}, torch {torch.__version__}",
-        flush=True,
-    )
-    done = run_steps(ns.steps, ns.budget, ns.logs)
+    gpus = f"{torch.cuda.get_device_name(0)} ×{torch.cuda.device_count()}"
+    title = f"gpu-check on {gpus}, torch {torch.__version__}"
+    done = run_steps(ns.steps, ns.budget, ns.logs, title)
     print("\n" + table(done), end="")
     return 0 if all(d.ok for d in done) else 1
 

@@ -50,6 +50,7 @@ def test_a_bad_step_is_one_line_and_exit_2_before_anything_starts() -> None:
     [
         (["--budget", "soon"], "gpu-check: argument --budget: expected a number of seconds > 0, got 'soon'"),
         (["--budget", "0"], "gpu-check: argument --budget: expected a number of seconds > 0, got '0'"),
+        (["--budget", "inf"], "gpu-check: argument --budget: expected a number of seconds > 0, got 'inf'"),
         (["--budget"], "gpu-check: argument --budget: expected one argument"),
         (["--logs", "/nonexistent/out"], "gpu-check: --logs '/nonexistent/out' is not a folder"),
         (["--bugdet", "540"], "gpu-check: unrecognized arguments: --bugdet 540"),
@@ -100,7 +101,7 @@ def test_a_budget_cuts_a_slow_step_with_all_it_started_and_the_next_step_still_r
         Step("last", "last", _py("print('last ran')"), 1),
     ]
     t0 = time.monotonic()
-    quick, slow, last = run_steps(steps, budget_s=15, logs=tmp_path)
+    quick, slow, last = run_steps(steps, budget_s=15, logs=tmp_path, title="gpu-check on a test")
     took = time.monotonic() - t0
 
     assert (quick.code, quick.cut, last.code, last.cut) == (0, False, 0, False)
@@ -113,6 +114,7 @@ def test_a_budget_cuts_a_slow_step_with_all_it_started_and_the_next_step_still_r
     log = (tmp_path / "gpu-check.log").read_text()
     said = ("quick ran", "slow started", "last ran")
     assert tuple(line for line in log.splitlines() if line in said) == said
+    assert log.startswith("gpu-check on a test\n")
     assert "=== slow: " in log and "(its share of the budget: " in log
     table = (tmp_path / "gpu-check.md").read_text().splitlines()
     assert table[0] == "| step | exit | seconds |" and len(table) == 5
