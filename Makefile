@@ -71,8 +71,8 @@ gpu-check: $(VENV)/.installed ## on a GPU host: the GPU tests, the demo, a short
 
 # Wheels for a GPU host without internet that keeps its own torch (README: On a GPU host without internet).
 # Needs only pip and a package index here, not .venv. PYV: the host's Python; DEST: where the wheels go.
-wheelhouse: ## wheels for an offline GPU host that keeps its torch (PYV=3.12 DEST=wheelhouse)
-	PYTHON=$(or $(PYTHON),python3) bash deploy/offline/wheelhouse.sh $(or $(DEST),wheelhouse) $(or $(PYV),3.12)
+wheelhouse: ## wheels for an offline GPU host that keeps its torch (PYV=3.12 DEST=wheelhouse; HAVE=host.txt, its pip list --format=freeze: only what it lacks)
+	PYTHON=$(or $(PYTHON),python3) bash deploy/offline/wheelhouse.sh $(or $(DEST),wheelhouse) $(or $(PYV),3.12) $(HAVE)
 
 compare: $(VENV)/.installed ## compare CPU and GPU runs in the configured store (ARGS="--since 7d ...")
 	$(BIN)/devicebench compare $(ARGS)

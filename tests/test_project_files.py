@@ -151,6 +151,53 @@ def test_the_offline_wheelhouse_asks_for_everything_but_the_hosts_torch(tmp_path
     assert not (tmp_path / ".venv").exists()
 
 
+def test_a_wheelhouse_for_a_host_leaves_out_what_it_has_and_pins_its_versions(tmp_path: Path) -> None:
+    """`make wheelhouse HAVE=host.txt`: a lent GPU machine takes 64 MiB of files and the whole wheelhouse
+    is ~190 MB, most of it numpy, scipy, pyarrow and pandas, which its image has. The host's versions
+    become constraints (pins), its packages' wheels are removed whatever the listing's form, and
+    devicebench's own wheel always stays. (The download itself needs a package index: not run here.)"""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(ROOT / "deploy" / "offline"))
+    try:
+        from host_packages import host_names, host_pins, prune
+    finally:
+        sys.path.pop(0)
+
+    listing = "\n".join(
+        [
+            "numpy==2.5.2",
+            "PyYAML==6.0.2  # pip list --format=freeze spells names as installed",
+            "Py_Cpuinfo",
+            "devicebench==0.1.0",
+            "-e git+https://example.invalid/x.git#egg=x",
+            "torch @ file:///opt/torch/torch-2.11.0-cp312.whl",
+            "",
+        ]
+    )
+    assert host_pins(listing) == ["numpy==2.5.2", "PyYAML==6.0.2", "devicebench==0.1.0"]
+    assert host_names(listing) == {"numpy", "pyyaml", "py-cpuinfo", "devicebench", "torch"}
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    kept = ["mlflow_skinny-3.17.2-py3-none-any.whl", "devicebench-0.1.0-py3-none-any.whl", "install.sh"]
+    gone = ["numpy-2.5.2-cp312-cp312-manylinux_2_28_x86_64.whl", "pyyaml-6.0.2-cp312-cp312-any.whl"]
+    gone += ["py_cpuinfo-9.0.0-py3-none-any.whl"]
+    for name in kept + gone:
+        (wheels / name).write_text("")
+    assert sorted(p.name for p in prune(host_names(listing), wheels)) == sorted(gone)
+    assert sorted(p.name for p in wheels.iterdir()) == sorted(kept)
+
+    proc = subprocess.run(
+        ["bash", "deploy/offline/wheelhouse.sh", str(tmp_path / "out"), "3.12", str(tmp_path / "nope.txt")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"wheelhouse: HAVE '{tmp_path / 'nope.txt'}' is not a readable file (the host's pip list --format=freeze)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_readme_cites_only_files_in_the_repository() -> None:
     """Issue 41: the README pointed at `../shared/evidence/...`, which a clone does not have. Every
     picture and link it gives by path is a file (or folder) of this repository."""

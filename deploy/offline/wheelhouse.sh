@@ -2,20 +2,30 @@
 # Wheels for a GPU host without internet that keeps its own torch: everything devicebench needs but torch
 # and torchvision (deploy/offline/requirements.py says what), for one Python version on x86_64 Linux, and
 # devicebench's own wheel. Run from the project's root where pip reaches a package index (`make wheelhouse`).
-# Usage: deploy/offline/wheelhouse.sh DEST [PYTHON_VERSION]     e.g. wheelhouse 3.12
+# HAVE: the host's `python3 -m pip list --format=freeze` (deploy/offline/host_packages.py): the wheels are
+# resolved against its versions and those it has are left out (~190 MB for Python 3.12 without it).
+# Usage: deploy/offline/wheelhouse.sh DEST [PYTHON_VERSION] [HAVE]     e.g. wheelhouse 3.12 host.txt
 set -euo pipefail
-dest=${1:?usage: wheelhouse.sh DEST [PYTHON_VERSION]}
+dest=${1:?usage: wheelhouse.sh DEST [PYTHON_VERSION] [HAVE]}
 pyv=${2:-3.12}
+have=${3:-}
 python=${PYTHON:-python3}
+if [ -n "$have" ] && [ ! -r "$have" ]; then
+  echo "wheelhouse: HAVE '$have' is not a readable file (the host's pip list --format=freeze)" >&2
+  exit 2
+fi
 reqs=$(mktemp)
-trap 'rm -f "$reqs"' EXIT
+pins=$(mktemp)
+trap 'rm -f "$reqs" "$pins"' EXIT
 "$python" deploy/offline/requirements.py pyproject.toml >"$reqs"
+if [ -n "$have" ]; then "$python" deploy/offline/host_packages.py pins "$have" >"$pins"; fi
 mkdir -p "$dest"
 "$python" -m pip download --quiet --dest "$dest" --only-binary=:all: \
   --python-version "$pyv" --implementation cp --platform manylinux_2_28_x86_64 \
   --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform manylinux1_x86_64 --platform any --requirement "$reqs"
+  --platform manylinux1_x86_64 --platform any --requirement "$reqs" --constraint "$pins"
 "$python" -m pip wheel --quiet --no-deps --wheel-dir "$dest" .
+if [ -n "$have" ]; then "$python" deploy/offline/host_packages.py prune "$have" "$dest"; fi
 cp deploy/offline/install.sh "$dest/"
 echo "wheelhouse: $(find "$dest" -name '*.whl' | wc -l) wheels for Python $pyv in $dest ($(du -sh "$dest" | cut -f1));" \
   "on the GPU host: bash $dest/install.sh $dest"
