@@ -155,7 +155,9 @@ def test_a_wheelhouse_for_a_host_leaves_out_what_it_has_and_pins_its_versions(tm
     """`make wheelhouse HAVE=host.txt`: a lent GPU machine takes 64 MiB of files and the whole wheelhouse
     is ~190 MB, most of it numpy, scipy, pyarrow and pandas, which its image has. The host's versions
     become constraints (pins), its packages' wheels are removed whatever the listing's form, and
-    devicebench's own wheel always stays. (The download itself needs a package index: not run here.)"""
+    devicebench's own wheel always stays; what pip builds it with is asked for apart (its isolated build
+    sees no host package), and wheelhouse.sh downloads that again after pruning. (The downloads need a
+    package index: not run here.)"""
     import subprocess
     import sys
 
@@ -170,30 +172,37 @@ def test_a_wheelhouse_for_a_host_leaves_out_what_it_has_and_pins_its_versions(tm
             "numpy==2.5.2",
             "PyYAML==6.0.2  # pip list --format=freeze spells names as installed",
             "Py_Cpuinfo",
+            "setuptools==80.9.0",
             "devicebench==0.1.0",
             "-e git+https://example.invalid/x.git#egg=x",
             "torch @ file:///opt/torch/torch-2.11.0-cp312.whl",
             "",
         ]
     )
-    assert host_pins(listing) == ["numpy==2.5.2", "PyYAML==6.0.2", "devicebench==0.1.0"]
-    assert host_names(listing) == {"numpy", "pyyaml", "py-cpuinfo", "devicebench", "torch"}
+    assert host_pins(listing) == ["numpy==2.5.2", "PyYAML==6.0.2", "setuptools==80.9.0", "devicebench==0.1.0"]
+    assert host_names(listing) == {"numpy", "pyyaml", "py-cpuinfo", "setuptools", "devicebench", "torch"}
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     kept = ["mlflow_skinny-3.17.2-py3-none-any.whl", "devicebench-0.1.0-py3-none-any.whl", "install.sh"]
     gone = ["numpy-2.5.2-cp312-cp312-manylinux_2_28_x86_64.whl", "pyyaml-6.0.2-cp312-cp312-any.whl"]
-    gone += ["py_cpuinfo-9.0.0-py3-none-any.whl"]
+    gone += ["py_cpuinfo-9.0.0-py3-none-any.whl", "setuptools-80.9.0-py3-none-any.whl"]
     for name in kept + gone:
         (wheels / name).write_text("")
     assert sorted(p.name for p in prune(host_names(listing), wheels)) == sorted(gone)
     assert sorted(p.name for p in wheels.iterdir()) == sorted(kept)
+    build = subprocess.run(
+        [sys.executable, "deploy/offline/requirements.py", "--build", "pyproject.toml"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert build == tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
 
     proc = subprocess.run(
         ["bash", "deploy/offline/wheelhouse.sh", str(tmp_path / "out"), "3.12", str(tmp_path / "nope.txt")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+    said = f"wheelhouse: HAVE '{tmp_path / 'nope.txt'}' is not a readable file"
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        f"wheelhouse: HAVE '{tmp_path / 'nope.txt'}' is not a readable file (the host's pip list --format=freeze)"
+        f"{said} (the host's pip list --format=freeze)"
     ]
     assert not (tmp_path / "out").exists()
 

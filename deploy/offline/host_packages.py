@@ -9,7 +9,9 @@ takes 64 MiB of files) leaves them out: `make wheelhouse HAVE=host.txt`, where h
 * `pins HAVE`: the host's `name==version` lines, which `pip download` takes as constraints, so the
   wheels it picks here are resolved against the versions the host will really import (a host version
   outside a requirement's range fails here, naming it, not offline on the host);
-* `prune HAVE DIR`: removes from DIR the wheels of packages the host has (never devicebench's own).
+* `prune HAVE DIR`: removes from DIR the wheels of packages the host has, except devicebench's own
+  (wheelhouse.sh then downloads what pip builds devicebench with again: its isolated build environment
+  sees none of the host's packages).
 
 Usage: python deploy/offline/host_packages.py pins HAVE | prune HAVE DIR
 """

@@ -25,7 +25,13 @@ mkdir -p "$dest"
   --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform any --requirement "$reqs" --constraint "$pins"
 "$python" -m pip wheel --quiet --no-deps --wheel-dir "$dest" .
-if [ -n "$have" ]; then "$python" deploy/offline/host_packages.py prune "$have" "$dest"; fi
+if [ -n "$have" ]; then
+  "$python" deploy/offline/host_packages.py prune "$have" "$dest"
+  # what pip builds devicebench with, and what that needs, whatever the host has: the build is isolated
+  "$python" deploy/offline/requirements.py --build pyproject.toml >"$reqs"
+  "$python" -m pip download --quiet --dest "$dest" --only-binary=:all: --python-version "$pyv" \
+    --implementation cp --platform any --requirement "$reqs"
+fi
 cp deploy/offline/install.sh "$dest/"
 echo "wheelhouse: $(find "$dest" -name '*.whl' | wc -l) wheels for Python $pyv in $dest ($(du -sh "$dest" | cut -f1));" \
   "on the GPU host: bash $dest/install.sh $dest"
