@@ -28,7 +28,8 @@ _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def normalized(name: str) -> str:
-    """A distribution's name as pip compares them (PEP 503): `PyYAML`, `pyyaml` and `py_yaml` differ."""
+    """A distribution's name as pip compares them (PEP 503): `PyYAML` is `pyyaml`, `py_cpuinfo` is
+    `py-cpuinfo`."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
