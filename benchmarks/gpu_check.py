@@ -183,7 +183,8 @@ def run_steps(
     sinks = [sys.stdout.buffer, *([log] if log is not None else [])]
     done: list[Done] = []
     try:
-        _write(f"{title}\n".encode() if title else b"", sinks)
+        if title:
+            _write(f"{title}\n".encode(), sinks)
         for i, step in enumerate(steps):
             share_s = None
             if deadline is not None:
@@ -203,12 +204,13 @@ def run_steps(
 
 
 def _seconds(text: str) -> float:
+    refused = argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     try:
         value = float(text)
     except ValueError:
-        value = 0.0
+        raise refused from None
     if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+        raise refused
     return value
 
 
