@@ -5,8 +5,7 @@
   process that runs nothing else (target >= 0.95 at every point); the same figure with
   `isolation=none` is printed beside it, to show what the isolation removes;
 * warm fidelity: the same points from runs forked from a plan's warm server against cold processes,
-  with a second cold arm against the first beside it (what the same comparison reads when nothing
-  differs);
+  a low point weighed against how often random arms of the same runs read as low (this sitting's noise);
 * stability: five `devicebench matmul --sizes 256 --dtypes float32` runs, each backend's five medians
   within ±10 % of their median, beside the bare product's spread over five fresh processes;
 * tracking overhead: the matmul workload tracked into a real local `mlflow server` against the same
@@ -16,11 +15,13 @@
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -124,54 +125,103 @@ def fidelity(workdir: Path) -> tuple[float, float]:
     return worst["process"], worst["none"]
 
 
-WARM_ROUNDS = 4  # cold, warm and second cold runs alternate, so a neighbour's load hits all three alike
-WARM_WORST, WARM_MEDIAN = 0.97, 0.98  # issue 39: >= 0.97 of a fresh process; "within 2 %"
+WARM_ROUNDS = 8  # a warm run and two cold ones per round, their order turned each round
+WARM_WORST, WARM_POOLED = 0.97, 0.98  # issue 39: >= 0.97 of a fresh process; "within 2 %"
+NOISE = 0.05  # a figure as low in this share of random splits of the same runs is the host's noise
+
+Runs = list[dict[tuple[str, str, int], float]]
 
 
-def warm_fidelity(workdir: Path) -> tuple[float, float, float]:
-    """(worst point, median point) of runs forked from a plan's warm server over cold processes, and the
-    worst point of a second cold arm over the first: the same comparison where nothing differs, printed
-    beside it as this sitting's noise.
+@dataclass(frozen=True)
+class Arms:
+    """Warm runs over cold ones, each point the median of its arm's runs: the worst of the 12 points and
+    all points pooled (their geometric mean), each with its chance: the share of random splits of the
+    same runs into an arm as large as the warm one and the rest that read as low."""
 
-    Each point is the best of `WARM_ROUNDS` runs per arm. A neighbour's load only ever slows a run, and
-    what a warm start costs is in every warm run (the GC walk `gc.freeze` removed put n=512 at 0.85 in
-    each), so the best keeps a real cost and drops the load. Medians of four did not: on the 2-core VM
-    (2026-11-25) two cold arms' worst point read 0.868, 0.934 and 0.960 in three sittings, warm/cold
-    0.851, 0.925 and 0.970; the best of four read 0.981, 0.983 and 0.953, warm 0.984, 0.978 and 0.971."""
+    worst: float
+    pooled: float
+    worst_chance: float = 1.0
+    pooled_chance: float = 1.0
+
+
+def point_ratios(warm: Runs, cold: Runs) -> list[float]:
+    """Per point, the median of `warm` over the median of `cold`."""
+    return [
+        statistics.median(r[p] for r in warm) / statistics.median(r[p] for r in cold) for p in sorted(cold[0])
+    ]
+
+
+def arms(warm: Runs, cold: Runs, tries: int = 2000) -> Arms:
+    """The figures of `warm` over `cold`, and how often a random arm of len(warm) runs drawn from all of
+    them reads as low: if warm runs cost nothing they are as any other runs, and that is often. The
+    worst point is the lowest of twelve noisy ratios, so its chance is judged over all twelve at once."""
+    ratios = point_ratios(warm, cold)
+    worst, pooled = min(ratios), statistics.geometric_mean(ratios)
+    runs, rng, k = [*warm, *cold], random.Random(0), len(warm)
+    low_worst = low_pooled = 0
+    for _ in range(tries):
+        rng.shuffle(runs)
+        split = point_ratios(runs[:k], runs[k:])
+        low_worst += min(split) <= worst
+        low_pooled += statistics.geometric_mean(split) <= pooled
+    return Arms(worst, pooled, low_worst / tries, low_pooled / tries)
+
+
+def warm_fidelity(workdir: Path) -> Arms:
+    """Runs forked from a plan's warm server against cold processes: `WARM_ROUNDS` warm runs and twice
+    as many cold ones, the order turned each round so a neighbour's load or a slow spell of the host
+    falls on each arm alike.
+
+    On the 2-core VM one cold run's point lies anywhere in 0.4-1.4x of its median (2026-11-28), with a
+    fast mode as well as slow ones, so no count of runs one sitting can afford holds a point to 3 %: over
+    every 4 of 8 rounds in one sitting, two cold arms met the worst-point target 39 % of the time by
+    their bests (40 % by medians); by medians of 8 their worst point read 0.974, 0.946 and 0.986 in
+    three sittings. Warm over cold, all points pooled, read 1.017, 1.002, 0.960 and 1.041 in four
+    sittings (chance 21-86 %); their 32 warm and 64 cold runs together, each over its own sitting's cold
+    medians, read 1.002 pooled and 0.974 at the worst point. So each figure is weighed against the runs'
+    own spread (`arms`). Run on two sittings' runs with a cost added to every warm run, it finds 15 % at
+    one point (chance 0.5 % and 4.4 %) and not 10 % (9-10 %); the GC walk `gc.freeze` removed put n=512
+    at 0.85 in each."""
     sizes, dtypes = ",".join(map(str, SIZES)), ",".join(DTYPES)
     args = ["--sizes", sizes, "--dtypes", dtypes]
-    cold: list[dict[tuple[str, str, int], float]] = []
-    warm: list[dict[tuple[str, str, int], float]] = []
-    cold2: list[dict[tuple[str, str, int], float]] = []
+    warm: Runs = []
+    cold: Runs = []
     with warm_server(dict(os.environ)) as server:
         assert server is not None and server.ready() == 1, "no warm server to measure"
-        for _ in range(WARM_ROUNDS):
-            cold += cli_runs(args, 1, workdir)
-            warm += cli_runs(args, 1, workdir, server)
-            cold2 += cli_runs(args, 1, workdir)
-    ratios, controls = [], []
-    for point in sorted(cold[0]):
-        c, w, c2 = (max(r[point] for r in arm) for arm in (cold, warm, cold2))
-        ratios.append(w / c)
-        controls.append(c2 / c)
-        print(
-            f"  {point[0]:5} {point[1]:7} n={point[2]:<5} cold {c:7.1f}  warm {w:7.1f} ({w / c:.3f})  "
-            f"second cold {c2:7.1f} ({c2 / c:.3f})"
+        slots = [True, False, False]  # warm, cold, cold
+        for i in range(WARM_ROUNDS):
+            for is_warm in slots[i % 3 :] + slots[: i % 3]:
+                if is_warm:
+                    warm += cli_runs(args, 1, workdir, server)
+                else:
+                    cold += cli_runs(args, 1, workdir)
+    for point, ratio in zip(sorted(cold[0]), point_ratios(warm, cold), strict=True):
+        c, w = (statistics.median(r[point] for r in arm) for arm in (cold, warm))
+        print(f"  {point[0]:5} {point[1]:7} n={point[2]:<5} cold {c:7.1f}  warm {w:7.1f} ({ratio:.3f})")
+    return arms(warm, cold)
+
+
+def warm_verdict(a: Arms) -> tuple[bool, str]:
+    """ok where both targets are met. A figure under its target that random arms of the same runs read
+    as low at least `NOISE` of the time is this sitting's noise, not a cost of the warm start: the line
+    says it was not judged, and how often. Otherwise it is MISSED."""
+    missed = [
+        (name, chance)
+        for name, figure, target, chance in (
+            ("all points", a.pooled, WARM_POOLED, a.pooled_chance),
+            ("worst point", a.worst, WARM_WORST, a.worst_chance),
         )
-    return min(ratios), statistics.median(ratios), min(controls)
-
-
-def warm_verdict(worst: float, middle: float, noise: float) -> tuple[bool, str]:
-    """ok where both targets are met. Where the worst point misses 0.97 and two cold arms also differed
-    by more than that in the same sitting, the worst point cannot be judged there, and the line says so;
-    the median point is judged always: a cost in every warm run moves it."""
-    if middle < WARM_MEDIAN:
+        if figure < target
+    ]
+    if any(chance < NOISE for _, chance in missed):
         return False, "MISSED"
-    if worst >= WARM_WORST:
+    if not missed:
         return True, "ok"
-    if noise < WARM_WORST:
-        return True, "worst point not judged: two cold arms differed beyond the target in this sitting too"
-    return False, "MISSED"
+    said = "; ".join(
+        f"{name} not judged: random arms of the same runs read as low {c:.0%} of the time"
+        for name, c in missed
+    )
+    return True, said
 
 
 STABLE = 0.10  # each run's median within ±10 % of the five runs' median
@@ -254,13 +304,12 @@ def main() -> int:
             f"matmul: fidelity (logged / fresh process, worst of {len(SIZES) * 4} CPU points) = {iso:.3f} "
             f"[target >= 0.95]; with isolation=none: {shared:.3f} {'ok' if ok_iso else 'MISSED'}"
         )
-        worst, middle, noise = warm_fidelity(Path(d))
-        ok_warm, said = warm_verdict(worst, middle, noise)
+        warm = warm_fidelity(Path(d))
+        ok_warm, said = warm_verdict(warm)
         print(
-            f"matmul: forked from a plan's warm server / cold process, best of {WARM_ROUNDS} each: "
-            f"worst point {worst:.3f} [target >= {WARM_WORST}], "
-            f"median point {middle:.3f} [target >= {WARM_MEDIAN}]; "
-            f"a second cold arm's worst point, this sitting's noise: {noise:.3f} {said}"
+            f"matmul: forked from a plan's warm server / cold process, medians of {WARM_ROUNDS} and "
+            f"{2 * WARM_ROUNDS} runs: all points {warm.pooled:.3f} [target >= {WARM_POOLED}], "
+            f"worst point {warm.worst:.3f} [target >= {WARM_WORST}] {said}"
         )
         spread, noise = stability(Path(d))
         said = stability_verdict(spread, noise)
