@@ -140,15 +140,19 @@ class Arms:
 
     worst: float
     pooled: float
-    worst_chance: float = 1.0
-    pooled_chance: float = 1.0
+    worst_chance: float
+    pooled_chance: float
+
+
+def medians(runs: Runs) -> dict[tuple[str, str, int], float]:
+    """Each point's median over `runs`."""
+    return {p: statistics.median(r[p] for r in runs) for p in runs[0]}
 
 
 def point_ratios(warm: Runs, cold: Runs) -> list[float]:
-    """Per point, the median of `warm` over the median of `cold`."""
-    return [
-        statistics.median(r[p] for r in warm) / statistics.median(r[p] for r in cold) for p in sorted(cold[0])
-    ]
+    """Per point, in sorted order, the median of `warm` over the median of `cold`."""
+    w, c = medians(warm), medians(cold)
+    return [w[p] / c[p] for p in sorted(c)]
 
 
 def arms(warm: Runs, cold: Runs, tries: int = 2000) -> Arms:
@@ -195,9 +199,12 @@ def warm_fidelity(workdir: Path) -> Arms:
                     warm += cli_runs(args, 1, workdir, server)
                 else:
                     cold += cli_runs(args, 1, workdir)
-    for point, ratio in zip(sorted(cold[0]), point_ratios(warm, cold), strict=True):
-        c, w = (statistics.median(r[point] for r in arm) for arm in (cold, warm))
-        print(f"  {point[0]:5} {point[1]:7} n={point[2]:<5} cold {c:7.1f}  warm {w:7.1f} ({ratio:.3f})")
+    c, w = medians(cold), medians(warm)
+    for point in sorted(c):
+        print(
+            f"  {point[0]:5} {point[1]:7} n={point[2]:<5} cold {c[point]:7.1f}  warm {w[point]:7.1f} "
+            f"({w[point] / c[point]:.3f})"
+        )
     return arms(warm, cold)
 
 

@@ -31,10 +31,10 @@ def test_a_low_figure_is_told_from_the_spread_of_the_runs_themselves() -> None:
 
 
 def test_a_figure_under_its_target_is_judged_against_chance() -> None:
-    assert warm_verdict(Arms(0.981, 0.997)) == (True, "ok")
+    assert warm_verdict(Arms(0.981, 0.997, 0.9, 0.9)) == (True, "ok")
     said = "worst point not judged: random arms of the same runs read as low 54% of the time"
-    assert warm_verdict(Arms(0.949, 1.002, 0.539)) == (True, said)  # 2026-11-28's second sitting
-    assert warm_verdict(Arms(0.950, 0.995, 0.01)) == (False, "MISSED")  # only the warm arm reads so low
+    assert warm_verdict(Arms(0.949, 1.002, 0.539, 0.48)) == (True, said)  # 2026-11-28's second sitting
+    assert warm_verdict(Arms(0.950, 0.995, 0.01, 0.9)) == (False, "MISSED")  # only the warm arm reads so low
     assert warm_verdict(Arms(0.990, 0.975, 0.9, 0.01)) == (False, "MISSED")  # a cost in every warm run
     assert warm_verdict(Arms(0.950, 0.975, 0.5, 0.2)) == (
         True,
