@@ -19,18 +19,20 @@ pins=$(mktemp)
 trap 'rm -f "$reqs" "$pins"' EXIT
 "$python" deploy/offline/requirements.py pyproject.toml >"$reqs"
 if [ -n "$have" ]; then "$python" deploy/offline/host_packages.py pins "$have" >"$pins"; fi
+download() {  # wheels for the host's Python on x86_64 Linux into DEST; the arguments say which
+  "$python" -m pip download --quiet --dest "$dest" --only-binary=:all: \
+    --python-version "$pyv" --implementation cp --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux1_x86_64 --platform any "$@"
+}
 mkdir -p "$dest"
-"$python" -m pip download --quiet --dest "$dest" --only-binary=:all: \
-  --python-version "$pyv" --implementation cp --platform manylinux_2_28_x86_64 \
-  --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform manylinux1_x86_64 --platform any --requirement "$reqs" --constraint "$pins"
+download --requirement "$reqs" --constraint "$pins"
 "$python" -m pip wheel --quiet --no-deps --wheel-dir "$dest" .
 if [ -n "$have" ]; then
   "$python" deploy/offline/host_packages.py prune "$have" "$dest"
   # what pip builds devicebench with, and what that needs, whatever the host has: the build is isolated
   "$python" deploy/offline/requirements.py --build pyproject.toml >"$reqs"
-  "$python" -m pip download --quiet --dest "$dest" --only-binary=:all: --python-version "$pyv" \
-    --implementation cp --platform any --requirement "$reqs"
+  download --requirement "$reqs"
 fi
 cp deploy/offline/install.sh "$dest/"
 echo "wheelhouse: $(find "$dest" -name '*.whl' | wc -l) wheels for Python $pyv in $dest ($(du -sh "$dest" | cut -f1));" \
