@@ -220,3 +220,23 @@ def test_the_readme_cites_only_files_in_the_repository() -> None:
     missing = [p for p in quoted if not (ROOT / p.rstrip("/")).exists()]
     assert not missing, missing
     assert "../shared" not in text
+
+
+# Files a run writes (report.md) or a command is told to write (out/gpu-check.md), not files to read.
+_WRITTEN_DOCS = {"report.md", "gpu-check.md"}
+
+
+def test_the_rules_the_code_cites_are_documents_of_this_repository() -> None:
+    """The code and the plans cite the measurement, pricing and serving rules by file: each such file is
+    in this repository (docs/), never a document a clone does not have."""
+    sources = [*(ROOT / "src").rglob("*.py"), *(ROOT / "experiments").glob("*.yaml")]
+    sources += [ROOT / "ARCHITECTURE.md", ROOT / "README.md"]
+    cited = {
+        (src.relative_to(ROOT), name)
+        for src in sources
+        for name in re.findall(r"[\w./-]+\.md\b", src.read_text())
+        if Path(name).name not in _WRITTEN_DOCS
+    }
+    assert any(name == "docs/design.md" for _, name in cited), "the code cites its rules"
+    missing = [(str(src), name) for src, name in cited if not (ROOT / name).is_file()]
+    assert not missing, missing

@@ -1,6 +1,6 @@
 """The run schema in one torch-free place: workload names, the tag prefix, metric names, MLflow's limits.
 
-Workloads, tracker, suite, report and benchmarks all speak this schema (DESIGN.md, "Run schema"); a
+Workloads, tracker, suite, report and benchmarks all speak this schema (ARCHITECTURE.md, layer 0); a
 name defined twice drifts, so each is defined here once, and the code that logs a metric and every
 piece that reads it import the same constant: `grep TRAIN_S` finds where training time is measured
 (train/loop.py), priced, compared and printed. Nothing here imports torch or mlflow: the report and the

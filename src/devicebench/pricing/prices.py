@@ -1,7 +1,7 @@
 """The price table and the one rule that prices a run: what an hour of what it *used* costs.
 
 A speedup alone does not say whether a GPU shape is worth its price; a run that knows its hourly price
-can say what its work cost. A side is priced as what it uses, never as "the host" (DESIGN.md, pricing
+can say what its work cost. A side is priced as what it uses, never as "the host" (docs/design.md, pricing
 rules): a GPU run at its shape's rate per GPU-hour times the GPUs it used (OCI bills GPU shapes per
 GPU-hour, CPU and memory included); a CPU run as the CPU-only shape that would give it its cores and
 memory (a reference flex shape, "as if"), or as the host itself on a CPU shape. So the CPU side of a
@@ -442,7 +442,7 @@ def _check_shapes(table: PriceTable, cpu_shape: str, gpu_shape: str) -> None:
 
 
 def price_side(pricing: Pricing, host: Mapping[str, str], usage: Usage) -> Price | str:
-    """What the run used, priced (DESIGN.md, pricing rules), or the one-line reason there is no price
+    """What the run used, priced (docs/design.md, pricing rules), or the one-line reason there is no price
     (the `devicebench.price.none` tag). `host` is the fingerprint (oci.shape, oci.ocpus, oci.memory_gb)."""
     if pricing.override:
         return Price(usd_per_hour=pricing.override, source=pricing.override_source)

@@ -288,7 +288,7 @@ def _loader_workers(cfg: WorkloadConfig) -> int:
 
 
 def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: WorkloadConfig) -> Usage:
-    """What the run used, to be priced as (DESIGN.md, pricing rules): the GPUs of its job (a MIG slice
+    """What the run used, to be priced as (docs/design.md, pricing rules): the GPUs of its job (a MIG slice
     its share), the vCPUs its threads and loader workers kept busy in every process, and the memory it
     needed, its processes' peak RSS (forked loader workers share their parent's pages, and the peak
     of reaped children depends on when they were reaped: they are not added). A matmul run's NumPy
