@@ -274,7 +274,8 @@ def _unset(args: argparse.Namespace, words: dict[str, str]) -> argparse.Namespac
 SYNC_DESCRIPTION = (
     "Send the runs kept in the local spool (DEVICEBENCH_SPOOL_DIR) while the tracking store was "
     "unreachable to the store, each exactly once. A run whose process still lives is skipped; one whose "
-    "process died without ending is sent and ended FAILED. Exit 1 while any run is still pending."
+    "process died without ending is sent and ended FAILED. Exit 1 while a run is still pending or a "
+    "journal is unreadable."
 )
 
 # One line each in `devicebench --help`: a whole phrase, never one that reads as cut off (a test looks).
