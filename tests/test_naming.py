@@ -117,3 +117,27 @@ def test_the_run_line_says_an_accuracy_beside_its_chance() -> None:
     assert line.startswith("train 2.00 s · 256 img/s · acc 0.000 (chance 0.001) · cpu"), line
     cifar = SimpleNamespace(train_s=2.0, train_samples_per_s=256.0, accuracy=0.5)
     assert "acc 0.500 · cpu" in summary_line("cifar", "cpu", glance_metrics("cifar", cifar, {}), "no price")
+
+
+def test_the_report_names_a_model_config_by_its_model_too() -> None:
+    """A report label is a run name's words: the model and data of a `model` config are said even
+    where they are the defaults, beside what tells its configs apart."""
+    from devicebench.report.model.comparison import compare
+    from devicebench.report.read.records import RunRecord
+    from devicebench.report.render.labels import default_label, describe, varying_params
+
+    assert default_label("model", to_params(cfg("model", input="3x64x64"))) == (
+        "resnet18 · synthetic · input 3x64x64"
+    )
+
+    def run(i: int, bs: str) -> RunRecord:
+        tags = {"devicebench.workload": "model", "devicebench.device": "cpu", "devicebench.config_key": bs}
+        params = to_params(cfg("model", batch_size=bs))
+        return RunRecord(f"r{i}", "FINISHED", i, tags=tags, params=params, metrics={"time/train_s": 1.0})
+
+    sides = compare([run(1, "8"), run(2, "64")]).all_sides
+    varying = varying_params(sides)
+    assert sorted(describe(s, varying) for s in sides) == [
+        "model · resnet18 · bs 64 · synthetic",
+        "model · resnet18 · bs 8 · synthetic",
+    ]
