@@ -68,10 +68,12 @@ class Store:
         self.tmp = tmp
         self.uri = f"sqlite:///{tmp / 'mlflow.db'}"
         self.env = devicebench_env(self.uri, DEVICEBENCH_EXPERIMENT="your-model")
+        self.printed: list[str] = []  # each command's whole stdout, in order
 
     def run(self, *args: str) -> str:
         proc = run_cli(list(args), self.env, cwd=self.tmp, timeout_s=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        self.printed.append(proc.stdout)
         return proc.stdout.strip().splitlines()[-1]
 
     def runs(self, workload: str) -> list:
@@ -120,6 +122,25 @@ def test_a_torchvision_model_and_a_factory_finish_with_their_figures(store: Stor
     assert tiny.data.params["num_workers"] == "1"
 
 
+def test_names_say_which_model_and_data_ran_and_the_uri_is_printed(store: Store) -> None:
+    """Issue 55 finding 6: the default model was left out of its run's name, a file factory put its
+    whole path there and was logged as `build`, and `model` never printed the URI `infer` takes. The
+    synthetic run's accuracy is said beside its chance level (finding 8)."""
+    from mlflow.tracking import MlflowClient
+
+    resnet, tiny = store.runs("model")
+    assert resnet.info.run_name.startswith("model · cpu · resnet18 · synthetic")
+    assert tiny.info.run_name.startswith("model · cpu · tiny:build · imagefolder"), tiny.info.run_name
+    models = MlflowClient(store.uri).search_logged_models(
+        [tiny.info.experiment_id], f"source_run_id = '{tiny.info.run_id}'"
+    )
+    assert [m.name for m in models] == ["tiny-build"]
+    uri = f"models:/{models[0].model_id}"
+    assert f"serve it: devicebench infer --model_uri {uri} --device cpu" in store.printed[1]
+    assert "test images (10 classes, chance 0.100); synthetic data times the model" in store.printed[0]
+    assert "(chance 0.100) · cpu" in store.printed[0].strip().splitlines()[-1]
+
+
 def test_the_factory_model_loads_without_its_file(store: Store, tmp_path: Path) -> None:
     """The factory's class is pickled by value: the logged model loads where `tiny.py` is not."""
     import mlflow.pytorch
@@ -155,6 +176,9 @@ def test_infer_serves_the_logged_model_twice(store: Store) -> None:
         assert m[SERVE_RATE] == max(m[serve_batch_key(b, "samples_per_s")] for b in (1, 4))
         assert m[COST_PER_MILLION] > 0 and m[FORWARD_FLOPS] > 0
         assert run.data.params["model_uri"] == uri
+        # named, and its `model` param logged, by what it served, not the unused default resnet18
+        assert run.data.params["model"] == "tiny-build"
+        assert run.info.run_name.startswith("infer · cpu · tiny-build · ")
 
 
 def test_compare_shows_serving_and_the_size_chart(store: Store) -> None:

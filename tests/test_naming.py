@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from devicebench.config.fields import build_config
-from devicebench.config.naming import is_generated, run_name
+from devicebench.config.fields import build_config, to_params
+from devicebench.config.naming import is_generated, model_label, run_name, spelled
 from devicebench.config.workloads import CONFIGS
 from devicebench.plan.suite import next_commands
 
@@ -72,3 +72,72 @@ def test_the_printed_next_commands_work_in_a_fresh_shell(tmp_path, monkeypatch) 
     (tmp_path / "Makefile").write_text("ui:\n")
     assert next_commands("sqlite:///mlflow.db")[1].startswith("open the MLflow UI on these runs: make ui")
     assert next_commands("http://127.0.0.1:5000")[1] == "open the MLflow UI: http://127.0.0.1:5000"
+
+
+def test_a_model_run_names_its_model_and_data_even_at_their_defaults() -> None:
+    """Issue 55 finding 6: `model · cpu · input 3x64x64` was resnet18 on synthetic images."""
+    assert run_name("model", "cpu", cfg("model", input="3x64x64")) == (
+        "model · cpu · resnet18 · synthetic · input 3x64x64"
+    )
+    assert run_name("infer", "cuda:0", cfg("infer")) == "infer · cuda:0 · resnet18"
+
+
+def test_a_factory_is_named_by_its_file_or_module_never_its_whole_path() -> None:
+    mine = cfg("model", model="/home/me/src/models/my_models.py:build")
+    assert run_name("model", "cpu", mine) == "model · cpu · my_models:build · synthetic"
+    assert model_label("mypkg.nets:small_cnn") == "nets:small_cnn"
+    assert model_label("vit_b_16") == "vit_b_16"
+
+
+def test_an_infer_run_is_named_by_what_it_served_never_by_its_uri() -> None:
+    """The run is named after the URI's model is loaded, with `model` set to its logged name
+    (run/workload.py): the opaque URI is in the params, not the name."""
+    served = cfg("infer", model_uri="models:/m-0123456789abcdef", model="tiny-build")
+    assert run_name("infer", "cpu", served) == "infer · cpu · tiny-build"
+
+
+def test_a_limit_of_zero_reads_as_all() -> None:
+    """`train 0 · test 0` meant every image and read as none, in run names and in report labels."""
+    assert spelled("train_limit", "0") == "train all" and spelled("test_limit", "256") == "test 256"
+    from devicebench.report.render.labels import default_label
+
+    assert "train all" not in default_label("cifar", to_params(cfg("cifar")))  # a default is not named
+    assert spelled("width", "0") == "w 0"  # only a limit's 0 means all
+
+
+def test_the_run_line_says_an_accuracy_beside_its_chance() -> None:
+    """Finding 8: a default model on synthetic data printed `acc 0.000`, which read as a bug: its
+    1,000-class head scores what guessing does, and the line now says so."""
+    from types import SimpleNamespace
+
+    from devicebench.run.run_line import glance_metrics, summary_line
+
+    result = SimpleNamespace(train_s=2.0, train_samples_per_s=256.0, accuracy=0.0, chance_accuracy=0.001)
+    line = summary_line("model", "cpu", glance_metrics("model", result, {}), "no price")
+    assert line.startswith("train 2.00 s · 256 img/s · acc 0.000 (chance 0.001) · cpu"), line
+    cifar = SimpleNamespace(train_s=2.0, train_samples_per_s=256.0, accuracy=0.5)
+    assert "acc 0.500 · cpu" in summary_line("cifar", "cpu", glance_metrics("cifar", cifar, {}), "no price")
+
+
+def test_the_report_names_a_model_config_by_its_model_too() -> None:
+    """A report label is a run name's words: the model and data of a `model` config are said even
+    where they are the defaults, beside what tells its configs apart."""
+    from devicebench.report.model.comparison import compare
+    from devicebench.report.read.records import RunRecord
+    from devicebench.report.render.labels import default_label, describe, varying_params
+
+    assert default_label("model", to_params(cfg("model", input="3x64x64"))) == (
+        "resnet18 · synthetic · input 3x64x64"
+    )
+
+    def run(i: int, bs: str) -> RunRecord:
+        tags = {"devicebench.workload": "model", "devicebench.device": "cpu", "devicebench.config_key": bs}
+        params = to_params(cfg("model", batch_size=bs))
+        return RunRecord(f"r{i}", "FINISHED", i, tags=tags, params=params, metrics={"time/train_s": 1.0})
+
+    sides = compare([run(1, "8"), run(2, "64")]).all_sides
+    varying = varying_params(sides)
+    assert sorted(describe(s, varying) for s in sides) == [
+        "model · resnet18 · bs 64 · synthetic",
+        "model · resnet18 · bs 8 · synthetic",
+    ]

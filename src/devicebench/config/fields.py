@@ -40,6 +40,7 @@ def param(
     above: float | None = None,
     key: bool = True,
     unset: str | None = None,
+    kind: str | None = None,
 ) -> Any:
     """A config field with its help text and constraints.
 
@@ -50,13 +51,17 @@ def param(
     `unset` is the word that stands for a text field's empty value (`auto`, `default`): the field holds
     "" as before, but the word is what is logged and what MLproject passes. `mlflow run` logs every
     parameter shell-quoted, so an empty default was logged as the literal `''` and MLflow's compare view
-    set those runs apart from the same work logged by the CLI.
+    set those runs apart from the same work logged by the CLI. Such a field says what its text is
+    (`kind`: "a directory", "an OCI shape name"), which its flag's help shows beside the word.
     """
     meta = {"help": help, "choices": tuple(choices) if choices else None, "min": min, "max": max, "key": key}
     meta["unset"] = unset
     meta["above"] = above
+    meta["kind"] = kind
     if unset is not None and default != "":
         raise TypeError("a field with an unset word defaults to its empty value")
+    if (unset is None) != (kind is None):
+        raise TypeError("a field with an unset word says what its text is (kind), and only such a field")
     if isinstance(default, list | dict | set):
         raise TypeError("use tuples for sequence defaults")
     return dataclasses.field(default=default, metadata=meta)
@@ -169,7 +174,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         spellings = [f.name, *([f.name.replace("_", "-")] if "_" in f.name else [])]
         what = f"{_describe(f, elem, seq)}; default {defaults[f.name]}"
         if f.metadata.get("unset"):
-            what = f"a path, or {f.metadata['unset']} (the default)"
+            what = f"{f.metadata['kind']}, or {f.metadata['unset']} (the default)"
         extra: dict[str, Any] = {"metavar": "VALUE"}
         if elem is bool and not seq:
             what = f"--{f.name} alone: true, --no-{spellings[-1]}: false; default {defaults[f.name]}"
@@ -186,7 +191,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             *(f"--{s}" for s in spellings),
             dest=f.name,
             default=None,
-            help=f"{f.metadata['help']} [{what}]",
+            help=f"{f.metadata['help']} [{what}]".replace("%", "%%"),  # argparse formats help with %
             **extra,
         )
 

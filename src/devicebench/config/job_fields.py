@@ -48,6 +48,7 @@ def rdzv_endpoint() -> str:
         "host:port of node 0 where the nodes meet (nnodes > 1; auto: this host, a free port)",
         key=False,
         unset="auto",
+        kind="host:port",
     )
 
 

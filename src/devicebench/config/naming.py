@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from devicebench.config.fields import is_keyed
@@ -50,6 +51,12 @@ PRIORITY = (
     "lr",
 )
 MAX_SHOWN = 3
+# What a name says whatever the defaults: which model ran and on which data (a default resnet18 on
+# synthetic images is still resnet18 on synthetic images, and `model · cpu` says neither).
+ALWAYS = {"model": ("model", "data"), "infer": ("model",)}
+# Never in a name: an id nobody reads there (the params hold it; an infer run names the model it served).
+NEVER = ("model_uri",)
+LIMITS = ("train_limit", "test_limit", "val_limit")  # 0 is every image, which `train 0` reads as none
 # MLflow's generated names: adjective-animal-number, cut at 20 characters (mlflow/utils/name_utils.py).
 _GENERATED = re.compile(r"^[a-z]+-[a-z]*(-\d{0,3})?$")
 
@@ -57,38 +64,59 @@ _GENERATED = re.compile(r"^[a-z]+-[a-z]*(-\d{0,3})?$")
 def _value(v: Any) -> str:
     if isinstance(v, tuple):
         return ",".join(_value(x) for x in v)
+    if isinstance(v, bool):
+        return str(v).lower()
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)
 
 
-def _differences(cfg: Any) -> list[str]:
-    """The work-defining fields that differ from the workload's defaults, the most telling first
-    (PRIORITY, then the config's own order), at most MAX_SHOWN of them and a count of the rest."""
-    found = _all_differences(cfg)
+def model_label(spec: str) -> str:
+    """A model as names show it: a torchvision name as it is, a factory by its module's or file's own
+    name and the factory (`my_models:build`, never the file's whole path)."""
+    module, colon, factory = spec.rpartition(":")
+    if not colon:
+        return spec
+    stem = module.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].removesuffix(".py")
+    return f"{stem.rsplit('.', 1)[-1]}:{factory}"
+
+
+def spelled(name: str, value: str, f: dataclasses.Field | None = None) -> str:
+    """One work field, given as its param string, as every name spells it: `bs 32`, a choice by
+    itself (`synthetic`, `bf16`), a flag by its short name (`nhwc`, `no nhwc`), a model by its own name,
+    a limit of 0 as `train all`. Run names and the report's config labels both call this."""
+    short = SHORT.get(name, name)
+    if f is not None and f.type in (bool, "bool") and value in ("true", "false"):
+        return short if value == "true" else f"no {short}"
+    if name == "model":
+        return model_label(value)
+    if f is not None and f.metadata.get("choices") and "," not in value:
+        return value
+    if name in LIMITS and value == "0":
+        return f"{short} all"
+    return f"{short} {value}"
+
+
+def _differences(cfg: Any, workload: str = "") -> list[str]:
+    """What the workload always names (ALWAYS), then the work-defining fields that differ from its
+    defaults, the most telling first (PRIORITY, then the config's own order), at most MAX_SHOWN of
+    them and a count of the rest."""
+    always = [n for n in ALWAYS.get(workload, ()) if hasattr(cfg, n)]
+    found = _all_differences(cfg, always)
     if len(found) > MAX_SHOWN:
-        return [*found[:MAX_SHOWN], f"+{len(found) - MAX_SHOWN} more"]
-    return found
+        found = [*found[:MAX_SHOWN], f"+{len(found) - MAX_SHOWN} more"]
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    return [spelled(n, _value(getattr(cfg, n)), fields[n]) for n in always] + found
 
 
-def _all_differences(cfg: Any) -> list[str]:
+def _all_differences(cfg: Any, always: Sequence[str] = ()) -> list[str]:
     ranked = sorted(
-        (f for f in dataclasses.fields(cfg) if is_keyed(f)),
+        (f for f in dataclasses.fields(cfg) if is_keyed(f) and f.name not in (*always, *NEVER)),
         key=lambda f: PRIORITY.index(f.name) if f.name in PRIORITY else len(PRIORITY),
     )
-    shown = []
-    for f in ranked:
-        value = getattr(cfg, f.name)
-        if value == f.default:
-            continue
-        short = SHORT.get(f.name, f.name)
-        if isinstance(value, bool):
-            shown.append(short if value else f"no {short}")
-        elif f.metadata.get("choices") and not isinstance(value, tuple):
-            shown.append(str(value))  # a choice names itself: bf16, resnet18, tensor
-        else:
-            shown.append(f"{short} {_value(value)}")
-    return shown
+    return [
+        spelled(f.name, _value(getattr(cfg, f.name)), f) for f in ranked if getattr(cfg, f.name) != f.default
+    ]
 
 
 def _world(cfg: Any) -> str:
@@ -101,7 +129,8 @@ def _world(cfg: Any) -> str:
 
 def run_name(workload: str, device: str, cfg: Any = None, suffix: str = "") -> str:
     """`<workload> · <device>[ · <differences>][ · <suffix>]`, within MLflow's length limit."""
-    parts = [workload, f"{device}{_world(cfg)}", *(_differences(cfg) if cfg is not None else []), suffix]
+    parts = [workload, f"{device}{_world(cfg)}", *(_differences(cfg, workload) if cfg is not None else [])]
+    parts.append(suffix)
     return SEP.join(p for p in parts if p)[:MAX_RUN_NAME]
 
 

@@ -89,6 +89,7 @@ def _cpu_shape() -> str:
         "(default: DEVICEBENCH_CPU_SHAPE, else VM.Standard.E5.Flex)",
         key=False,
         unset="default",
+        kind="an OCI CPU shape name",
     )
 
 
@@ -101,6 +102,7 @@ def _price_shape() -> str:
         "(default: DEVICEBENCH_PRICE_SHAPE)",
         key=False,
         unset="none",
+        kind="an OCI GPU shape name",
     )
 
 
@@ -214,7 +216,11 @@ class CifarConfig:
         choices=("cifar10", "synthetic"),
     )
     data_dir: str = param(
-        "", "directory holding cifar-10-batches-py (auto: DEVICEBENCH_DATA_DIR)", key=False, unset="auto"
+        "",
+        "directory holding cifar-10-batches-py (auto: DEVICEBENCH_DATA_DIR)",
+        key=False,
+        unset="auto",
+        kind="a directory",
     )
     download: bool = param(False, "download CIFAR-10 (~163 MB) when files are missing", key=False)
     verify: bool = param(True, "check the files' md5 sums (torchvision's) before reading them", key=False)
@@ -281,18 +287,24 @@ class UNetConfig:
         choices=("voc2012", "synthetic"),
     )
     data_dir: str = param(
-        "", "directory holding VOCdevkit/VOC2012 (auto: DEVICEBENCH_DATA_DIR)", key=False, unset="auto"
+        "",
+        "directory holding VOCdevkit/VOC2012 (auto: DEVICEBENCH_DATA_DIR)",
+        key=False,
+        unset="auto",
+        kind="a directory",
     )
     download: bool = param(False, "download VOC 2012 (~2 GB) when it is missing", key=False)
     train_list: str = param(
         "",
         "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
         unset="default",
+        kind="a file",
     )
     val_list: str = param(
         "",
         "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
         unset="default",
+        kind="a file",
     )
     train_limit: int = param(0, "train on the first N listed images only (0 = all)", min=0)
     val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
@@ -441,6 +453,7 @@ class ModelConfig:
         "directory holding train/ and val/, one subfolder of images per class (auto: DEVICEBENCH_DATA_DIR)",
         key=False,
         unset="auto",
+        kind="a directory",
     )
     num_workers: int = param(
         2, "DataLoader worker processes (data=imagefolder only; at most 4 per usable core)", min=0
@@ -489,12 +502,14 @@ class InferConfig:
         "",
         "a logged model: models:/<model id> or runs:/<run id>/<path> (none: build `model` untrained)",
         unset="none",
+        kind="a model URI",
     )
     model: str = _model_spec()
     input: str = param(
         "",
         "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)",
         unset="auto",
+        kind="a shape CxHxW",
     )
     num_classes: int = _num_classes()
     batch_sizes: tuple[int, ...] = param(

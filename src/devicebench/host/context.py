@@ -16,11 +16,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LoadedModel:
     """A logged model loaded for serving (tracking/artifacts.py loads it; a workload never imports
-    MLflow): the module on the CPU, one sample's shape from its signature where it has one, its URI."""
+    MLflow): the module on the CPU, one sample's shape from its signature where it has one, its URI,
+    and what it is called (its logged model's name: the run that serves it is named by it)."""
 
     module: Any  # a torch.nn.Module
     input_shape: tuple[int, ...] | None
     uri: str
+    name: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""`devicebench suite PLAN`: run an experiment plan (experiments/*.yaml), each run in its own process under
-one parent run, then its report; `--dry-run` prints the expanded runs only.
-
-The plan is read and checked whole (`spec.py`) before anything runs; running it (`suite.py`) imports
-MLflow, which neither building these flags nor a dry run needs.
+"""Run an experiment plan (experiments/*.yaml): each run in its own process under one parent run,
+then the `compare` report of its runs. The whole plan is checked first: a typo is one line naming the
+file and the key, and nothing runs. --dry-run prints the expanded runs only.
 """
+
+# Shown as `suite --help`, so the docstring speaks to the user. Building these flags and a dry run
+# need no MLflow: only running the plan (plan.suite) imports it.
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ every experiment unless --experiment names some, pairs runs with the same config
 writes report.md, report.html, runs.csv and charts to --out, prints a table, and logs the report as an
 MLflow run (devicebench.workload=report) whose metrics and description carry the headline numbers.
 With --budget it also prints, per config, the cheapest device/shape, the work it buys per dollar and
-every priced side ranked by cost per unit of work; --deadline adds the cheapest side within a time per
-unit of work.
+every priced side ranked by cost per unit of work; --deadline adds the cheapest side within a time: per
+epoch (training), per product (matmul), per run, or for serving (infer) a request's p99 latency.
 With --baseline previous it exits 1 when the newest run of a config is slower than earlier ones beyond
 --threshold and beyond their spread (one line per regression).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from pathlib import Path
 
@@ -23,12 +24,13 @@ from devicebench.report.read.options import Query, parse_duration, parse_since, 
 from devicebench.schema import WORKLOADS
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
+_MILLISECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*ms$", re.IGNORECASE)
 NAME_MAX = 255  # bytes in one path component on Linux's and macOS's file systems
 BASELINES = ("none", "previous")
 
 # the text options after --experiment, in --help order: flag, default, metavar, help
 TEXT_OPTIONS = (
-    ("--workload", "", "NAME", "matmul, cifar, unet (comma-separated)"),
+    ("--workload", "", "NAME", f"{', '.join(WORKLOAD_CHOICES)} (comma-separated) [default: all]"),
     ("--since", "", "WINDOW", "only runs started since: 7d, 12h, 30m, 2w or an ISO date"),
     ("--filter", "", "MLFLOW_FILTER", "an MLflow search filter, ANDed with the rest"),
     ("--host", "", "HOST", "a hostname, or part of a GPU model, CPU model or OCI shape"),
@@ -44,8 +46,8 @@ TEXT_OPTIONS = (
         "--deadline",
         "",
         "TIME",
-        "with the budget: the most a unit of work (an epoch, a product) may take, e.g. 90s or 2m; "
-        "the cheapest side within it",
+        "with the budget, the cheapest side within a time: per epoch (training), per product (matmul), "
+        "per run, or a request's p99 latency (serving); e.g. 90s, 2m, 1.5h or 20ms",
     ),
 )
 
@@ -71,8 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget",
         action="store_true",
-        help="also print, per config, the cheapest device/shape among the runs and the epochs (training) "
-        "or GFLOP (matmul) it buys per dollar, and every priced side ranked by cost per unit of work",
+        help="also print, per config, the cheapest device/shape among the runs and the work it buys per "
+        "dollar: epochs (training), GFLOP (matmul), million predictions (serving) or runs; and every "
+        "priced side ranked by cost per unit of work",
     )
 
 
@@ -111,15 +114,21 @@ def check_out_dir(out: Path) -> None:
 
 
 def parse_deadline(raw: str) -> float | None:
-    """`90`, `90s`, `2m`, `1.5h` → seconds per unit of work; empty: none. Anything else, or zero, is a
-    usage error naming the option."""
+    """`90`, `90s`, `2m`, `1.5h`, `20ms` → seconds; empty: none. Anything else, or zero, is a usage error
+    naming the option."""
     text = (raw or "").strip()
     if not text:
         return None
-    seconds = parse_duration(text if text[-1:].isalpha() else f"{text}s") or 0.0  # a bare number: seconds
+    ms = _MILLISECONDS.match(text)  # a serving deadline is milliseconds, as its latencies are shown
+    if ms:
+        seconds = float(ms.group(1)) / 1e3
+    else:  # a bare number: seconds
+        seconds = parse_duration(text if text[-1:].isalpha() else f"{text}s") or 0.0
     if not 0 < seconds <= 365 * 86400:
         raise UsageError(
-            f"{raw!r} is not allowed; use a time per unit of work such as 90s, 2m or 1.5h", param="deadline"
+            f"{raw!r} is not allowed; use a time per unit of work such as 90s, 2m or 1.5h, or a p99 "
+            "latency such as 20ms",
+            param="deadline",
         )
     return seconds
 

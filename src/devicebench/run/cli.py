@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from devicebench import __version__
 from devicebench.config.fields import add_config_arguments, config_from_args
 from devicebench.config.settings import Settings, load_settings, preflight_store
 from devicebench.config.workloads import CONFIGS, WorkloadConfig
@@ -203,6 +204,8 @@ def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
     p.add_argument("workload", choices=TRAINING_WORKLOADS, help="the workload whose CPU side is tuned")
     p.add_argument(
         "--tune_budget_s",
+        "--tune-budget-s",
+        dest="tune_budget_s",
         type=float,
         default=60.0,
         help="seconds for all trials together, before the measured run (default 60)",
@@ -223,7 +226,7 @@ def _run_tuned(args: argparse.Namespace) -> int:
 
 
 def _add_sync(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sync", help="replay runs spooled while the tracking store was unreachable")
+    p = sub.add_parser("sync", help=COMMANDS["sync"], description=SYNC_DESCRIPTION)
     p.add_argument(
         "--recreate-lost",
         "--recreate_lost",
@@ -268,6 +271,13 @@ def _unset(args: argparse.Namespace, words: dict[str, str]) -> argparse.Namespac
     return args
 
 
+SYNC_DESCRIPTION = (
+    "Send the runs kept in the local spool (DEVICEBENCH_SPOOL_DIR) while the tracking store was "
+    "unreachable to the store, each exactly once. A run whose process still lives is skipped; one whose "
+    "process died without ending is sent and ended FAILED. Exit 1 while a run is still pending or a "
+    "journal is unreadable."
+)
+
 # One line each in `devicebench --help`: a whole phrase, never one that reads as cut off (a test looks).
 COMMANDS: dict[str, str] = {
     "matmul": "NumPy on the CPU vs torch on any device: GFLOP/s per matrix size and dtype",
@@ -290,6 +300,7 @@ def build_parser(selected: str | None = None, argv: Sequence[str] = ()) -> argpa
         prog=PROG,
         description="How much faster is this PyTorch workload on the GPU than on the CPU? Runs are tracked in MLflow.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, help in COMMANDS.items():
         if name != selected:

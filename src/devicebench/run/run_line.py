@@ -84,7 +84,7 @@ def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> di
     else:
         out["train_s"] = getattr(result, "train_s", math.nan)
         out["train_samples_per_s"] = getattr(result, "train_samples_per_s", math.nan)
-        for name in ("accuracy", "miou"):
+        for name in ("accuracy", "chance_accuracy", "miou"):
             if _finite(getattr(result, name, None)):
                 out[name] = getattr(result, name)
         if COST_PER_EPOCH in costs:
@@ -133,8 +133,9 @@ def summary_line(
             parts.append(f"train {fmt_s(g['train_s'])}")
         if "train_samples_per_s" in g:
             parts.append(f"{fmt_count(g['train_samples_per_s'])} {SAMPLE_UNIT.get(workload, 'samples/s')}")
-        if "accuracy" in g:
-            parts.append(f"acc {fmt_quality(g['accuracy'])}")
+        if "accuracy" in g:  # beside what guessing scores: `acc 0.000` of 1,000 classes is chance, not a bug
+            chance = f" (chance {fmt_quality(g['chance_accuracy'])})" if "chance_accuracy" in g else ""
+            parts.append(f"acc {fmt_quality(g['accuracy'])}{chance}")
         if "miou" in g:
             parts.append(f"mIoU {fmt_quality(g['miou'])}")
     parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))

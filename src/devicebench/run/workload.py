@@ -8,6 +8,7 @@ path, with its run; the other ranks train without one, and without MLflow (work.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -62,6 +63,8 @@ def run_workload(
     if rank is None and world_size > 1:
         return _launch_job(name, cfg, settings, module)
     served = _checked_before_run(module, cfg)
+    if served is not None and served.name:  # an infer run logs, and is named by, the model it served
+        cfg = dataclasses.replace(cfg, model=served.name)
     with _open_run(name, cfg, settings, module, world_size, tuned[0] if tuned else None) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts

@@ -10,6 +10,7 @@ logs its own run through this package, on hosts where torch need not be installe
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import importlib.metadata
 import json
@@ -327,4 +328,12 @@ def load_logged_model(uri: str) -> LoadedModel:
     if inputs is not None and inputs.is_tensor_spec():
         dims = inputs.inputs[0].shape
         shape = tuple(int(d) for d in dims[1:]) if dims and all(d > 0 for d in dims[1:]) else None
-    return LoadedModel(module.eval(), shape, uri)
+    return LoadedModel(module.eval(), shape, uri, _served_name(uri, getattr(info, "model_id", None)))
+
+
+def _served_name(uri: str, model_id: str | None) -> str:
+    """What a served model is called: its logged model's name, else the last part of its URI."""
+    if model_id:
+        with _quiet_mlflow(), contextlib.suppress(MlflowException):
+            return str(mlflow.get_logged_model(model_id).name)
+    return uri.rstrip("/").rsplit("/", 1)[-1]

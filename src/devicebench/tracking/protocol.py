@@ -28,9 +28,10 @@ class Tracker(Protocol):
     def log_figure(self, figure: Any, artifact_file: str) -> None: ...
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
     def log_table(self, data: Mapping[str, Sequence[Any]], artifact_file: str) -> None: ...
-    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> str | None:
         """Log `model` as `name`; `metrics` names metrics this run already logged that measure it
-        (its final evaluation): their latest points are linked to the logged model."""
+        (its final evaluation): their latest points are linked to the logged model. Its URI
+        (`models:/<id>`), or None where the store does not hold it yet (spooled) or it was not logged."""
         ...
 
 
@@ -78,9 +79,10 @@ class MemoryTracker:
         self.artifacts[artifact_file] = {k: list(v) for k, v in data.items()}
         self.tables.add(artifact_file)
 
-    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> str | None:
         self.models[name] = (model, input_example)
         self.model_metrics[name] = {key: self.values(key)[-1] for key in metrics if self.values(key)}
+        return None
 
     def values(self, key: str) -> list[float]:
         """Every value logged under `key`, in order (a test helper)."""
@@ -114,8 +116,8 @@ class NullTracker:
     def log_table(self, data: Mapping[str, Sequence[Any]], artifact_file: str) -> None:
         pass
 
-    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
-        pass
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> str | None:
+        return None
 
 
 def null_tracker() -> Tracker:

@@ -147,7 +147,7 @@ class MlflowTracker:
 
         self._log_file(artifact_file, write, table=True)
 
-    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> None:
+    def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> str | None:
         """Log a torch model that accepts any batch size, with the latest points of `metrics` linked to
         it (MLflow shows them on the model's page); spool it when the store is away.
 
@@ -155,12 +155,12 @@ class MlflowTracker:
         history gains no second point: the store keeps one row per point and adds only the link.
         """
         with self._timed():
-            self._log_model(model, name, input_example, metrics)
+            return self._log_model(model, name, input_example, metrics)
 
-    def _log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str]) -> None:
+    def _log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str]) -> str | None:
         if not self.log_models:  # said on the run, so a missing model is not taken for a lost one
             self.set_tags({tag("model.logged"): "no: its plan logs the model with the first repeat only"})
-            return
+            return None
         points = [[k, *self._latest[k]] for k in metrics if k in self._latest]
         module, example, signature = portable_model(model, input_example)
         if self._sender.drain(timeout_s=self.settings.final_flush_s):
@@ -171,12 +171,13 @@ class MlflowTracker:
             else:
                 if points:
                     self._sender.enqueue({"op": "link", "model_id": model_id, "points": points})
-                return
+                return f"models:/{model_id}"
         path = self._stage(f"models/{name}")
         shutil.rmtree(path, ignore_errors=True)
         save_model(module, path, signature)
         op = {"op": "model", "path": str(Path("files") / "models" / name), "name": name, "points": points}
         self._sender.enqueue(op)
+        return None
 
     def start_system_metrics(self, interval_s: float = 5.0) -> None:
         """MLflow's own CPU/memory/GPU (nvidia-ml-py) sampler, for runs that ask for it."""

@@ -89,7 +89,7 @@ def _model(cfg: Config, ctx: Context) -> tuple[torch.nn.Module, tuple[int, ...],
                 f"the model at {ctx.served.uri} has no input shape in its signature; give input CxHxW",
                 param="input",
             )
-        return ctx.served.module, _shape(cfg, ctx.served.input_shape), ctx.served.uri
+        return ctx.served.module, _shape(cfg, ctx.served.input_shape), ctx.served.name or ctx.served.uri
     spec = check(cfg)
     seed_everything(cfg.seed)
     return spec.build(cfg.num_classes), _shape(cfg, None), spec.name

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from devicebench.config.naming import model_label
 from devicebench.config.workloads import ModelConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.loader import data_loader
@@ -33,6 +34,7 @@ from devicebench.train import loop, setup
 from devicebench.train.metrics import accuracy, confusion_table, iou_per_class, nanmean
 from devicebench.train.records import EvalResult
 from devicebench.train.summary import forward_flops_per_sample, meta_model
+from devicebench.util.fmt import fmt_quality
 
 DATA = "synthetic"
 MEMORY_PARAMS = ("batch_size", "input", "train_limit")
@@ -54,6 +56,7 @@ class ModelResult:
     train_samples_per_s: float
     eval_samples_per_s: float
     gpu: dict[str, float] = field(default_factory=dict)  # over the epochs (host/gpu_state.py); {} off CUDA
+    chance_accuracy: float = math.nan  # a classifier's accuracy by guessing: 1 / classes
 
 
 def check(cfg: Config) -> zoo.Spec:
@@ -141,9 +144,8 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> ModelResult:
     if forward:
         tracker.log_metrics({FORWARD_FLOPS: forward})
     final = done.evals[-1]
-    print(
-        f"{spec.name}: accuracy {accuracy(final.confusion):.3f} on {final.samples} test images ({spec.task})"
-    )
+    chance = 1 / classes if spec.task == "classification" and classes else math.nan
+    print(_accuracy_line(spec, cfg, accuracy(final.confusion), final.samples, classes))
     _log_artifacts(cfg, tracker, done, data)
     return ModelResult(
         accuracy=accuracy(final.confusion),
@@ -152,7 +154,22 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> ModelResult:
         task=spec.task,
         **done.totals().timings(),
         gpu=done.gpu,
+        chance_accuracy=chance,
     )
+
+
+def _accuracy_line(spec: zoo.Spec, cfg: Config, acc: float, samples: int, classes: int) -> str:
+    """The accuracy beside what it is against: a default classifier on synthetic data has a 1,000-class
+    head and a few hundred images, so 0.000 is what it should score, and says so."""
+    against = (
+        f"{classes} classes, chance {fmt_quality(1 / classes)}"
+        if spec.task == "classification"
+        else spec.task
+    )
+    said = f"{spec.name}: accuracy {fmt_quality(acc)} on {samples} {cfg.data} test images ({against})"
+    if cfg.data == "synthetic":
+        said += "; synthetic data times the model, it does not teach it: read the time, not the accuracy"
+    return said
 
 
 def _log_artifacts(cfg: Config, tracker: Tracker, done: loop.Fitted, data: setup.Data) -> None:
@@ -162,11 +179,15 @@ def _log_artifacts(cfg: Config, tracker: Tracker, done: loop.Fitted, data: setup
     if len(data.classes) <= MAX_CLASS_TABLE:
         tracker.log_table(confusion_table(cm, data.classes), "confusion_matrix.json")
     x, _ = next(iter(data.eval_loader))
-    tracker.log_model(done.model, model_name(cfg), x[:2].detach().cpu(), metrics=list(done.eval_metrics))
+    uri = tracker.log_model(
+        done.model, model_name(cfg), x[:2].detach().cpu(), metrics=list(done.eval_metrics)
+    )
+    if uri:  # what `infer` takes next (the README's next command)
+        print(f"logged model {uri}; serve it: devicebench infer --model_uri {uri} --device {cfg.device}")
     sys.stdout.flush()
 
 
 def model_name(cfg: Config) -> str:
-    """The logged model's name: the torchvision name, or the factory's function name."""
-    name = cfg.model.rpartition(":")[2] or cfg.model
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:100]
+    """The logged model's name: the torchvision name, or the factory's module (or file) and function
+    (`my_models-build`: a factory's function alone, `build`, says nothing of what was built)."""
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in model_label(cfg.model))[:100]

@@ -25,6 +25,7 @@ from devicebench.schema import (
     COST_PER_EPOCH,
     COST_PER_MILLION,
     COST_USD,
+    SERVE_P99,
     SERVE_RATE,
     TOTAL_S,
     TRAIN_S,
@@ -160,9 +161,22 @@ def unit_time_stat(side: Side) -> Stat | None:
 
 
 def unit_time(side: Side) -> float | None:
-    """The median of `unit_time_stat`: what `compare --deadline` is held against."""
+    """The median of `unit_time_stat`."""
     stat = unit_time_stat(side)
     return stat.median if stat else None
+
+
+# what `compare --deadline` holds a side to, by cost unit: a server's caller waits for one request
+DEADLINE_OF = {**UNIT_OF_TIME, MILLION: "request at p99"}
+
+
+def deadline_time(side: Side) -> float | None:
+    """What `compare --deadline` is held against: a serving side's batch-1 p99 latency, else the
+    median time of its unit of work."""
+    if side_cost(side).unit != MILLION:
+        return unit_time(side)
+    p99 = side.metrics.get(SERVE_P99)
+    return p99.median if p99 else None
 
 
 # --------------------------------------------------------------------------------------------- ranking

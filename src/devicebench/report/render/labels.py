@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from devicebench.config.fields import is_keyed, to_params
-from devicebench.config.naming import PRIORITY, SEP, SHORT
+from devicebench.config.naming import ALWAYS, PRIORITY, SEP, spelled
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.model.sides import NOT_WORK, Side
 from devicebench.report.read.records import RunRecord
@@ -74,6 +74,9 @@ def describe(side: Side, varying: dict[str, list[str]]) -> str:
 
 def _label(side: Side, varying: dict[str, list[str]]) -> str:
     keys = [k for k in varying.get(side.workload) or [] if side.params.get(k, "") != ""]
+    if keys:  # and what a run name always says (naming.ALWAYS: the model, its data)
+        always = [k for k in ALWAYS.get(side.workload, ()) if side.params.get(k, "") and k not in keys]
+        keys += always
     text = SEP.join(_spelled(side.workload, k, side.params[k]) for k in _ordered(side.workload, keys))
     return text or default_label(side.workload, side.params) or side.config_key
 
@@ -97,15 +100,8 @@ def _ordered(workload: str, names: Sequence[str]) -> list[str]:
 
 
 def _spelled(workload: str, name: str, value: str) -> str:
-    """One param as run names spell it: `bs 32`, a choice by itself (`synthetic`, `bf16`), a flag by
-    its short name (`nhwc`, `no nhwc`)."""
-    f = _fields(workload).get(name)
-    short = SHORT.get(name, name)
-    if f is not None and f.type in (bool, "bool") and value in ("true", "false"):
-        return short if value == "true" else f"no {short}"
-    if f is not None and f.metadata.get("choices") and "," not in value:
-        return value
-    return f"{short} {value}"
+    """One param as run names spell it (naming.spelled): `bs 32`, `synthetic`, `nhwc`, `train all`."""
+    return spelled(name, value, _fields(workload).get(name))
 
 
 def default_label(workload: str, params: dict[str, str]) -> str:
@@ -122,7 +118,8 @@ def default_label(workload: str, params: dict[str, str]) -> str:
     ]
     if not logged:
         return ""
-    shown = [k for k in _ordered(workload, logged) if params[k] != defaults.get(k)]
+    always = ALWAYS.get(workload, ())
+    shown = [k for k in _ordered(workload, logged) if params[k] != defaults.get(k) or k in always]
     return SEP.join(_spelled(workload, k, params[k]) for k in shown) or "defaults"
 
 

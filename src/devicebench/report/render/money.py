@@ -8,11 +8,13 @@ from collections.abc import Callable, Iterable
 
 from devicebench.pricing.prices import priced_as
 from devicebench.report.model.cost import (
+    DEADLINE_OF,
     GFLOP,
     MILLION,
     UNIT_OF_TIME,
     PairCost,
     SideCost,
+    deadline_time,
     ranked,
     side_cost,
     unit_time,
@@ -103,7 +105,7 @@ def _cost_cells(base: Side, other: Side, c: PairCost | None) -> tuple[str, str, 
 def budget_lines(every: Iterable[Side], describe: Describe, deadline: float | None = None) -> list[str]:
     """`compare --budget`: per config, the side that buys the most work per money and how much, then
     every priced side ranked by cost per unit of work, and with a deadline (seconds per epoch, per
-    product, per run) the cheapest side that meets it."""
+    product, per run; a serving side's batch-1 p99 latency) the cheapest side that meets it."""
     lines = []
     for sides in ranked(every):
         s = sides[0]
@@ -138,8 +140,8 @@ def _rank(i: int, side: Side) -> str:
 def _within(priced: list[Side], deadline: float) -> str:
     """The cheapest priced side whose unit of work takes at most `deadline` (they come cheapest first),
     or the fastest one and how long it takes where none does."""
-    unit = UNIT_OF_TIME[side_cost(priced[0]).unit]
-    timed = [(x, t) for x in priced if (t := unit_time(x)) is not None]
+    unit = DEADLINE_OF[side_cost(priced[0]).unit]
+    timed = [(x, t) for x in priced if (t := deadline_time(x)) is not None]
     said = f"within {fmt_s(deadline)} per {unit}"
     fit = next(((x, t) for x, t in timed if t <= deadline), None)
     if fit is not None:
