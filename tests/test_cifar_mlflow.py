@@ -227,6 +227,21 @@ def test_mlflow_run_cifar_on_an_absent_gpu_fails_with_one_line(
     assert ABSENT_GPU_SAYS.match(facts_of(run)["devicebench.error"])
 
 
+def test_tune_on_an_absent_gpu_fails_with_one_line_and_a_failed_run(
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
+) -> None:
+    """`devicebench tune cifar --device cuda` tunes the GPU where there is one; where there is none it
+    is the same one line, exit 2 and FAILED run as the plain run, before any trial."""
+    env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
+    proc = run_cli(["tune", "cifar", "--device", ABSENT_GPU, "--data", "synthetic"], env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("devicebench:")]
+    assert len(ours) == 1 and ABSENT_GPU_SAYS.search(ours[0]), proc.stderr
+    assert "tune cifar: [" not in proc.stderr and "Traceback" not in proc.stderr
+    (run,) = runs_of(mlflow_server.url, experiment_name)
+    assert run.info.status == "FAILED" and ABSENT_GPU_SAYS.match(facts_of(run)["devicebench.error"])
+
+
 def test_tune_tries_threads_feeding_nhwc_and_compile_then_measures_the_cpu_the_fastest_way(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
