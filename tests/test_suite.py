@@ -217,7 +217,7 @@ def test_shipped_plans_are_valid(name: str) -> None:
     assert plan.runs
 
 
-@pytest.mark.parametrize("plan_file", ["cpu_vs_gpu.yaml", "nightly.yaml"])
+@pytest.mark.parametrize("plan_file", ["cpu_vs_gpu.yaml", "nightly.yaml", "best_vs_best.yaml"])
 def test_the_study_plans_tune_each_device_so_the_report_has_each_at_its_best(plan_file: str) -> None:
     """Every cifar and unet item runs once more tuned on its own device, the GPU as well as the CPU:
     the report then gives each device at its best against the other, not only as configured."""
