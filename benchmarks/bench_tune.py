@@ -48,8 +48,8 @@ def measured_over_trial(tmp: Path) -> tuple[float, str]:
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     (run,) = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
     facts = {**run.data.params, **run.data.tags}  # a run's facts are tags or params (schema.RUN_TAGS)
-    chosen = float(facts["devicebench.cpu.tuned.chosen_median_samples_per_s"])
-    return run.data.metrics[TRAIN_RATE] / chosen, facts["devicebench.cpu.tuned.setting"]
+    chosen = float(facts["devicebench.tuned.chosen_median_samples_per_s"])
+    return run.data.metrics[TRAIN_RATE] / chosen, facts["devicebench.tuned.setting"]
 
 
 def main() -> int:

@@ -227,12 +227,28 @@ def test_mlflow_run_cifar_on_an_absent_gpu_fails_with_one_line(
     assert ABSENT_GPU_SAYS.match(facts_of(run)["devicebench.error"])
 
 
-def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
+def test_tune_on_an_absent_gpu_fails_with_one_line_and_a_failed_run(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
-    """On this 2-core VM: 2 and 1 threads × data in memory, the DataLoader with 0, 2 and cores − threads
-    workers (7 trials) and the fastest two again within the budget, then one run that is tagged tuned, carries the trials as a
-    table and trains at the best trial's rate. Measured 2026-11-24 beside other work (load ~6 on 2 cores):
+    """`devicebench tune cifar --device cuda` tunes the GPU where there is one; where there is none it
+    is the same one line, exit 2 and FAILED run as the plain run, before any trial."""
+    env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
+    proc = run_cli(["tune", "cifar", "--device", ABSENT_GPU, "--data", "synthetic"], env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("devicebench:")]
+    assert len(ours) == 1 and ABSENT_GPU_SAYS.search(ours[0]), proc.stderr
+    assert "tune cifar: [" not in proc.stderr and "Traceback" not in proc.stderr
+    (run,) = runs_of(mlflow_server.url, experiment_name)
+    assert run.info.status == "FAILED" and ABSENT_GPU_SAYS.match(facts_of(run)["devicebench.error"])
+
+
+def test_tune_tries_threads_feeding_nhwc_and_compile_then_measures_the_cpu_the_fastest_way(
+    mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
+) -> None:
+    """On a 2-core host: 2 and 1 threads × data in memory, the DataLoader with 0, 2 and cores − threads
+    workers (7 trials), then NHWC and torch.compile from the leader (2 more; the compiled one in a child
+    cut at what is left), and the fastest two again within the budget, then one run that is tagged
+    tuned, carries the trials as a table and trains the way the chosen trial did. Measured 2026-11-24 beside other work (load ~6 on 2 cores):
     2,775 against 2,794 and 3,094 against 2,713 samples/s (1 thread, data in memory); asserted not
     below half the trial's rate, as the suite's other workers share the 2 cores."""
     from devicebench.run.tuning import CONFIRM, SIZING, settings, thread_counts
@@ -252,32 +268,35 @@ def test_tune_tries_threads_and_feeding_then_measures_the_cpu_the_fastest_way(
     # How many trials fit is the machine's to say: 7 of 7 ran alone here, 2 of 7 in a CI run on a busier
     # machine (a 2-thread trial beside the suite's 3 workers can take 20x longer). What must hold at any
     # speed: every trial is said, the tag counts those with a figure, a skipped one is said as such.
-    ran = int(tags["devicebench.cpu.tuned.trials"])
-    assert tags["devicebench.cpu.tuned"] == "true" and ran >= 1
-    assert 7 + 1 <= len(said) <= 7 + CONFIRM, proc.stderr  # every trial is said, a skipped one too
-    path = MlflowClient(mlflow_server.url).download_artifacts(
-        run.info.run_id, "cpu_tuning.json", str(tmp_path)
-    )
+    ran = int(tags["devicebench.tuned.trials"])
+    assert tags["devicebench.tuned"] == "true" and ran >= 1
+    assert 9 + 1 <= len(said) <= 9 + CONFIRM, proc.stderr  # every trial is said, a skipped one too
+    path = MlflowClient(mlflow_server.url).download_artifacts(run.info.run_id, "tuning.json", str(tmp_path))
     table = json.loads(Path(path).read_text())  # MLflow's table: {"columns": [...], "data": [[...], ...]}
     every = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
     rows = [r for r in every if r["note"] != SIZING]  # a new feed's short first run, listed, not counted
     skipped = sum(r["note"] == "skipped: past the tuning budget" for r in rows)
     assert len(rows) == len(said) and sum(r["samples_per_s"] is not None for r in rows) == ran
-    assert {r["note"] for r in rows[7:]} <= {"confirmation", "skipped: past the tuning budget"}
+    assert rows[7]["channels_last"] is True and rows[8]["compile"] == "default", rows[7:9]
+    # the compiled trial ran, was cut at what was left, or did not start: it is listed whichever it was
+    assert rows[8]["note"] == "" or rows[8]["note"].startswith(("cut: ", "skipped: ")), rows[8]
+    assert {r["note"] for r in rows[9:]} <= {"confirmation", "skipped: past the tuning budget"}
     assert (f"{skipped} of {len(rows)} trials skipped" in proc.stderr) == (skipped > 0), proc.stderr
     started = [r["seconds"] for r in every if r["seconds"] > 0]  # a skipped trial took no time
     assert sum(started[:-1]) <= budget, "a trial starts only within the budget (the last may overrun it)"
-    median = float(tags["devicebench.cpu.tuned.chosen_median_samples_per_s"])
+    median = float(tags["devicebench.tuned.chosen_median_samples_per_s"])
     assert median > 0 and run.data.metrics["throughput/train_samples_per_s"] > 0
     # No speed ratio here: alone, the measured run (a fresh process, run/workload._measure_tuned) ran at
     # 0.95-1.01 of its trial, 3 of 3, but beside the suite's other workers a fresh-clone `make test` saw
     # 0.47 (852 against 1,822 samples/s) and CI once 1.5 (4,500 against 2,957). What must hold at any
     # speed: the measured run trains the way the chosen trial did.
     assert "cifar run" in proc.stderr and proc.stdout.strip().splitlines()[-1].startswith("train ")
-    chosen = tags["devicebench.cpu.tuned.setting"]
+    chosen = tags["devicebench.tuned.setting"]
     assert run.data.params["cpu_threads"] == chosen.split()[0]
-    in_memory = chosen.endswith("data in memory")
+    in_memory = "data in memory" in chosen
     assert run.data.params["loader"] == ("tensor" if in_memory else "dataloader"), chosen
     if not in_memory:
         assert chosen.split("DataLoader, ")[1].split()[0] == run.data.params["num_workers"], chosen
+    assert run.data.params["channels_last"] == str("NHWC" in chosen).lower(), chosen
+    assert run.data.params["compile"] == str("compiled" in chosen).lower(), chosen
     assert tags["devicebench.work_key"] and run.data.params["loader"] in ("tensor", "dataloader")

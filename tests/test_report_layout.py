@@ -98,7 +98,7 @@ def test_no_run_id_is_shown_where_a_name_fits(planted, tmp_path: Path) -> None:
     ]
     assert not [x for x in shown if RUN_ID.search(x)]
     assert "the runs of one launch of plan demo, started 2023-11-14 22:13 UTC" in shown
-    assert "golden-20" in shown and "golden-40" in shown  # the unpaired side, a failed run: by name
+    assert "golden-20" in shown and "golden-41" in shown  # the unpaired side, a failed run: by name
     files = write_report(judged, tmp_path, {})
     assert not RUN_ID.search((tmp_path / "report.md").read_text())
     assert f"{0:032x}" in (tmp_path / "runs.csv").read_text(), "the ids are kept in runs.csv"

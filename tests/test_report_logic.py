@@ -704,8 +704,8 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     )
     tuned_tags = {
         **work,
-        "devicebench.cpu.tuned": "true",
-        "devicebench.cpu.tuned.setting": "4 threads, data in memory",
+        "devicebench.tuned": "true",
+        "devicebench.tuned.setting": "4 threads, data in memory",
     }
     tuned = rec(
         "cpu", key="k2", params={"loader": "tensor", "num_workers": "0"}, metrics=_tp(5.0), tags=tuned_tags
@@ -778,8 +778,8 @@ def test_a_tuned_cpu_run_that_shares_the_configured_key_is_its_own_side(tmp_path
     cpus = [rec("cpu", params=feed, metrics=_tp(40.0), tags=work, start=i) for i in (1, 2, 3)]
     tuned_tags = {
         **work,
-        "devicebench.cpu.tuned": "true",
-        "devicebench.cpu.tuned.setting": "4 threads, DataLoader, 2 workers",
+        "devicebench.tuned": "true",
+        "devicebench.tuned.setting": "4 threads, DataLoader, 2 workers",
     }
     tuned = rec("cpu", params={**feed, "cpu_threads": "4"}, metrics=_tp(8.0), tags=tuned_tags, start=4)
     gpus = [rec("cuda:0", params=feed, metrics=_tp(4.0), tags=work, start=i) for i in (1, 2, 3)]
@@ -823,8 +823,8 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
         p, work = {"batch_size": str(batch)}, {"devicebench.work_key": f"w{batch}"}
         tuned_tags = {
             **work,
-            "devicebench.cpu.tuned": "true",
-            "devicebench.cpu.tuned.setting": "4 threads, data in memory",
+            "devicebench.tuned": "true",
+            "devicebench.tuned.setting": "4 threads, data in memory",
         }
         runs += [
             rec("cpu", key=f"k{batch}", params={**p, "loader": "dataloader"}, metrics=_tp(40.0), tags=work),
@@ -852,9 +852,7 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
     assert grid.cost_base == "the fastest CPU measured"
     assert crossover_caption(grid) == "; against this CPU at its best, where it pays in money"
     # with no tuned side the cost is the pair's own, and so is the speedup beside it
-    (own,) = compare(
-        [r for r in runs if r.tag("cpu.tuned") != "true" and r.params["batch_size"] == "4"]
-    ).pairs
+    (own,) = compare([r for r in runs if r.tag("tuned") != "true" and r.params["batch_size"] == "4"]).pairs
     assert own.cost_base is own.base and own.cost_speedup == 10.0
     assert (
         "A10 (the whole host, $3.00/h) trains this 10.0× faster than this CPU (the whole host, $1.00/h) and "
@@ -956,7 +954,7 @@ def _h100_pair(gpu_metrics: dict[str, float], tuned_s: float = 5.0, cpu_s: float
     """A pair as on the H100 of 2026-11-24 (tutorial Net, 10,000 CIFAR-format images): the CPU as
     configured (16 threads + 2 workers), a tuned CPU side of the same work, the GPU through the DataLoader."""
     work = {"devicebench.work_key": "w1"}
-    tuned_tags = {**work, "devicebench.cpu.tuned.setting": "2 threads, data in memory"}
+    tuned_tags = {**work, "devicebench.tuned.setting": "2 threads, data in memory"}
     feed = {"loader": "dataloader", "num_workers": "2"}
     cpu = rec("cpu", key="k1", params=feed, metrics=_tp(cpu_s), tags=work)
     tuned = rec("cpu", key="k2", params={"loader": "tensor"}, metrics=_tp(tuned_s), tags=tuned_tags)
@@ -1024,7 +1022,7 @@ def test_the_crossover_gets_a_panel_against_the_cpu_at_its_best(tmp_path: Path) 
     runs = []
     for batch, (cpu_t, tuned_t, gpu_t) in {4: (45.3, 5.0, 8.5), 64: (3.1, 0.69, 1.06)}.items():
         p, work = {"batch_size": str(batch)}, {"devicebench.work_key": f"w{batch}"}
-        tuned_tags = {**work, "devicebench.cpu.tuned.setting": "2 threads, data in memory"}
+        tuned_tags = {**work, "devicebench.tuned.setting": "2 threads, data in memory"}
         runs += [
             rec("cpu", key=f"k{batch}", params={**p, "loader": "dataloader"}, metrics=_tp(cpu_t), tags=work),
             rec(
@@ -1050,7 +1048,7 @@ def test_the_gpu_at_its_best_against_the_cpu_at_its_best_reaches_the_headline() 
     from devicebench.report.render.headline import headline_metrics, report_name
 
     work = {"devicebench.work_key": "w1"}
-    tuned_tags = {**work, "devicebench.cpu.tuned.setting": "2 threads, data in memory"}
+    tuned_tags = {**work, "devicebench.tuned.setting": "2 threads, data in memory"}
     feed, memory = {"loader": "dataloader", "num_workers": "2"}, {"loader": "tensor", "num_workers": "0"}
     comp = compare(
         [

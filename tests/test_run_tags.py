@@ -100,7 +100,7 @@ def test_a_workload_run_keeps_at_most_15_own_tags_whatever_it_is_given(
             "DEVICEBENCH_SPOOL_DIR": str(tmp_path / "spool"),
         }
     )
-    start = {k: given[k] for k in (tag("device"), tag("cpu.tuned"), tag("cpu.tuned.setting"), tag("suite"))}
+    start = {k: given[k] for k in (tag("device"), tag("tuned"), tag("tuned.setting"), tag("suite"))}
     with run_context(settings, "cifar", {"batch_size": 4}, tags=start) as tracker:
         tracker.set_tags(given)
         run_id = tracker.run_id

@@ -65,15 +65,17 @@ def test_log_models_first_logs_each_configs_model_with_its_first_repeat_only(tmp
     assert all(r.log_model for r in load_plan(write(tmp_path, text.format(""))).runs)
 
 
-def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_path: Path) -> None:
-    """The CPU as configured stays (the pair's first speedup); the tuned run is the second's baseline."""
+def test_tune_adds_one_tuned_run_beside_each_item_it_can_tune_on_either_device(tmp_path: Path) -> None:
+    """Each side as configured stays (the pair's first speedup); the tuned runs are each device at its
+    best, on the GPU as on the CPU; tune_precision reaches the tuned items' command lines."""
     plan = load_plan(
         write(
             tmp_path,
             """
             name: t
             repeats: 2
-            tune_cpu: true
+            tune: true
+            tune_precision: true
             runs:
               - entry: cifar
                 params: {data: synthetic}
@@ -92,6 +94,7 @@ def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_pa
         ("cifar", "cpu", 1, True),
         ("cifar", "cuda", 1, False),
         ("cifar", "cuda", 2, False),
+        ("cifar", "cuda", 1, True),
         ("matmul", "cpu", 1, False),
         ("matmul", "cpu", 2, False),
         ("unet", "cpu", 1, False),  # a CPU job of 2 processes: tuning measures one, so no tuned item
@@ -99,6 +102,7 @@ def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_pa
     ]
     tuned = plan.runs[2]
     assert tuned.argv()[1:5] == ["-P", "-m", "devicebench", "tune"] and tuned.argv()[5] == "cifar"
+    assert tuned.argv()[6] == "--tune_precision" and "--tune_precision" not in plan.runs[0].argv()
     from devicebench.plan.suite import tuning_summary
 
     stderr = (
@@ -112,8 +116,8 @@ def test_tune_cpu_adds_one_tuned_cpu_run_beside_each_cpu_item_it_can_tune(tmp_pa
         "the outcome under the item, not each trial"
     )
     assert tuned.item_id != plan.runs[0].item_id and tuned.label.startswith("tune cifar")
-    with pytest.raises(UsageError, match="tune_cpu: must be true or false"):
-        load_plan(write(tmp_path, "name: t\ntune_cpu: yes please\nruns: [{entry: matmul}]\n"))
+    with pytest.raises(UsageError, match="tune: must be true or false"):
+        load_plan(write(tmp_path, "name: t\ntune: yes please\nruns: [{entry: matmul}]\n"))
 
 
 # A billion laughs, small enough to be harmless where it is not caught: 10**6 leaves of 12 characters.
@@ -213,24 +217,15 @@ def test_shipped_plans_are_valid(name: str) -> None:
     assert plan.runs
 
 
-def test_cpu_vs_gpu_pairs_the_gpu_with_data_in_memory_against_a_tuned_cpu_that_chose_it() -> None:
-    """A tuned CPU side that keeps its data in memory runs with loader=tensor, num_workers=0 and its own
-    threads (not part of the key): the plan holds a cuda run of that same config key for each batch size,
-    so the report has the GPU at its best against the CPU at its best, not only against a DataLoader."""
-    from devicebench.config.fields import build_config, config_key
-    from devicebench.config.workloads import CifarConfig
-    from devicebench.run.tuning import Setting
-
-    def key(params: dict[str, str]) -> str:
-        return config_key("cifar", build_config(CifarConfig, {k: str(v) for k, v in params.items()}))
-
-    plan = load_plan(ROOT / "experiments" / "cpu_vs_gpu.yaml")
-    tuned = [r for r in plan.runs if r.tune and r.entry == "cifar"]
-    gpu = {key(r.params) for r in plan.runs if r.entry == "cifar" and r.params.get("device") == "cuda"}
-    assert len(tuned) == 3
-    for r in tuned:
-        cfg = build_config(CifarConfig, {k: str(v) for k, v in r.params.items()})
-        assert config_key("cifar", Setting(4, "tensor", 0).applied(cfg)) in gpu, r.params["batch_size"]
+@pytest.mark.parametrize("plan_file", ["cpu_vs_gpu.yaml", "nightly.yaml", "best_vs_best.yaml"])
+def test_the_study_plans_tune_each_device_so_the_report_has_each_at_its_best(plan_file: str) -> None:
+    """Every cifar and unet item runs once more tuned on its own device, the GPU as well as the CPU:
+    the report then gives each device at its best against the other, not only as configured."""
+    plan = load_plan(ROOT / "experiments" / plan_file)
+    items = {(r.entry, r.params.get("device"), r.params.get("batch_size")) for r in plan.runs}
+    tuned = {(r.entry, r.params.get("device"), r.params.get("batch_size")) for r in plan.runs if r.tune}
+    assert tuned == {i for i in items if i[0] in ("cifar", "unet")}
+    assert {device for _, device, _ in tuned} == {"cpu", "cuda"}
 
 
 def test_scaling_plan_is_one_series_of_four_world_sizes_on_cuda() -> None:

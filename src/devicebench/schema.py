@@ -139,7 +139,7 @@ RUN_TAGS = tuple(
         "suite.item",  # its place in the plan, what `suite --resume` skips
         "error",  # why a run failed, in one line
         "price.source",  # where its price came from (a table, by hand, illustrative)
-        "cpu.tuned",  # a `devicebench tune` run: never a repeat of the CPU as configured
+        "tuned",  # a `devicebench tune` run: never a repeat of the side as configured
         "cpu.oversubscribed",  # more busy threads than cores: its figures measure contention
         "host.label",  # DEVICEBENCH_HOST: the machine as the report groups it
         "replayed_from",  # a run `sync --recreate-lost` made again from its journal

@@ -240,17 +240,18 @@ def config_key(workload: str, cfg: Any) -> str:
     return key_of(workload, {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)})
 
 
-# How the CPU is fed, not what it computes: a CPU tuned to `loader=tensor` with 4 threads did the same
-# training as one on the tutorial's DataLoader with 16 (issue 26). Keyed apart (the loader changes what
-# a GPU run measures), but one `work_key`, where the report looks for the best CPU of a config.
-FEEDING = ("loader", "num_workers")
+# How a device is fed and set up, not what it computes: a side tuned to `loader=tensor`, NHWC and a
+# compiled model trained the same model on the same data as the tutorial's DataLoader did. Keyed apart
+# (each changes what a run measures), but one `work_key`, where the report looks for each device at its
+# best. Reduced precision is a setting too, and every figure that rests on it says so.
+SETTING = ("loader", "num_workers", "channels_last", "compile", "compile_mode", "precision")
 
 
 def work_key(workload: str, cfg: Any) -> str:
-    """`config_key` without the feeding fields: runs with equal work keys trained the same model on the
-    same data the same way, however their data reached the device."""
+    """`config_key` without the setting fields: runs with equal work keys trained the same model on the
+    same data for the same steps, however their data reached the device and the device ran it."""
     params = _param_strings(cfg, words=False)
-    keyed = (f.name for f in dataclasses.fields(cfg) if is_keyed(f) and f.name not in FEEDING)
+    keyed = (f.name for f in dataclasses.fields(cfg) if is_keyed(f) and f.name not in SETTING)
     return key_of(workload, {name: params[name] for name in keyed})
 
 

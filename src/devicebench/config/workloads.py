@@ -22,6 +22,8 @@ from devicebench.schema import MAX_EPOCHS, check_workers
 # cifar and unet: `default` is PyTorch's out-of-the-box math (TF32 convolutions on an Ampere or newer GPU,
 # IEEE matmuls), what users' own code runs; fp32 is strict IEEE, tf32 TF32 everywhere, bf16/fp16 autocast.
 PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
+REDUCED_PRECISIONS = ("bf16", "fp16")  # autocast: changes the numerics, not only the speed
+COMPILE_MODES = ("default", "reduce-overhead")
 CIFAR_MODELS = ("tutorial", "resnet18")  # devicebench/models/cifar_net.py builds them
 NUMPY_DTYPES = ("float64", "float32")  # what NumPy's matmul does (no bfloat16, no fast float16)
 ISOLATION = {
@@ -50,6 +52,19 @@ def _precision() -> str:
 
 def _channels_last() -> bool:
     return param(False, "NHWC memory format for model and inputs (tensor cores like it)")
+
+
+def _compile() -> bool:
+    return param(False, "wrap the model in torch.compile (compiled before timing, logged as time/compile_s)")
+
+
+def _compile_mode() -> str:
+    return param(
+        "default",
+        "torch.compile's mode where compile=true: default, or reduce-overhead (CUDA graphs on a GPU: "
+        "no launch cost per kernel, for small steps)",
+        choices=COMPILE_MODES,
+    )
 
 
 def _system_metrics() -> bool:
@@ -199,9 +214,8 @@ class CifarConfig:
     )
     precision: str = _precision()
     channels_last: bool = _channels_last()
-    compile: bool = param(
-        False, "wrap the model in torch.compile (compiled before timing, logged as time/compile_s)"
-    )
+    compile: bool = _compile()
+    compile_mode: str = _compile_mode()
     loader: str = param(
         "dataloader",
         "dataloader: the tutorial's transforms in worker processes; tensor: the dataset on the device",
@@ -439,9 +453,8 @@ class ModelConfig:
     seed: int = _train_seed()
     precision: str = _precision()
     channels_last: bool = _channels_last()
-    compile: bool = param(
-        False, "wrap the model in torch.compile (compiled before timing, logged as time/compile_s)"
-    )
+    compile: bool = _compile()
+    compile_mode: str = _compile_mode()
     data: str = param(
         "synthetic",
         "synthetic: random images of the input's shape held on the device (no loader cost); "

@@ -34,7 +34,8 @@ PLAN_KEYS = {
     "experiment",
     "repeats",
     "skip_unavailable",
-    "tune_cpu",
+    "tune",
+    "tune_precision",
     "log_models",
     "runs",
     "report",
@@ -67,7 +68,8 @@ class PlannedRun:
     params: dict[str, str]
     repeat: int
     repeats: int
-    tune: bool = False  # the plan's tune_cpu, for a CPU run of a workload tuning knows (tuning.py)
+    tune: bool = False  # the plan's `tune`, for a run of a workload tuning knows (tuning.py)
+    tune_precision: bool = False  # the plan's `tune_precision`: its tuning may try reduced precision
     log_model: bool = True  # False for a repeat after the first where the plan logs models so
 
     @property
@@ -85,8 +87,9 @@ class PlannedRun:
         return f"{'tune ' if self.tune else ''}{self.entry} {shown}{rep}".strip()
 
     def argv(self) -> list[str]:
-        """`devicebench <entry> --k v ...`, or `devicebench tune <entry> ...` for a tuned CPU side."""
+        """`devicebench <entry> --k v ...`, or `devicebench tune <entry> ...` for a tuned side."""
         args = python_argv("-m", "devicebench", *(("tune",) if self.tune else ()), self.entry)
+        args += ["--tune_precision"] if self.tune and self.tune_precision else []
         for k, v in self.params.items():
             args += [f"--{k}", v]
         return args
@@ -195,8 +198,9 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     header = _header(doc, path)
     report = _report_section(doc.get("report", {}), path)
     default_repeats = _positive_int(doc.get("repeats", 1), path, "repeats")
-    skip, tune = doc.get("skip_unavailable", False), doc.get("tune_cpu", False)
-    for key, value in (("skip_unavailable", skip), ("tune_cpu", tune)):
+    skip, tune = doc.get("skip_unavailable", False), doc.get("tune", False)
+    precise = doc.get("tune_precision", False)
+    for key, value in (("skip_unavailable", skip), ("tune", tune), ("tune_precision", precise)):
         if not isinstance(value, bool):
             raise _err(path, key, "must be true or false")
     log_models = doc.get("log_models", "all")
@@ -214,15 +218,11 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
                 planned.append(
                     PlannedRun(len(planned) + 1, spec["entry"], values, r, repeats, log_model=logs)
                 )
-            if (
-                tune
-                and spec["entry"] in TUNABLE
-                and values.get("device", "cpu") == "cpu"
-                and _one_process(values)
-            ):
-                # beside the CPU as configured, once: the same work on this CPU at its best (tuning
-                # measures one process, so a CPU job of several has no tuned item)
-                planned.append(PlannedRun(len(planned) + 1, spec["entry"], values, 1, 1, tune=True))
+            if tune and spec["entry"] in TUNABLE and _one_process(values):
+                # beside the side as configured, once: the same work on this device at its best (tuning
+                # measures one process, so a job of several has no tuned item)
+                item = PlannedRun(len(planned) + 1, spec["entry"], values, 1, 1, True, precise)
+                planned.append(item)
     return Plan(path=path, runs=planned, skip_unavailable=skip, **header, **report)
 
 

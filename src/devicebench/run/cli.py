@@ -179,7 +179,9 @@ def _checked(name: str, args: argparse.Namespace) -> tuple[WorkloadConfig, Setti
     return cfg, settings, pricing
 
 
-def _run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | None = None) -> int:
+def _run_workload(
+    name: str, args: argparse.Namespace, tune_budget_s: float | None = None, tune_precision: bool = False
+) -> int:
     cfg, settings, pricing = _checked(name, args)
     if worker_rank():  # a job's rank other than 0: the work alone, no run and so no MLflow (work.py)
         from devicebench.run.work import work_as_rank  # lazy: torch, once all is checked
@@ -187,12 +189,12 @@ def _run_workload(name: str, args: argparse.Namespace, tune_budget_s: float | No
         return work_as_rank(name, cfg, settings)
     from devicebench.run.workload import run_workload  # lazy: torch and MLflow (~3 s), once all is checked
 
-    return run_workload(name, cfg, settings, pricing, tune_budget_s)
+    return run_workload(name, cfg, settings, pricing, tune_budget_s, tune_precision)
 
 
 def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
-    """`devicebench tune <workload> [its flags] [--tune_budget_s S]`: the workload's own flags, so a tuned
-    CPU side is asked for exactly as the run it stands in for."""
+    """`devicebench tune <workload> [its flags] [--tune_budget_s S] [--tune_precision]`: the workload's own
+    flags, so a tuned side is asked for exactly as the run it stands in for, on any device."""
     p = sub.add_parser(
         "tune",
         help=COMMANDS["tune"],
@@ -201,7 +203,7 @@ def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
     )
     after = list(argv[list(argv).index("tune") + 1 :]) if "tune" in argv else []
     workload = next((a for a in after if not a.startswith("-")), "")
-    p.add_argument("workload", choices=TRAINING_WORKLOADS, help="the workload whose CPU side is tuned")
+    p.add_argument("workload", choices=TRAINING_WORKLOADS, help="the workload whose side is tuned")
     p.add_argument(
         "--tune_budget_s",
         "--tune-budget-s",
@@ -209,6 +211,12 @@ def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
         type=float,
         default=60.0,
         help="seconds for all trials together, before the measured run (default 60)",
+    )
+    p.add_argument(
+        "--tune_precision",
+        action="store_true",
+        help="also try bf16 (and on a GPU fp16) autocast: faster on tensor cores, but it changes the "
+        "numerics, so a setting that uses it says so wherever it is shown",
     )
     if workload in TRAINING_WORKLOADS:
         add_config_arguments(p, CONFIGS[workload])
@@ -219,7 +227,7 @@ def _run_tuned(args: argparse.Namespace) -> int:
     budget = args.tune_budget_s
     if not 1 <= budget <= 3600:
         raise UsageError(f"{budget!r} is out of range; expected 1 to 3600 seconds", param="tune_budget_s")
-    return _run_workload(args.workload, args, tune_budget_s=budget)
+    return _run_workload(args.workload, args, tune_budget_s=budget, tune_precision=args.tune_precision)
 
 
 # --------------------------------------------------------------------------------------------- others
@@ -288,7 +296,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare CPU and GPU runs side by side: speedups, costs, why, regressions",
     "suite": "run an experiment plan (experiments/*.yaml), then write its report",
     "sync": "replay runs spooled while the tracking store was unreachable",
-    "tune": "find this CPU's fastest threads and data feeding for a config, then measure it that way",
+    "tune": "find the fastest way a device runs a config (feeding, threads, NHWC, compiling), then measure it",
 }
 
 

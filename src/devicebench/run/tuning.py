@@ -1,14 +1,23 @@
-"""`devicebench tune <workload>`: find how this CPU trains a config fastest, then measure it that way.
+"""`devicebench tune <workload>`: find how this device trains a config fastest, then measure it that way.
 
-How a CPU is fed and threaded can matter more than the CPU: the tutorial pipeline (every core a torch
+How a device is fed and set up can matter more than the device: the tutorial pipeline (every core a torch
 thread, 2 DataLoader workers) trained eight to ten times slower on a 16-vCPU host than the same network
-with its data in memory, so a CPU-vs-GPU pair against the CPU as configured measures the configuration,
-not the CPU. Tuning runs short trials of the same config on the CPU over torch threads (1, 2, 4, ... up
-to the usable cores) × how the data is fed (`loader=tensor`; the DataLoader with 0, 2 and cores −
-threads workers; unet has only the DataLoader), keeps the fastest, and runs the measured CPU side with
-it. That run is tagged `devicebench.cpu.tuned` and carries every trial as an MLflow table
-(`cpu_tuning.json`); the report holds the GPU against it as "this CPU at its best" (its `work_key` is
-the config's own, as loader and workers are how the CPU is fed, not the work).
+with its data in memory, and a launch-bound GPU step loses to its own Python unless CUDA graphs take the
+launches away. A pair of each side as configured measures the configurations, not the devices. So tuning
+runs short trials of the same work on the run's device, in two stages:
+
+1. how the data is fed (`loader=tensor`; the DataLoader with 0, 2 and cores − threads workers; unet has
+   only the DataLoader), on the CPU crossed with torch threads (1, 2, 4, ... up to the usable cores);
+2. from the leader so far, one change at a time, each kept only if it is faster: NHWC (`channels_last`),
+   `torch.compile` (default mode, and on a GPU `reduce-overhead`, i.e. CUDA graphs), and, only where
+   asked (`tune_precision`), autocast in reduced precision (bf16; fp16 on a GPU), which changes the
+   numerics and is said wherever the setting is shown.
+
+The batch size is the work and is never tuned. A compiled trial runs in a child process bounded by the
+time it may take (compiling can take minutes and cannot be stopped in the middle of a process). The
+measured run is tagged `devicebench.tuned` and carries every trial as an MLflow table (`tuning.json`);
+the report holds each device at its best against the other (its `work_key` is the config's own, as the
+setting is how the device ran the work, not the work).
 
 The whole search is time-boxed (`tune_budget_s`), warm-up included: each trial gets an equal share of
 what is left, 2 to 300 steps and never more than the run itself, sized by what the trials fed the same
@@ -29,9 +38,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import math
+import pickle
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +52,13 @@ from typing import Any
 
 import torch
 
+from devicebench.config.workloads import REDUCED_PRECISIONS
 from devicebench.errors import UsageError
 from devicebench.host.context import Context
+from devicebench.host.precision import check_precision
 from devicebench.schema import TRAINING_WORKLOADS, tag
 from devicebench.tracking.protocol import null_tracker
+from devicebench.util.children import death_signal, python_argv
 from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.workloads import load
 
@@ -54,27 +70,52 @@ MIN_STEPS, MAX_STEPS = 2, 300  # "a few hundred steps" where the budget allows, 
 CONFIRM = 2  # the fastest settings that run a second time, each then judged by the median of its runs
 CONFIRMATION = "confirmation"  # the note on a second run's row
 SIZING = "sized its feed; not counted"  # the note on a new feed's short first run, run again at length
+EAGER = "none"  # a Setting's `compile` when the model is not compiled
 
 
 @dataclass(frozen=True)
 class Setting:
-    """How the CPU is fed and threaded in one trial."""
+    """How the device is fed, threaded and set up in one trial. `threads` 0: as the config says (a GPU
+    side's CPU threads are not tuned); `compile`: EAGER or torch.compile's mode."""
 
     threads: int
     loader: str
     num_workers: int
+    channels_last: bool = False
+    compile: str = EAGER
+    precision: str = "default"
 
     def applied(self, cfg: Any) -> Any:
-        """`cfg` fed and threaded this way: unet has no `loader` parameter (its settings all use the
-        DataLoader), so only the fields the config has are set."""
-        wanted = {"cpu_threads": self.threads, "loader": self.loader, "num_workers": self.num_workers}
+        """`cfg` set up this way: unet has no `loader` or `compile` parameter (its settings all use the
+        DataLoader, eagerly), so only the fields the config has are set."""
+        wanted = {
+            "loader": self.loader,
+            "num_workers": self.num_workers,
+            "channels_last": self.channels_last,
+            "compile": self.compile != EAGER,
+            "compile_mode": self.compile if self.compile != EAGER else "default",
+            "precision": self.precision,
+            **({"cpu_threads": self.threads} if self.threads else {}),
+        }
         have = {f.name for f in dataclasses.fields(cfg)}
         return dataclasses.replace(cfg, **{k: v for k, v in wanted.items() if k in have})
+
+    @property
+    def reduced_precision(self) -> bool:
+        return self.precision in REDUCED_PRECISIONS
 
     def __str__(self) -> str:
         workers = f"{self.num_workers} worker{'' if self.num_workers == 1 else 's'}"
         feed = "data in memory" if self.loader == "tensor" else f"DataLoader, {workers}"
-        return f"{self.threads} thread{'s' if self.threads > 1 else ''}, {feed}"
+        words = [f"{self.threads} thread{'s' if self.threads > 1 else ''}"] if self.threads else []
+        words.append(feed)
+        if self.channels_last:
+            words.append("NHWC")
+        if self.compile != EAGER:
+            words.append("compiled" + (" with CUDA graphs" if self.compile == "reduce-overhead" else ""))
+        if self.reduced_precision:
+            words.append(f"{self.precision} autocast (reduced precision)")
+        return ", ".join(words)
 
 
 @dataclass
@@ -96,25 +137,78 @@ def thread_counts(cores: int) -> list[int]:
     return sorted(counts, reverse=True)
 
 
-def settings(workload: str, cores: int, in_memory: bool = False) -> list[Setting]:
-    """Every trial, in the order they run: threads × feeding, duplicates removed. `in_memory`: the run's
-    data is already on the device (the `model` workload's synthetic data), so only threads vary."""
+def settings(workload: str, cores: int, in_memory: bool = False, on_gpu: bool = False) -> list[Setting]:
+    """The first stage's trials, in the order they run: feeding (× threads on the CPU), duplicates
+    removed. `in_memory`: the run's data is already on the device (the `model` workload's synthetic
+    data), so only threads vary; on a GPU the threads are left as configured (0)."""
     out: list[Setting] = []
-    for threads in thread_counts(cores):
+    for threads in [0] if on_gpu else thread_counts(cores):
         feeds = [("tensor", 0)] if workload == "cifar" or in_memory else []
-        feeds += [] if in_memory else [("dataloader", w) for w in (0, 2, cores - threads) if w >= 0]
+        spare = cores if on_gpu else cores - threads  # the loader's workers share the host's cores
+        feeds += [] if in_memory else [("dataloader", w) for w in (0, 2, spare) if w >= 0]
         for loader, workers in dict.fromkeys(feeds):
             out.append(Setting(threads, loader, workers))
     return out
 
 
+Change = tuple[str, Any]  # one field of a Setting and the value a second-stage trial tries
+
+
+def changes(cfg: Any, device: torch.device, tune_precision: bool = False) -> list[Change]:
+    """The second stage: each change tried once, from the leader at that point, in this order. Only what
+    the config has (unet is never compiled) and the device can run; reduced precision only where asked
+    and where the config does not already ask for it."""
+    have = {f.name for f in dataclasses.fields(cfg)}
+    out: list[Change] = []
+    if "channels_last" in have and not cfg.channels_last:
+        out.append(("channels_last", True))
+    if "compile" in have:
+        out += [("compile", "default")] + ([("compile", "reduce-overhead")] if device.type == "cuda" else [])
+    if tune_precision and cfg.precision not in REDUCED_PRECISIONS:
+        out += [("precision", p) for p in REDUCED_PRECISIONS if _can(p, device)]
+    return out
+
+
+def _can(precision: str, device: torch.device) -> bool:
+    """Whether `device` runs `precision` natively: a CPU's bf16 without AVX512-BF16 or AMX is emulated,
+    so slow that a trial of it would only spend the budget."""
+    if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    try:
+        check_precision(precision, device)
+    except UsageError:
+        return False
+    return True
+
+
+def trial_plan(
+    workload: str, cfg: Any, device: torch.device, cores: int, tune_precision: bool = False
+) -> tuple[list[Setting], list[Change]]:
+    """(the first stage's settings, the second stage's changes): what a tuning of `cfg` on `device`
+    tries, in order, before the leaders run again. A config's own setting (NHWC, compiled, its
+    precision) is where every trial starts."""
+    in_memory = getattr(cfg, "data", "") == "synthetic" and workload == "model"
+    start = Setting(
+        0, "", 0, getattr(cfg, "channels_last", False), _compiled(cfg), getattr(cfg, "precision", "default")
+    )
+    first = [
+        dataclasses.replace(start, threads=s.threads, loader=s.loader, num_workers=s.num_workers)
+        for s in settings(workload, cores, in_memory, device.type == "cuda")
+    ]
+    todo = [c for c in changes(cfg, device, tune_precision) if getattr(start, c[0]) != c[1]]
+    return first, todo
+
+
+def _compiled(cfg: Any) -> str:
+    return getattr(cfg, "compile_mode", "default") if getattr(cfg, "compile", False) else EAGER
+
+
 def _trial_config(cfg: Any, setting: Setting, steps: int) -> Any:
-    """The config for one short trial: the same work, fed this way, for `steps` steps (never more images
-    than the run itself trains on) and one tiny eval."""
+    """The config for one short trial: the same work, set up this way, for `steps` steps (never more
+    images than the run itself trains on) and one tiny eval."""
     images = steps * cfg.batch_size
     return dataclasses.replace(
         setting.applied(cfg),
-        device="cpu",
         epochs=1,
         train_limit=min(images, cfg.train_limit) if cfg.train_limit else images,
         **{_eval_limit(cfg): cfg.batch_size},
@@ -126,15 +220,17 @@ def _eval_limit(cfg: Any) -> str:
 
 
 def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path) -> Trial:
-    """One trial in this process (torch's threads set for it and put back): train samples/s as logged."""
+    """One trial in this process on `cfg.device` (a resolved device; torch's threads set for it and put
+    back): train samples/s as logged."""
     before = torch.get_num_threads()
-    torch.set_num_threads(setting.threads)
+    if setting.threads:
+        torch.set_num_threads(setting.threads)
     started = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             result = load(workload).run(
                 _trial_config(cfg, setting, steps),
-                Context(torch.device("cpu"), data_root, False),
+                Context(torch.device(cfg.device), data_root, False),
                 null_tracker(),
             )
         rate = result.train_samples_per_s
@@ -143,21 +239,57 @@ def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: 
     return Trial(setting, steps, rate if math.isfinite(rate) else None, time.perf_counter() - started)
 
 
+def run_isolated(
+    workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path, limit_s: float
+) -> Trial:
+    """`run_trial` in a child process that is ended at `limit_s`: compiling cannot be stopped inside a
+    process, and a compile that outlasts what is left of the budget must not take the rest with it."""
+    if limit_s <= 0:
+        return Trial(setting, note="skipped: past the tuning budget")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="devicebench-trial-") as tmp:
+        given, back = Path(tmp, "trial.pkl"), Path(tmp, "result.json")
+        given.write_bytes(pickle.dumps((workload, cfg, setting, steps, data_root)))
+        argv = python_argv("-m", "devicebench.run.tuning", str(given), str(back))
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=limit_s, preexec_fn=death_signal()
+            )
+        except subprocess.TimeoutExpired:
+            return Trial(
+                setting, 0, None, time.perf_counter() - started, f"cut: not done in {fmt_s(limit_s)}"
+            )
+        if done.returncode or not back.is_file():
+            said = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+            return Trial(setting, 0, None, time.perf_counter() - started, f"failed: {said}")
+        steps, rate = json.loads(back.read_text())
+    # the child's start and compile included in its seconds: what the trial cost the budget
+    return Trial(setting, steps, rate, time.perf_counter() - started)
+
+
 def tune(
-    workload: str, cfg: Any, budget_s: float, cores: int, data_root: Path, say: Any = print
+    workload: str,
+    cfg: Any,
+    budget_s: float,
+    cores: int,
+    data_root: Path,
+    say: Any = print,
+    tune_precision: bool = False,
 ) -> list[Trial]:
-    """Every trial within `budget_s` seconds, in `settings` order, then the leaders once more; `say`
-    prints each as it ends."""
+    """Every trial within `budget_s` seconds on `cfg.device`, in `trial_plan` order, then the leaders once
+    more; `say` prints each as it ends."""
     if workload not in TUNABLE:
         raise UsageError(f"tuning trains {' and '.join(TUNABLE)}, not {workload}", param="workload")
-    todo = settings(workload, cores, getattr(cfg, "data", "") == "synthetic" and workload == "model")
+    first, todo = trial_plan(workload, cfg, torch.device(cfg.device), cores, tune_precision)
     search = _Search(workload, cfg, data_root, budget_s)
-    for i, setting in enumerate(todo, start=1):
-        slots = len(todo) - i + 1 + CONFIRM  # the trials still to run, this one and the second runs included
+    total = len(first) + len(todo)
+    for i in range(1, total + 1):
+        setting = first[i - 1] if i <= len(first) else _changed(search.trials, todo[i - len(first) - 1])
+        slots = total - i + 1 + CONFIRM  # the trials still to run, this one and the second runs included
         trial = search.first(setting, slots) if i == 1 else search.next(setting, slots)
         best_rate = max((t.samples_per_s or 0.0 for t in search.trials if _counted(t)), default=0.0)
         mark = "  <- best so far" if trial.samples_per_s and trial.samples_per_s == best_rate else ""
-        say(f"tune {workload}: [{i}/{len(todo)}] {setting}: {_said(trial, search.left())}{mark}")
+        say(f"tune {workload}: [{i}/{total}] {setting}: {_said(trial, search.left())}{mark}")
     leaders = sorted(_scores(search.trials).items(), key=lambda kv: kv[1], reverse=True)[:CONFIRM]
     for i, (setting, _) in enumerate(leaders, start=1):
         trial = search.next(setting, len(leaders) - i + 1, note=CONFIRMATION)
@@ -166,6 +298,13 @@ def tune(
         say(f"tune {workload}: [again {i}/{len(leaders)}] {setting}: {_said(trial, search.left())}{of}")
     _say_skipped(workload, search.trials, budget_s, budget_s - search.left(), say)
     return search.trials
+
+
+def _changed(trials: list[Trial], change: Change) -> Setting:
+    """The leader so far with one more change: each change is kept only where its trial was faster."""
+    scores = _scores(trials)
+    leader = max(scores, key=lambda s: scores[s]) if scores else trials[0].setting
+    return dataclasses.replace(leader, **{change[0]: change[1]})
 
 
 class _Search:
@@ -186,10 +325,10 @@ class _Search:
         imports, first kernels and the allocator, which would make the first setting look slow. The
         warm-up times a step; its time outside the steps is those first-time costs, which no trial pays
         again, so it is left out of the sizing."""
-        warm = run_trial(self.workload, self.cfg, setting, min(WARMUP_STEPS, self.most), self.data_root)
+        warm = self._call(setting, min(WARMUP_STEPS, self.most), slots)
         per_step = _cost(warm, self.cfg.batch_size)[1]
         steps = _steps_in(self.budget_s / slots, (0.0, per_step), min(PROBE_STEPS, self.most))
-        return self._keep(self._run(setting, steps))
+        return self._keep(self._run(setting, steps, slots))
 
     def next(self, setting: Setting, slots: int, note: str = "") -> Trial:
         """`setting`'s trial in its share of what is left (`slots` trials still to run, this one
@@ -198,22 +337,29 @@ class _Search:
         steps, which reads the feed as slow) and the trial runs at its length."""
         share = self.left() / slots
         new_feed = not _same_feed(setting, self.trials)
-        trial = self._run(setting, self._steps(setting, share))
+        trial = self._run(setting, self._steps(setting, share), slots)
         if new_feed and trial.samples_per_s and self._steps(setting, share, [trial]) > trial.steps:
             trial.note = SIZING
             self._keep(trial)
-            trial = self._run(setting, self._steps(setting, self.left() / slots))
+            trial = self._run(setting, self._steps(setting, self.left() / slots), slots)
         trial.note = trial.note or note
         return self._keep(trial)
 
     def _steps(self, setting: Setting, share_s: float, also: list[Trial] | None = None) -> int:
         return _sized(setting, [*self.trials, *(also or [])], share_s, self.cfg.batch_size, self.most)
 
-    def _run(self, setting: Setting, steps: int) -> Trial:
+    def _run(self, setting: Setting, steps: int, slots: int) -> Trial:
         """The trial of `setting`, or a skipped one when a typical trial would not fit in what is left."""
         if self.trials and _typical(self.trials) > self.left():
             return Trial(setting, note="skipped: past the tuning budget")
-        return run_trial(self.workload, self.cfg, setting, steps, self.data_root)
+        return self._call(setting, steps, slots)
+
+    def _call(self, setting: Setting, steps: int, slots: int) -> Trial:
+        """A compiled setting in a child bounded by what is left once the other trials have their share."""
+        if setting.compile == EAGER:
+            return run_trial(self.workload, self.cfg, setting, steps, self.data_root)
+        reserve = _typical(self.trials) * (slots - 1)
+        return run_isolated(self.workload, self.cfg, setting, steps, self.data_root, self.left() - reserve)
 
     def _keep(self, trial: Trial) -> Trial:
         self.trials.append(trial)
@@ -261,7 +407,7 @@ def _sized(setting: Setting, trials: list[Trial], share_s: float, batch_size: in
     same = _same_feed(setting, ran)
     if same:
         overhead, per_step = _cost(same[-1], batch_size)
-        slower = max(same[-1].setting.threads / setting.threads, 1.0)
+        slower = max(same[-1].setting.threads / setting.threads, 1.0) if setting.threads else 1.0
         return _steps_in(share_s, (overhead, per_step * slower), most)
     costs = [_cost(t, batch_size) for t in ran] or [(0.0, 0.0)]
     dearest = (max(c[0] for c in costs), max(c[1] for c in costs))
@@ -326,11 +472,14 @@ def best(trials: list[Trial]) -> Trial:
 
 
 def table(trials: list[Trial]) -> dict[str, list[Any]]:
-    """The trials as an MLflow table (`cpu_tuning.json`): one row per trial, skipped ones included."""
+    """The trials as an MLflow table (`tuning.json`): one row per trial, skipped ones included."""
     return {
         "threads": [t.setting.threads for t in trials],
         "loader": [t.setting.loader for t in trials],
         "num_workers": [t.setting.num_workers for t in trials],
+        "channels_last": [t.setting.channels_last for t in trials],
+        "compile": [t.setting.compile for t in trials],
+        "precision": [t.setting.precision for t in trials],
         "steps": [t.steps for t in trials],
         "samples_per_s": [t.samples_per_s for t in trials],
         "seconds": [round(t.seconds, 3) for t in trials],
@@ -339,19 +488,36 @@ def table(trials: list[Trial]) -> dict[str, list[Any]]:
 
 
 def tags(trials: list[Trial], chosen: Trial, budget_s: float) -> dict[str, str]:
-    """What the measured run says about how it was chosen (devicebench.cpu.tuned*). `trials` counts the
+    """What the measured run says about how it was chosen (devicebench.tuned*). `trials` counts the
     second runs too, not the short runs that sized a feed; `chosen_median_samples_per_s` is the chosen
-    setting's median over its runs, the figure the measured run is held to (runs logged before it was
-    named so carry it as `best_trial_samples_per_s`; nothing reads either)."""
+    setting's median over its runs, the figure the measured run is held to. A compiled choice also says
+    how fast the same setting ran uncompiled, where a trial measured it, so its compile time can be
+    weighed against what it saves (`eager_median_samples_per_s`)."""
     ran = [t for t in trials if _counted(t)]
-    return {
-        tag("cpu.tuned"): "true",
-        tag("cpu.tuned.setting"): str(chosen.setting),
-        tag("cpu.tuned.trials"): str(len(ran)),
-        tag("cpu.tuned.chosen_median_samples_per_s"): f"{chosen.samples_per_s:.6g}",
-        tag("cpu.tuned.budget_s"): f"{budget_s:g}",
+    out = {
+        tag("tuned"): "true",
+        tag("tuned.setting"): str(chosen.setting),
+        tag("tuned.trials"): str(len(ran)),
+        tag("tuned.chosen_median_samples_per_s"): f"{chosen.samples_per_s:.6g}",
+        tag("tuned.budget_s"): f"{budget_s:g}",
+        tag("tuned.reduced_precision"): str(chosen.setting.reduced_precision).lower(),
     }
+    eager = _scores(trials).get(dataclasses.replace(chosen.setting, compile=EAGER))
+    if chosen.setting.compile != EAGER and eager:
+        out[tag("tuned.eager_median_samples_per_s")] = f"{eager:.6g}"
+    return out
 
 
 def stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _child(given: str, back: str) -> None:
+    """`run_isolated`'s child: one trial from the pickled arguments, its steps and rate back as JSON."""
+    workload, cfg, setting, steps, data_root = pickle.loads(Path(given).read_bytes())
+    trial = run_trial(workload, cfg, setting, steps, data_root)
+    Path(back).write_text(json.dumps([trial.steps, trial.samples_per_s]))
+
+
+if __name__ == "__main__":
+    _child(*sys.argv[1:3])

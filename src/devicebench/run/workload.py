@@ -50,15 +50,21 @@ PROG = "devicebench"
 
 
 def run_workload(
-    name: str, cfg: WorkloadConfig, settings: Settings, pricing: Pricing, tune_budget_s: float | None = None
+    name: str,
+    cfg: WorkloadConfig,
+    settings: Settings,
+    pricing: Pricing,
+    tune_budget_s: float | None = None,
+    tune_precision: bool = False,
 ) -> int:
     """The run of `name` as `cfg` asks (checked by the CLI); the CLI's exit code. With `tune_budget_s`, the
-    CPU's threads and feeding are tuned first (tuning.py) and the run measures the CPU the fastest way found."""
+    device's setting is tuned first (tuning.py) and the run measures it the fastest way found."""
     rank = worker_rank()
     module = load(name)
     world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
     if tune_budget_s is not None:
-        return _measure_tuned(name, *_tune(name, cfg, settings, tune_budget_s, world_size))
+        tuned_cfg, tuned_facts = _tune(name, cfg, settings, (tune_budget_s, tune_precision), world_size)
+        return _measure_tuned(name, tuned_cfg, tuned_facts)
     tuned = _tuned_from_env()
     if rank is None and world_size > 1:
         return _launch_job(name, cfg, settings, module)
@@ -73,7 +79,7 @@ def run_workload(
         if rank == 0:
             record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
         if tuned:
-            tracker.log_table(tuned[1], "cpu_tuning.json")
+            tracker.log_table(tuned[1], "tuning.json")
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         host_t0 = time.perf_counter()
@@ -119,26 +125,31 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | 
 
 
 def _tune(
-    name: str, cfg: WorkloadConfig, settings: Settings, budget_s: float, world_size: int
+    name: str, cfg: WorkloadConfig, settings: Settings, ask: tuple[float, bool], world_size: int
 ) -> tuple[WorkloadConfig, Tuned]:
-    """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run."""
-
-    if cfg.device != "cpu" or world_size > 1:
-        raise UsageError("tune measures one CPU process; use device=cpu and nproc=1", param="device")
-    trials = tuning.tune(name, cfg, budget_s, usable_cores(), settings.data_dir, say=tuning.stderr)
+    """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run, on
+    the run's device. `ask`: the budget in seconds, and whether reduced precision may be tried. A device
+    that is not here leaves a FAILED run, as the run itself would."""
+    if world_size > 1:
+        raise UsageError("tune measures one process; use nproc=1 and nnodes=1", param="nproc")
+    try:
+        device = resolve_device(cfg.device)
+    except UsageError:
+        with _open_run(name, cfg, settings, load(name), 1):
+            raise
+    budget_s, precision = ask
+    here = dataclasses.replace(cfg, device=str(device))
+    trials = tuning.tune(name, here, budget_s, usable_cores(), settings.data_dir, tuning.stderr, precision)
     chosen = tuning.best(trials)
-    tuning.stderr(f"tune {name}: fastest {chosen.setting}; measuring the CPU side that way")
-    return chosen.setting.applied(cfg), (
-        tuning.tags(trials, chosen, budget_s),
-        tuning.table(trials),
-    )
+    tuning.stderr(f"tune {name}: fastest on {device}: {chosen.setting}; measuring it that way")
+    return chosen.setting.applied(cfg), (tuning.tags(trials, chosen, budget_s), tuning.table(trials))
 
 
 TUNED_ENV = "DEVICEBENCH_TUNED_FILE"  # a tuned run's tags and trials, from `devicebench tune` to its child
 
 
 def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
-    """The measured CPU side of a tuning, in a fresh process with the fastest setting as its flags.
+    """The measured side of a tuning, in a fresh process with the fastest setting as its flags.
 
     Not in the process that ran the trials: on this 2-core VM a 2-thread run measured there, after seven
     trials had resized torch's thread pools and forked DataLoader workers, trained at 0.77-0.83 of its

@@ -346,7 +346,7 @@ def _place(model: torch.nn.Module, opts: Options) -> tuple[torch.nn.Module, torc
         module = module.to(memory_format=torch.channels_last)
     runs = opts.world.wrap(module, opts.device)
     if opts.compile:
-        return cast(torch.nn.Module, torch.compile(runs)), module
+        return cast(torch.nn.Module, torch.compile(runs, mode=opts.compile_mode)), module
     return runs, module
 
 

@@ -118,6 +118,7 @@ class Options:
     fp16: bool  # autocast fp16 needs a GradScaler
     channels_last: bool
     compile: bool = False
+    compile_mode: str = "default"  # torch.compile's mode: reduce-overhead captures CUDA graphs
     progress: bool = False
     precision: str = "default"
     fp32_math: str = "ieee"  # what fp32 resolved to (precision.fp32_math): which peak the run is held to
@@ -145,6 +146,7 @@ def setup(
     tracker: Tracker,
     *,
     compile: bool = False,
+    compile_mode: str = "default",
 ) -> tuple[Options, Tracker]:
     """The run's options and the tracker to log to (a null tracker off rank 0); a precision the device
     cannot do is a UsageError here, before any data is read, and fp32 math is set and tagged."""
@@ -162,6 +164,7 @@ def setup(
         fp16=cfg.precision == "fp16",
         channels_last=cfg.channels_last,
         compile=compile,
+        compile_mode=compile_mode,
         progress=ctx.progress,
         precision=cfg.precision,
         fp32_math=math[tag("fp32_math")],

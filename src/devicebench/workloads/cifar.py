@@ -164,7 +164,7 @@ def _task(cfg: Config, classes: list[str], fused: dict[str, bool], target: _Targ
 
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> CifarResult:
     """Train, evaluate, log; the model, confusion matrix and per-class results as artifacts."""
-    opts, tracker = setup.setup(cfg, ctx, tracker, compile=cfg.compile)
+    opts, tracker = setup.setup(cfg, ctx, tracker, compile=cfg.compile, compile_mode=cfg.compile_mode)
     root = resolve_root(cfg.data_dir, ctx.data_root)
 
     def load() -> tuple[Any, Any, Iterable, Iterable]:

@@ -133,7 +133,7 @@ def _task(cfg: Config, spec: zoo.Spec, classes: int, device: torch.device) -> se
 def run(cfg: Config, ctx: Context, tracker: Tracker) -> ModelResult:
     """Train, evaluate, log the FLOPs and the model."""
     spec = check(cfg)
-    opts, tracker = setup.setup(cfg, ctx, tracker, compile=cfg.compile)
+    opts, tracker = setup.setup(cfg, ctx, tracker, compile=cfg.compile, compile_mode=cfg.compile_mode)
     data = setup.load_data(opts, lambda: _data(cfg, ctx, opts, spec))
     setup.log_batch_used(tracker, cfg.batch_size, data.train_set)
     classes = len(data.classes)

@@ -15,11 +15,11 @@ import re
 from collections.abc import Callable
 
 from devicebench.pricing.prices import priced_as
-from devicebench.report.model.best_cpu import cpu_setting
+from devicebench.report.model.best_cpu import reduced_precision, setting_of, throughput
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.report.read.records import RunRecord
-from devicebench.schema import ACCURACY, MIOU, PEAK_FRACTION, SERVE_P99, TRAIN_S
+from devicebench.schema import ACCURACY, COMPILE_S, MIOU, PEAK_FRACTION, SERVE_P99, TRAIN_S
 from devicebench.util.fmt import fmt_money, fmt_percent, fmt_quality, fmt_s, fmt_share, fmt_x
 from devicebench.util.gpu_caveat import held_down, host_bound
 from devicebench.util.stats import Stat
@@ -64,7 +64,7 @@ def against_best_cpu(pair: Pair) -> str | None:
     if best is None or speedup is None or best is pair.base:
         return None
     said = (
-        f"against this CPU at its best ({cpu_setting(best)}) {pair.other.label} is {fmt_x(speedup)} "
+        f"against this CPU at its best ({setting_of(best)}) {pair.other.label} is {fmt_x(speedup)} "
         f"{'faster' if speedup >= 1 else 'as fast'}"
     )
     ratio = pair.cost_ratio
@@ -85,6 +85,68 @@ def against_best_cpu(pair: Pair) -> str | None:
             f"best in this pair{loader_hint(pair.other)}"
         )
     return f"{said}: {answer}"
+
+
+def best_against_best(pair: Pair) -> str | None:
+    """Each device at its best, where a GPU setting faster than the pair's own was measured: "each at its
+    best (CPU: 2 threads, data in memory; cuda: data in memory, compiled with CUDA graphs) the GPU is
+    9.10x faster, at 0.40x the CPU's cost". A best that needed reduced precision says so, with its
+    accuracy beside the full-precision side's; a compiled one what compiling took and when it pays back."""
+    both = pair.best
+    if both is None:
+        return None
+    said = (
+        f"each at its best ({both.cpu.device}: {setting_of(both.cpu)}; {both.gpu.device}: "
+        f"{setting_of(both.gpu)}) the GPU is {fmt_x(both.speedup)} {'faster' if both.speedup >= 1 else 'as fast'}"
+    )
+    if both.cost_ratio is not None:
+        said += f", at {fmt_x(both.cost_ratio)} the CPU's cost"
+    notes = (
+        _precision_cost(both.gpu, pair.other),
+        _precision_cost(both.cpu, pair.base),
+        _payback(both.gpu),
+        _payback(both.cpu),
+    )
+    return "; ".join([said, *(n for n in notes if n)])
+
+
+def _precision_cost(best: Side, configured: Side) -> str | None:
+    """What a best in reduced precision cost in quality, against the same device at full precision."""
+    precision = reduced_precision(best)
+    if precision is None or reduced_precision(configured):
+        return None
+    for key in (ACCURACY, MIOU):
+        a, b = best.metrics.get(key), configured.metrics.get(key)
+        if a is not None and b is not None:
+            return (
+                f"{best.device}'s best uses {precision} autocast, which changes the numerics: {key} "
+                f"{fmt_quality(a.median)} against {fmt_quality(b.median)} at full precision"
+            )
+    return f"{best.device}'s best uses {precision} autocast, which changes the numerics (no quality to set beside it)"
+
+
+def _payback(side: Side) -> str | None:
+    """A compiled best: its compile time, and after how many epochs the time it saves a step repays
+    it, from the same setting's uncompiled trial where the tuning measured one."""
+    compile_s, rate, train = side.metrics.get(COMPILE_S), throughput(side), side.metrics.get(TRAIN_S)
+    if compile_s is None or not rate or train is None:
+        return None
+    graphs = " with CUDA graphs" if side.params.get("compile_mode") == "reduce-overhead" else ""
+    said = f"{side.device} compiled{graphs}: {fmt_s(compile_s.median)} to compile"
+    eager = _float(side.runs[0].tag("tuned.eager_median_samples_per_s"))
+    epochs = _int(side.params.get("epochs", "")) or 1
+    images = rate * train.median / epochs  # one epoch's samples
+    saved = images / eager - images / rate if eager else 0.0
+    if saved > 0:
+        return f"{said}, which pays back after {math.ceil(compile_s.median / saved):,} epochs"
+    return said if eager is None else f"{said}, and it was no faster than uncompiled"
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
 
 
 def synthetic_data(pair: Pair) -> str | None:
@@ -507,6 +569,7 @@ def thread_mismatch(pair: Pair) -> str | None:
 RULES: tuple[Callable[[Pair], str | None], ...] = (
     across_hosts,
     against_best_cpu,
+    best_against_best,
     oversubscribed,
     price_performance,
     loader_bound,

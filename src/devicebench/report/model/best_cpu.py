@@ -1,18 +1,20 @@
-"""The second speedup of every CPU/GPU pair: against this CPU at its best, not only as configured.
+"""Each device at its best: the second and third speedups of every CPU/GPU pair.
 
 The tutorial's CPU side (16 torch threads + 2 DataLoader workers on 16 vCPUs) trained at 200-250 img/s
 where the same network with its data in memory did ~2,000: a pair against the CPU as configured
-measures the configuration. So for each CPU/GPU pair of a training workload the report looks among the
-CPU sides that did the same work (`devicebench.work_key`: the config key without how the CPU was fed,
-loader and workers) on the same CPU model and world size, takes the fastest (a `devicebench tune` run,
-or any other), and holds the GPU against it too. Runs logged before work keys existed compare with
-their own config only. Torch-free, like the rest of the report.
+measures the configuration. The GPU side has the same trap the other way: a launch-bound step loses to
+its own Python until CUDA graphs remove the launches. So for each CPU/GPU pair of a training workload
+the report looks, on each side, among the sides that did the same work (`devicebench.work_key`: the
+config key without the setting: feeding, NHWC, compilation, precision) on the same device model and
+world size, and takes the fastest (a `devicebench tune` run, or any other). The GPU is held against the
+CPU at its best, and each device at its best against the other. Torch-free, like the rest of the report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from devicebench.config.workloads import REDUCED_PRECISIONS
 from devicebench.report.model.sides import THROUGHPUT_METRICS, Side, work_key
 
 
@@ -21,12 +23,13 @@ def throughput(side: Side) -> float | None:
     return stat.median if stat and stat.median > 0 else None
 
 
-def fastest_cpu(base: Side, sides: Iterable[Side]) -> Side | None:
-    """The fastest CPU side that did `base`'s work on its CPU model at its world size."""
+def fastest_alike(base: Side, sides: Iterable[Side]) -> Side | None:
+    """The fastest side that did `base`'s work on its device model (a CPU's or a GPU's) at its world
+    size: `base` itself where none is faster."""
     alike = [
         s
         for s in sides
-        if s.is_cpu
+        if s.is_cpu == base.is_cpu
         and s.workload == base.workload
         and s.device_name == base.device_name
         and s.world_size == base.world_size
@@ -36,17 +39,37 @@ def fastest_cpu(base: Side, sides: Iterable[Side]) -> Side | None:
     return max(alike, key=lambda s: throughput(s) or 0.0, default=None)
 
 
-def cpu_setting(side: Side) -> str:
-    """How the best CPU ran, as the verdict says it: `4 threads, data in memory`."""
+def fastest_cpu(base: Side, sides: Iterable[Side]) -> Side | None:
+    """The fastest CPU side that did `base`'s work on its CPU model at its world size."""
+    return fastest_alike(base, sides) if base.is_cpu else None
+
+
+def reduced_precision(side: Side) -> str | None:
+    """`bf16` or `fp16` where the side trained under autocast in reduced precision, else None."""
+    precision = side.params.get("precision", "")
+    return precision if precision in REDUCED_PRECISIONS else None
+
+
+def setting_of(side: Side) -> str:
+    """How a side ran, as a verdict says it: `4 threads, data in memory`; a GPU side without its
+    threads; NHWC, compilation and reduced precision where they were on."""
     run = side.runs[0]
-    tuned = run.tag("cpu.tuned.setting")
+    tuned = run.tag("tuned.setting")
     if tuned:
         return tuned
-    threads = run.tag("host.torch_threads", "?")
     params = side.params
     feed = (
         "data in memory"
         if params.get("loader") == "tensor"
         else f"DataLoader, {params.get('num_workers', '?')} workers"
     )
-    return f"{threads} threads, {feed}"
+    words = [f"{run.tag('host.torch_threads', '?')} threads"] if side.is_cpu else []
+    words.append(feed)
+    if params.get("channels_last") == "true":
+        words.append("NHWC")
+    if params.get("compile") == "true":
+        with_graphs = params.get("compile_mode") == "reduce-overhead"
+        words.append("compiled" + (" with CUDA graphs" if with_graphs else ""))
+    if reduced_precision(side):
+        words.append(f"{reduced_precision(side)} autocast (reduced precision)")
+    return ", ".join(words)

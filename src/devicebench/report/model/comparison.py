@@ -60,10 +60,11 @@ def host_tables(finished: Sequence[RunRecord]) -> dict[str, list[Pair]]:
 
 
 def unused_tuned(sides: dict[str, list[Side]], pairs: Sequence[Pair], unpaired: Sequence[Side]) -> list[Side]:
-    """Tuned CPU sides held out of pairing (pairs._held_as_best) that no pair took as its best CPU: a
-    tuning slower than the CPU as configured, or one beside a CPU/CPU pair. Listed as unpaired, so
+    """Tuned sides held out of pairing (pairs._held_as_best) that no pair took as a device at its best:
+    a tuning slower than the side as configured, or one beside a CPU/CPU pair. Listed as unpaired, so
     that nothing read is dropped from the report."""
     used = {id(s) for p in pairs for s in (p.base, p.other, p.best_cpu) if s is not None}
+    used |= {id(s) for p in pairs if p.best for s in (p.best.cpu, p.best.gpu)}
     used |= {id(s) for s in unpaired}
     return [s for group in sides.values() for s in group if s.tuned and id(s) not in used]
 

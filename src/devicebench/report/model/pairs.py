@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
-from devicebench.report.model.best_cpu import fastest_cpu, throughput
+from devicebench.report.model.best_cpu import fastest_alike, fastest_cpu, throughput
 from devicebench.report.model.cost import PairCost, pair_cost
 from devicebench.report.model.crossover import in_crossover
 from devicebench.report.model.sides import Side, param_order
@@ -97,6 +97,21 @@ def figures(base: Side, other: Side) -> Figures:
 
 
 @dataclass(frozen=True, eq=False)
+class BestAgainstBest:
+    """The fastest CPU side and the fastest GPU side of one work, each however it was set up: `speedup`
+    is the GPU's throughput over the CPU's, `cost` the cost of the same work on each."""
+
+    cpu: Side
+    gpu: Side
+    speedup: float
+    cost: PairCost | None
+
+    @property
+    def cost_ratio(self) -> float | None:
+        return self.cost.cost_ratio if self.cost else None
+
+
+@dataclass(frozen=True, eq=False)
 class Pair:
     """Two sides of one config at one world size: `speedups` = base time / other time (> 1: `other` is
     faster). Where a CPU side faster than the pair's own did the same work (best_cpu.py), `best_cpu`
@@ -109,6 +124,7 @@ class Pair:
     best_cpu: Side | None = None  # the fastest CPU side of the same work; may be `base`
     best_cpu_speedup: float | None = None  # other's throughput / best_cpu's
     in_crossover: bool = False  # stands in a width × batch grid (crossover.py)
+    best: BestAgainstBest | None = None  # each device at its best, where either is not the pair's own
 
     @property
     def speedups(self) -> Mapping[str, float]:
@@ -172,21 +188,34 @@ def make_pair(base: Side, other: Side, sides: Iterable[Side] = (), crossover: bo
 
 
 def _whole(base: Side, other: Side, fig: Figures, sides: Iterable[Side], crossover: bool) -> Pair:
+    every = list(sides)
     best = gpu = None
     if base.is_cpu and not other.is_cpu and base.workload in TRAINING_WORKLOADS:
-        best, gpu = fastest_cpu(base, sides), throughput(other)
+        best, gpu = fastest_cpu(base, every), throughput(other)
     if best is None or gpu is None:
         return Pair(base, other, fig, pair_cost(base, other, fig.matmul_point), in_crossover=crossover)
     cost = pair_cost(base, other, fig.matmul_point) if best is base else pair_cost(best, other)
-    return Pair(base, other, fig, cost, best, gpu / (throughput(best) or 1.0), crossover)
+    both = _best_against_best(best, fastest_alike(other, every) or other, base, other)
+    return Pair(base, other, fig, cost, best, gpu / (throughput(best) or 1.0), crossover, both)
+
+
+def _best_against_best(cpu: Side, gpu: Side, base: Side, other: Side) -> BestAgainstBest | None:
+    """Each device at its best, where the GPU's best is not the pair's own GPU side (the CPU's alone is
+    `best_cpu`'s figure already)."""
+    rates = throughput(cpu), throughput(gpu)
+    if gpu is other or not rates[0] or not rates[1]:
+        return None
+    return BestAgainstBest(cpu, gpu, rates[1] / rates[0], pair_cost(cpu, gpu))
 
 
 def _held_as_best(side: Side, alike: list[Side]) -> bool:
-    """A tuned CPU side beside the same CPU as configured is not paired itself: the GPU is held against
-    the configured side, and against the tuned one as "this CPU at its best" (best_cpu.py). Alone in its
-    key (a tuning that chose data in memory), a tuned side is the pair's own CPU side."""
+    """A tuned side beside the same device as configured is not paired itself: the other device is held
+    against the configured side, and against the tuned one as that device at its best (best_cpu.py).
+    Alone in its key (a tuning that chose data in memory), a tuned side is the pair's own side."""
     return side.tuned and any(
-        o.is_cpu and not o.tuned and o.device_name == side.device_name for o in alike if o is not side
+        o.is_cpu == side.is_cpu and not o.tuned and o.device_name == side.device_name
+        for o in alike
+        if o is not side
     )
 
 

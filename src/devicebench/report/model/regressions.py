@@ -65,7 +65,7 @@ def _group(run: RunRecord) -> tuple[str, str, str, str]:
     (a night at 1 process judged against nights at 8 would be a "regression" of the world size) and a
     tuned CPU (judged against tuned nights: against the CPU as configured it would hide a slowdown)."""
     device = run.device if run.world_size == 1 else f"{run.device} ({run.world_size} processes)"
-    return run.workload, run.config_key, f"{device} tuned" if run.cpu_tuned else device, run.host
+    return run.workload, run.config_key, f"{device} tuned" if run.tuned else device, run.host
 
 
 def find_regressions(

@@ -20,6 +20,7 @@ from devicebench.schema import (
     ACCURACY,
     ALLREDUCE_S,
     COMM_SHARE,
+    COMPILE_S,
     COST_PER_1K,
     COST_PER_EPOCH,
     COST_PER_HOUR,
@@ -79,8 +80,10 @@ COST_METRICS = (
 DIST_METRICS = (COMM_SHARE, ALLREDUCE_S)
 # what NVML saw the GPU do over a CUDA training run's epochs (host/gpu_state.py; util/gpu_caveat.py)
 GPU_METRICS = (GPU_BUSY_SHARE, GPU_SM_CLOCK_SHARE, GPU_POWER_CAPPED_S, GPU_THERMAL_CAPPED_S)
+SETUP_METRICS = (COMPILE_S,)  # what a compiled side paid once, before its timed steps
 SUMMARY_METRICS = (
     TIME_METRICS
+    + SETUP_METRICS
     + SERVE_METRICS
     + THROUGHPUT_METRICS
     + QUALITY_METRICS
@@ -225,7 +228,7 @@ def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
         lambda: defaultdict(list)
     )
     for r in runs:
-        side = (*side_of(r), shape_of(r), r.world_size, r.cpu_tuned)
+        side = (*side_of(r), shape_of(r), r.world_size, r.tuned)
         groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][side].append(r)
     out: dict[str, list[Side]] = {}
     for (workload, key), by_side in groups.items():

@@ -44,11 +44,11 @@ class RunRecord:
         return self.tag("device.resolved") or self.tag("device") or "?"
 
     @property
-    def cpu_tuned(self) -> bool:
-        """A `devicebench tune` run: the CPU threaded and fed the fastest way its trials found. It may
-        share its config key with the CPU as configured (a tuning that chose the DataLoader's own
-        workers), yet it is another CPU configuration: never a repeat of the untuned runs."""
-        return self.tag("cpu.tuned") == "true"
+    def tuned(self) -> bool:
+        """A `devicebench tune` run: the device set up the fastest way its trials found. It may share its
+        config key with the side as configured (a tuning that chose the config's own setting), yet it is
+        another configuration: never a repeat of the untuned runs."""
+        return self.tag("tuned") == "true"
 
     @property
     def world_size(self) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from devicebench.report.model.best_cpu import cpu_setting
+from devicebench.report.model.best_cpu import setting_of
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import ranked, side_cost
 from devicebench.report.model.pairs import Pair
@@ -124,7 +124,7 @@ def best_cpu_text(p: Pair) -> str:
         return NONE
     if p.best_cpu is p.base:
         return f"{fmt_x(p.best_cpu_speedup)} (the base is the best CPU measured)"
-    return f"{fmt_x(p.best_cpu_speedup)} ({cpu_setting(p.best_cpu)})"
+    return f"{fmt_x(p.best_cpu_speedup)} ({setting_of(p.best_cpu)})"
 
 
 def memory_text(side: Side) -> str:
