@@ -63,8 +63,7 @@ def run_workload(
     module = load(name)
     world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
     if tune_budget_s is not None:
-        tuned_cfg, tuned_facts = _tune(name, cfg, settings, (tune_budget_s, tune_precision), world_size)
-        return _measure_tuned(name, tuned_cfg, tuned_facts)
+        return _measure_tuned(name, *_tune(name, cfg, settings, (tune_budget_s, tune_precision), world_size))
     tuned = _tuned_from_env()
     if rank is None and world_size > 1:
         return _launch_job(name, cfg, settings, module)
