@@ -109,7 +109,7 @@ def image_folders(
             f"a folder of images gives 1 or 3 channels, not {shape[0]}; use input 3xHxW or 1xHxW",
             param="input",
         )
-    from torchvision.datasets import ImageFolder  # lazy: see folder_transform
+    from devicebench.data.image_folder import WalkedImageFolder  # lazy: torchvision, see folder_transform
 
     splits = []
     for name, limit in (("train", train_limit), ("val", test_limit)):
@@ -121,7 +121,7 @@ def image_folders(
                 param="data_dir",
             )
         try:
-            ds = ImageFolder(os.fspath(folder), transform=folder_transform(shape))
+            ds = WalkedImageFolder(os.fspath(folder), transform=folder_transform(shape))
         except (FileNotFoundError, OSError) as e:  # no class folders, or no image in them
             raise DataUnavailable(f"{folder}: {' '.join(str(e).split())}", param="data_dir") from None
         if limit and limit < len(ds.samples):

@@ -21,7 +21,7 @@ import torch
 
 from devicebench.config.workloads import ModelConfig as Config
 from devicebench.data import resolve_root
-from devicebench.data.loader import data_loader
+from devicebench.data.loader import data_loader, one_line_data_errors
 from devicebench.data.shaped import PoolLoader, image_folders, synthetic_splits
 from devicebench.errors import UsageError
 from devicebench.host import precision
@@ -124,6 +124,7 @@ def _task(cfg: Config, spec: zoo.Spec, classes: int, device: torch.device) -> se
         num_classes=classes,
         eval_metrics=lambda ev: eval_metrics(ev, spec.task),
         log_every=cfg.log_every,
+        guard=one_line_data_errors,  # a worker's undecodable image: its own line, naming the file
     )
 
 

@@ -1,0 +1,84 @@
+"""Issue 56, "Reliability V": a user's folder, model, prices and spellings that were accepted wrongly or
+refused badly (a folder walk through a link loop, an image that does not decode, costs that overflow,
+spellings of one config keyed apart, a model whose output the run could not use, a lone last batch
+under BatchNorm, a logged model without an input shape). In-process; no run but where one must be
+shown not to exist."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from devicebench.data.loader import data_loader, one_line_data_errors
+from devicebench.data.shaped import image_folders
+from devicebench.errors import DataUnavailable
+
+SHAPE = (3, 8, 8)
+
+# ------------------------------------------------------------------- 1, 15: an ImageFolder's walk and files
+
+
+def _folder(root: Path, classes: tuple[str, ...] = ("a", "b"), images: int = 2) -> None:
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for name in classes:
+            (root / split / name).mkdir(parents=True)
+            for i in range(images):
+                Image.new("RGB", (8, 8), (40 * i, 90, 200)).save(root / split / name / f"{i}.jpg")
+
+
+def test_a_link_up_in_a_class_folder_is_refused_naming_the_link(tmp_path: Path) -> None:
+    _folder(tmp_path)
+    os.symlink("..", tmp_path / "train" / "a" / "up")
+    with pytest.raises(DataUnavailable, match=r"train/a/up is a link to .*a loop") as e:
+        image_folders(tmp_path, SHAPE, 0, 0)
+    assert e.value.param == "data_dir" and "\n" not in str(e.value)
+
+
+def test_a_link_into_another_class_is_refused(tmp_path: Path) -> None:
+    _folder(tmp_path)
+    os.symlink(tmp_path / "train" / "b", tmp_path / "train" / "a" / "more")
+    with pytest.raises(DataUnavailable, match=r"train/a/more is a link to .*outside the class folder"):
+        image_folders(tmp_path, SHAPE, 0, 0)
+
+
+def test_links_that_stay_inside_are_followed_once(tmp_path: Path) -> None:
+    """A folder link inside its class folder (read once), a link to a file anywhere and a class folder
+    that is itself a link are what a folder built of links holds: all followed."""
+    _folder(tmp_path)
+    sub = tmp_path / "train" / "a" / "sub"
+    sub.mkdir()
+    (tmp_path / "train" / "a" / "0.jpg").rename(sub / "0.jpg")
+    os.symlink(sub, tmp_path / "train" / "a" / "alias")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (tmp_path / "train" / "b" / "1.jpg").rename(shared / "1.jpg")
+    os.symlink(shared / "1.jpg", tmp_path / "train" / "b" / "1.jpg")
+    (tmp_path / "val" / "b").rename(tmp_path / "val-b")
+    os.symlink(tmp_path / "val-b", tmp_path / "val" / "b")
+    train, val = image_folders(tmp_path, SHAPE, 0, 0)
+    assert [(Path(p).name, c) for p, c in train.samples] == [
+        ("1.jpg", 0),
+        ("0.jpg", 0),
+        ("0.jpg", 1),
+        ("1.jpg", 1),
+    ]
+    assert len(val.samples) == 4
+
+
+def test_a_truncated_jpeg_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    import torch
+
+    _folder(tmp_path)
+    bad = tmp_path / "train" / "b" / "1.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])
+    train, _ = image_folders(tmp_path, SHAPE, 0, 0)
+    loader = data_loader(train, 4, torch.device("cpu"), shuffle=False, num_workers=1, persistent=False)
+    with pytest.raises(DataUnavailable) as e, one_line_data_errors():
+        list(loader)
+    said = str(e.value)
+    assert "\n" not in said and len(said) < 400, said
+    assert said.startswith("--data_dir: ") and f"{bad} does not decode as an image" in said
