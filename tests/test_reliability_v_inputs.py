@@ -82,3 +82,15 @@ def test_a_truncated_jpeg_is_one_line_naming_the_file(tmp_path: Path) -> None:
     said = str(e.value)
     assert "\n" not in said and len(said) < 400, said
     assert said.startswith("--data_dir: ") and f"{bad} does not decode as an image" in said
+
+
+@pytest.mark.parametrize(("link", "target"), [("c", "."), ("c", "a"), ("c", "a/inner")])
+def test_a_class_folder_that_is_a_link_into_another_class_or_up_is_refused(
+    tmp_path: Path, link: str, target: str
+) -> None:
+    _folder(tmp_path)
+    (tmp_path / "train" / "a" / "inner").mkdir()
+    (tmp_path / "val" / "c").mkdir()
+    os.symlink(tmp_path / "train" / target, tmp_path / "train" / link)
+    with pytest.raises(DataUnavailable, match=r"train/c is a link to "):
+        image_folders(tmp_path, SHAPE, 0, 0)

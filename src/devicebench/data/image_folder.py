@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +67,27 @@ def class_samples(
     directory: str | Path, class_to_idx: dict[str, int], is_valid: Callable[[str], bool]
 ) -> list[tuple[str, int]]:
     """(path, class index) for every valid file of every class folder, each walked by `walk_files`."""
+    folders = {name: Path(directory, name) for name in sorted(class_to_idx) if Path(directory, name).is_dir()}
+    _apart(Path(directory), folders)
     samples = []
-    for name in sorted(class_to_idx):
-        folder = Path(directory, name)
-        if folder.is_dir():
-            samples += [(str(p), class_to_idx[name]) for p in walk_files(folder) if is_valid(str(p))]
+    for name, folder in folders.items():
+        samples += [(str(p), class_to_idx[name]) for p in walk_files(folder) if is_valid(str(p))]
     return samples
+
+
+def _apart(split: Path, folders: dict[str, Path]) -> None:
+    """Class folders that are links must lead to folders of their own: not the split folder or above
+    it, not into or around another class (whose images would carry two labels)."""
+    top = split.resolve()
+    real = sorted((folder.resolve().parts, folder) for folder in folders.values())
+    for parts, folder in real:
+        if Path(*parts) == top or Path(*parts) in top.parents:
+            raise _link_error(folder, Path(*parts), "the split folder or one of its parents (a loop)")
+    # sorted, a folder comes just before any folder inside it: neighbours are enough
+    for (outer, first), (inner, second) in pairwise(real):
+        if inner[: len(outer)] == outer:
+            link = second if second.is_symlink() else first
+            raise _link_error(link, link.resolve(), f"where another class folder of {split} is read too")
 
 
 def decoded(path: str) -> Any:
