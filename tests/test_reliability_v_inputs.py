@@ -6,14 +6,19 @@ shown not to exist."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from devicebench.data.loader import data_loader, one_line_data_errors
 from devicebench.data.shaped import image_folders
 from devicebench.errors import DataUnavailable
+from devicebench.pricing.costs import log_costs, usable_price
+from devicebench.pricing.prices import Price, Usage, price_side, pricing_for
+from devicebench.tracking.protocol import MemoryTracker
 
 SHAPE = (3, 8, 8)
 
@@ -94,3 +99,45 @@ def test_a_class_folder_that_is_a_link_into_another_class_or_up_is_refused(
     os.symlink(tmp_path / "train" / target, tmp_path / "train" / link)
     with pytest.raises(DataUnavailable, match=r"train/c is a link to "):
         image_folders(tmp_path, SHAPE, 0, 0)
+
+
+# ------------------------------------------------------------------------------- 4: every cost is finite
+
+POINTS = [
+    SimpleNamespace(backend="torch", dtype="float32", size=n, gflops=g) for n, g in ((64, 5.0), (128, 20.0))
+]
+
+
+def _logged(price: Price | str, workload: str, result: object) -> dict[str, float]:
+    tracker = MemoryTracker()
+    log_costs(tracker, price, workload, 10.0, result, SimpleNamespace(epochs=1))
+    return {name: value for name, value, _ in tracker.metrics}
+
+
+def test_a_price_so_small_that_costs_overflow_logs_no_infinite_or_zero_cost() -> None:
+    """5e-324 USD an hour: GFLOP per USD overflows to infinity (the store kept 1.797e308) and the run's
+    cost underflows to 0. Neither is a cost; what is finite is still logged."""
+    matmul = _logged(Price(usd_per_hour=5e-324), "matmul", POINTS)
+    training = _logged(
+        Price(usd_per_hour=5e-324), "model", SimpleNamespace(train_s=2.0, train_samples_per_s=1e-300)
+    )
+    for got in (matmul, training):
+        assert all(math.isfinite(v) and v > 0 for v in got.values()), got
+        assert got["cost/usd_per_hour"] == 5e-324 and "cost/usd" not in got
+    assert not any("gflop_per_usd" in name for name in matmul)
+
+
+def test_a_table_price_that_overflows_is_no_price(tmp_path: Path) -> None:
+    """1e308 per OCPU-hour passes the table's checks; two OCPUs of it are infinity: the run is not
+    priced (the reason is its `price.none`), and nothing infinite is logged."""
+    table = tmp_path / "prices.yaml"
+    table.write_text(
+        "version: 1\nshapes:\n  VM.Flex: {usd_per_ocpu_hour: 1.0e+308, usd_per_gb_hour: 0.1, currency: USD, "
+        "date: 2026-11-23, source: t}\n"
+    )
+    priced = price_side(pricing_for(0.0, 0.0, str(table), cpu_shape="VM.Flex"), {}, Usage("cpu", vcpus=4))
+    assert isinstance(priced, Price) and priced.usd_per_hour == math.inf
+    assert _logged(priced, "matmul", POINTS) == {}
+    reason = usable_price(priced)
+    assert reason == "as if on VM.Flex: 2 OCPUs + 2 GB comes to inf USD an hour, not a finite price"
+    assert usable_price(Price(usd_per_hour=2.0)) == Price(usd_per_hour=2.0)
