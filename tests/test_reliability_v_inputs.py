@@ -13,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from devicebench.config.fields import build_config, config_key, to_params
+from devicebench.config.workloads import InferConfig, MatmulConfig, ModelConfig, UNetConfig
 from devicebench.data.loader import data_loader, one_line_data_errors
 from devicebench.data.shaped import image_folders
 from devicebench.errors import DataUnavailable
@@ -141,3 +143,48 @@ def test_a_table_price_that_overflows_is_no_price(tmp_path: Path) -> None:
     reason = usable_price(priced)
     assert reason == "as if on VM.Flex: 2 OCPUs + 2 GB comes to inf USD an hour, not a finite price"
     assert usable_price(Price(usd_per_hour=2.0)) == Price(usd_per_hour=2.0)
+
+
+# -------------------------------------------------------- 5: one work, one config key, however it is spelt
+
+
+@pytest.mark.parametrize(
+    ("cls", "spellings"),
+    [
+        (
+            ModelConfig,
+            [{"input": "3x16x16"}, {"input": "3X16X16"}, {"input": "3×16×16"}, {"input": " 3 x 16 x16"}],
+        ),
+        (InferConfig, [{"input": "3x16x16"}, {"input": "3X16X16"}, {"input": "3×16×16"}]),
+        (InferConfig, [{"batch_sizes": "1,8"}, {"batch_sizes": "8,1"}, {"batch_sizes": "8,1,8"}]),
+        (MatmulConfig, [{"sizes": "64,128"}, {"sizes": "128,64"}, {"sizes": "128,64,128"}]),
+        (MatmulConfig, [{"dtypes": "float32,float64"}, {"dtypes": "FLOAT64,float32"}, {}]),
+        (MatmulConfig, [{"backends": "torch,numpy"}, {"backends": "numpy,torch"}, {}]),
+        (ModelConfig, [{"model": "mine/tiny.py:build"}, {"model": "./mine//tiny.py:build"}]),
+        (ModelConfig, [{"lr": "0.010"}, {"lr": "1e-2"}, {}]),
+    ],
+)
+def test_spellings_read_as_one_work_are_logged_and_keyed_as_one(
+    cls: type, spellings: list[dict[str, str]]
+) -> None:
+    configs = [build_config(cls, given) for given in spellings]
+    assert len({config_key("w", c) for c in configs}) == 1
+    assert len({tuple(to_params(c).items()) for c in configs}) == 1
+
+
+def test_a_list_file_is_keyed_as_its_path_reads(tmp_path: Path) -> None:
+    (tmp_path / "ids.txt").write_text("2007_000032\n")
+    plain, dotted = (
+        build_config(UNetConfig, {"data": "voc2012", "train_list": path})
+        for path in (f"{tmp_path}/ids.txt", f"{tmp_path}/./ids.txt")
+    )
+    assert config_key("unet", plain) == config_key("unet", dotted)
+    assert plain.train_list == f"{tmp_path}/ids.txt"
+
+
+def test_the_defaults_keep_their_keys() -> None:
+    """A nightly's baseline pairs with tonight's run only while a default's key is what it was."""
+    assert to_params(MatmulConfig())["dtypes"] == "float64,float32"
+    assert to_params(InferConfig())["batch_sizes"] == "1,8,32"
+    assert to_params(ModelConfig())["input"] == "3x224x224"
+    assert to_params(InferConfig())["input"] == "auto"

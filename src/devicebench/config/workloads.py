@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicebench.config import job_fields
-from devicebench.config.fields import NOT_KEYED, is_keyed, param
+from devicebench.config.fields import NOT_KEYED, is_keyed, param, spelt
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
 
@@ -114,6 +114,11 @@ def _cpu_threads() -> int:
         max=4096,
         key=False,
     )
+
+
+def path_text(text: str) -> str:
+    """A path as it is logged and keyed: as `pathlib` reads it (`./a//b.txt` is `a/b.txt`), `~` kept."""
+    return str(Path(text))
 
 
 def _check_lr(lr: float) -> None:
@@ -284,15 +289,21 @@ class UNetConfig:
         "", "directory holding VOCdevkit/VOC2012 (auto: DEVICEBENCH_DATA_DIR)", key=False, unset="auto"
     )
     download: bool = param(False, "download VOC 2012 (~2 GB) when it is missing", key=False)
-    train_list: str = param(
-        "",
-        "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
-        unset="default",
+    train_list: str = spelt(
+        param(
+            "",
+            "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
+            unset="default",
+        ),
+        path_text,
     )
-    val_list: str = param(
-        "",
-        "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
-        unset="default",
+    val_list: str = spelt(
+        param(
+            "",
+            "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
+            unset="default",
+        ),
+        path_text,
     )
     train_limit: int = param(0, "train on the first N listed images only (0 = all)", min=0)
     val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
@@ -365,6 +376,18 @@ def parse_input(text: str, param_name: str = "input") -> tuple[int, int, int]:
     return c, h, w
 
 
+def input_text(text: str) -> str:
+    """An input shape as it is logged and keyed: `3X16X16`, `3×16×16` and ` 3 x 16 x 16` are `3x16x16`."""
+    return "x".join(map(str, parse_input(text)))
+
+
+def model_spec_text(spec: str) -> str:
+    """A `model` value as it is logged and keyed: a factory's file path as `path_text` spells it."""
+    check_model_spec(spec)
+    module, colon, factory = spec.strip().rpartition(":")
+    return f"{path_text(module)}:{factory}" if colon and module.endswith(".py") else spec.strip()
+
+
 def check_model_spec(spec: str, param_name: str = "model") -> None:
     """The form of a `model` value, before torch: a torchvision name, or `module.path:factory` /
     `path/to/file.py:factory`. Whether the name exists or the factory imports is checked by the
@@ -389,15 +412,21 @@ def check_model_spec(spec: str, param_name: str = "model") -> None:
 
 
 def _model_spec() -> str:
-    return param(
-        "resnet18",
-        "a torchvision model name (resnet18, vit_b_16, ...; no weights downloaded) or your own as "
-        "module.path:factory or path/to/file.py:factory (a callable returning an nn.Module)",
+    return spelt(
+        param(
+            "resnet18",
+            "a torchvision model name (resnet18, vit_b_16, ...; no weights downloaded) or your own as "
+            "module.path:factory or path/to/file.py:factory (a callable returning an nn.Module)",
+        ),
+        model_spec_text,
     )
 
 
 def _input_shape() -> str:
-    return param("3x224x224", "one sample's shape CxHxW (3x224x224); the batch dimension is left out")
+    return spelt(
+        param("3x224x224", "one sample's shape CxHxW (3x224x224); the batch dimension is left out"),
+        input_text,
+    )
 
 
 def _num_classes() -> int:
@@ -491,10 +520,11 @@ class InferConfig:
         unset="none",
     )
     model: str = _model_spec()
-    input: str = param(
-        "",
-        "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)",
-        unset="auto",
+    input: str = spelt(
+        param(
+            "", "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)", unset="auto"
+        ),
+        input_text,
     )
     num_classes: int = _num_classes()
     batch_sizes: tuple[int, ...] = param(
