@@ -17,10 +17,12 @@ from devicebench.config.fields import build_config, config_key, to_params
 from devicebench.config.workloads import InferConfig, MatmulConfig, ModelConfig, UNetConfig
 from devicebench.data.loader import data_loader, one_line_data_errors
 from devicebench.data.shaped import image_folders
-from devicebench.errors import DataUnavailable
+from devicebench.errors import DataUnavailable, UsageError
+from devicebench.host.context import LoadedModel
 from devicebench.pricing.costs import log_costs, usable_price
 from devicebench.pricing.prices import Price, Usage, price_side, pricing_for
 from devicebench.tracking.protocol import MemoryTracker
+from servers import MlflowServer, devicebench_env, one_error_line, run_cli, runs_of
 
 SHAPE = (3, 8, 8)
 
@@ -188,3 +190,159 @@ def test_the_defaults_keep_their_keys() -> None:
     assert to_params(InferConfig())["batch_sizes"] == "1,8,32"
     assert to_params(ModelConfig())["input"] == "3x224x224"
     assert to_params(InferConfig())["input"] == "auto"
+
+
+# ------------------------------------- 13, 14, smaller: a user's model whose output or batch the run could not use
+
+FACTORIES = """
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self, num_classes=3, norm=False, form="tensor"):
+        super().__init__()
+        self.fc = nn.Linear(3 * 8 * 8, num_classes)
+        self.norm = nn.BatchNorm1d(num_classes) if norm else nn.Identity()
+        self.form = form
+
+    def forward(self, x):
+        y = self.norm(self.fc(x.flatten(1)))
+        return {
+            "tensor": y,
+            "tuple": (y, x),
+            "list": [y],
+            "dict": {"logits": y},
+            "mean": y.mean(0, keepdim=True),
+            "loss": y.mean(),
+        }[self.form]
+
+
+def normed(num_classes=3):
+    return Head(num_classes, norm=True)
+
+
+def tupled(num_classes=3):
+    return Head(num_classes, form="tuple")
+
+
+def listed(num_classes=3):
+    return Head(num_classes, form="list")
+
+
+def named(num_classes=3):
+    return Head(num_classes, form="dict")
+
+
+def mean(num_classes=3):
+    return Head(num_classes, form="mean")
+
+
+def loss(num_classes=3):
+    return Head(num_classes, form="loss")
+"""
+
+
+@pytest.fixture
+def factories(tmp_path: Path) -> str:
+    path = tmp_path / "heads.py"
+    path.write_text(FACTORIES)
+    return str(path)
+
+
+def _model_run(factory: str, tmp_path: Path, **given: str) -> object:
+    import torch
+
+    from devicebench.host.context import Context
+    from devicebench.workloads import model
+
+    values = {"model": factory, "input": "3x8x8", "num_classes": "3", "epochs": "1", "test_limit": "4"}
+    cfg = build_config(ModelConfig, {**values, **given})
+    model.check(cfg)
+    return model.run(cfg, Context(torch.device("cpu"), tmp_path, False), MemoryTracker())
+
+
+@pytest.mark.parametrize("factory", ["tupled", "listed"])
+def test_a_model_returning_a_tuple_or_a_list_trains_on_its_first_output(
+    factories: str, tmp_path: Path, factory: str
+) -> None:
+    result = _model_run(f"{factories}:{factory}", tmp_path, batch_size="4", train_limit="8")
+    assert result.task == "classification" and result.train_samples_per_s > 0
+
+
+@pytest.mark.parametrize(
+    ("factory", "needle"),
+    [
+        ("named", r"--model: .*heads.py:named returned a dict of 'logits' without 'out'"),
+        (
+            "mean",
+            r"--model: .*heads.py:mean returned \(1, 3\) for a batch of 2; expected one output per sample",
+        ),
+        ("loss", r"--model: .*heads.py:loss returned \(\) for a batch of 2; expected one output per sample"),
+    ],
+)
+def test_an_output_the_run_cannot_use_is_refused_naming_the_model(
+    factories: str, factory: str, needle: str
+) -> None:
+    from devicebench.models import zoo
+
+    with pytest.raises(UsageError, match=needle):
+        zoo.checked(f"{factories}:{factory}", (3, 8, 8), 0)
+
+
+def test_a_batchnorm_model_leaves_out_a_last_batch_of_one(factories: str, tmp_path: Path) -> None:
+    """5 samples at batch 4: the last batch holds one, which BatchNorm1d cannot train on; the run
+    trained a whole epoch and then failed on it."""
+    result = _model_run(f"{factories}:normed", tmp_path, batch_size="4", train_limit="5")
+    assert result.train_samples_per_s > 0
+    with pytest.raises(UsageError, match=r"--batch_size: .* cannot train on a batch of one sample"):
+        _model_run(f"{factories}:normed", tmp_path, batch_size="1", train_limit="5")
+
+
+def test_a_model_serving_one_figure_per_batch_is_refused(factories: str) -> None:
+    """A mean over the batch is one figure whatever the batch: it was timed as 8 predictions a call."""
+    import torch
+
+    from devicebench.models import zoo
+    from devicebench.workloads import infer
+
+    given = {"requests": "100", "warmup": "1", "min_time_s": "0", "batch_sizes": "1,8"}
+    cfg = build_config(InferConfig, {**given, "model": f"{factories}:mean"})
+    served = zoo.resolve(cfg.model).make(3)
+    with pytest.raises(UsageError, match=r"--model: .*heads.py:mean returned \(1, 3\) for a batch of 8"):
+        infer.measure(cfg, served.eval(), (3, 8, 8), torch.device("cpu"))
+    logged = LoadedModel(served, (3, 8, 8), "models:/m-mean")  # refused before its run, on the meta device
+    with pytest.raises(UsageError, match=r"--model_uri: models:/m-mean returned \(1, 3\) for a batch of 2"):
+        infer.check(build_config(InferConfig, {"model_uri": "models:/m-mean"}), logged)
+
+
+# ------------------------------------------------------ 16: infer refuses a model without a shape, before its run
+
+
+def test_infer_of_a_model_without_an_input_shape_leaves_no_run(
+    factories: str, tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    """A model logged without a signature: refused in one line, exit 2, and no run was created (a
+    FAILED one was left)."""
+    import mlflow
+    import mlflow.pytorch
+
+    from devicebench.models import zoo
+
+    uri = mlflow_server.url
+    was = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        mlflow.set_experiment(experiment_name)
+        with mlflow.start_run():
+            module = zoo.resolve(f"{factories}:tupled").make(3)
+            logged = mlflow.pytorch.log_model(
+                module, name="model", serialization_format="pickle", pip_requirements=["torch"]
+            )
+    finally:
+        mlflow.set_tracking_uri(was)
+    env = devicebench_env(uri, DEVICEBENCH_EXPERIMENT=experiment_name)
+    proc = run_cli(["infer", "--model_uri", logged.model_uri, "--cpu_threads", "1"], env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "has no input shape in its signature; give input CxHxW" in one_error_line(proc.stderr)
+    assert [r.data.tags.get("devicebench.workload") for r in runs_of(uri, experiment_name)] == [None]

@@ -49,19 +49,29 @@ class PoolLoader:
     """Batches of a `SyntheticSplit` gathered on the device: one `index_select` per batch, no workers."""
 
     def __init__(
-        self, split: SyntheticSplit, batch_size: int, device: torch.device, *, shuffle: bool, seed: int = 0
+        self,
+        split: SyntheticSplit,
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        drop_last: bool = False,
     ) -> None:
         self.images, self.targets = split.images.to(device), split.targets.to(device)
         self.n, self.batch_size, self.device, self.shuffle = len(split), batch_size, device, shuffle
         self.generator = torch.Generator().manual_seed(seed) if shuffle else None
+        self.drop_last = drop_last  # as a DataLoader's: a shorter last batch is left out
 
     def __len__(self) -> int:
-        return (self.n + self.batch_size - 1) // self.batch_size
+        return (
+            self.n // self.batch_size if self.drop_last else (self.n + self.batch_size - 1) // self.batch_size
+        )
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = torch.randperm(self.n, generator=self.generator) if self.shuffle else torch.arange(self.n)
         pool = (order % len(self.images)).to(self.device)
-        for i in range(0, self.n, self.batch_size):
+        for i in range(0, len(self) * self.batch_size, self.batch_size):
             idx = pool[i : i + self.batch_size]
             yield self.images.index_select(0, idx), self.targets.index_select(0, idx)
 

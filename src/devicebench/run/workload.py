@@ -106,11 +106,14 @@ def run_workload(
 def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | None:
     """What must hold before a run is created, so that its failure leaves no run: the workload's own
     `check` (the `model` workload's model builds and takes its input), and a model URI to serve names a
-    logged model, which is loaded here, once (an `infer` run's model)."""
+    logged model, which is loaded here, once (an `infer` run's model), and checked by infer's `check`
+    (it has an input shape)."""
     uri = getattr(cfg, "model_uri", "")
     served = load_logged_model(uri) if uri else None
     check = getattr(module, "check", None)
-    if check is not None and served is None:
+    if check is not None and served is not None:
+        check(cfg, served)
+    elif check is not None:
         check(cfg)
     return served
 
