@@ -78,6 +78,28 @@ def test_links_that_stay_inside_are_followed_once(tmp_path: Path) -> None:
     assert len(val.samples) == 4
 
 
+def test_without_links_the_walk_reads_what_torchvision_reads_in_its_order(tmp_path: Path) -> None:
+    """`train_limit` takes the first images in ImageFolder's sorted order: the walk keeps that order."""
+    from torchvision.datasets.folder import make_dataset
+
+    from devicebench.data.image_folder import class_samples
+
+    for name in (
+        "c/a/1.jpg",
+        "c/a-b/2.jpg",
+        "c/a/x/3.jpg",
+        "c/b.jpg",
+        "c/a/0.jpg",
+        "c/Z/9.jpg",
+        "d/a.b/5.jpg",
+    ):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    classes = {"c": 0, "d": 1}
+    ours = class_samples(tmp_path, classes, lambda p: p.endswith(".jpg"))
+    assert ours == make_dataset(str(tmp_path), classes, extensions=(".jpg",)) and len(ours) == 7
+
+
 def test_a_truncated_jpeg_is_one_line_naming_the_file(tmp_path: Path) -> None:
     import torch
 

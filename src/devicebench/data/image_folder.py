@@ -16,7 +16,7 @@ DataLoader worker that read it; `data.loader.one_line_data_errors` keeps its one
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -35,16 +35,18 @@ def _link_error(link: Path, target: Path, why: str) -> DataUnavailable:
     )
 
 
-def walk_files(top: Path) -> Iterator[Path]:
-    """Every file under `top` in sorted order, following folder links only inside `top` and never to an
-    ancestor of the link (a loop); either is a `DataUnavailable` naming the link."""
+def walk_files(top: Path) -> list[Path]:
+    """Every file under `top` in torchvision's order (folders by their path's text, each one's files by
+    name), following folder links only inside `top` and never to an ancestor of the link (a loop);
+    either is a `DataUnavailable` naming the link."""
     root = top.resolve()
     seen = {root}
-    stack = [(top, root)]  # (the path as reached, its real path)
-    while stack:
-        folder, real = stack.pop()
+    todo = [(top, root)]  # (the path as reached, its real path)
+    found: list[tuple[str, list[Path]]] = []
+    while todo:
+        folder, real = todo.pop()
         with os.scandir(folder) as scan:
-            entries = sorted(scan, key=lambda e: e.name, reverse=True)  # popped back in sorted order
+            entries = sorted(scan, key=lambda e: e.name)
         files = []
         for entry in entries:
             path = Path(entry.path)
@@ -59,8 +61,9 @@ def walk_files(top: Path) -> Iterator[Path]:
                     raise _link_error(path, target, f"outside the class folder {top}")
             if target not in seen:
                 seen.add(target)
-                stack.append((path, target))
-        yield from reversed(files)
+                todo.append((path, target))
+        found.append((str(folder), files))
+    return [path for _, files in sorted(found, key=lambda f: f[0]) for path in files]
 
 
 def class_samples(
