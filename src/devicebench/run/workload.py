@@ -107,7 +107,7 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | 
     """What must hold before a run is created, so that its failure leaves no run: the workload's own
     `check` (the `model` workload's model builds and takes its input), and a model URI to serve names a
     logged model, which is loaded here, once (an `infer` run's model), and checked by infer's `check`
-    (it has an input shape)."""
+    (it has an input shape and gives one output per sample)."""
     uri = getattr(cfg, "model_uri", "")
     served = load_logged_model(uri) if uri else None
     check = getattr(module, "check", None)
