@@ -199,7 +199,7 @@ def _parameters(fn: Callable[..., Any]) -> dict[str, inspect.Parameter]:
 
 @cache
 def resolve(spec: str) -> Spec:
-    """The builder for a `model` value (its form was checked by config.workloads.check_model_spec)."""
+    """The builder for a `model` value (its form was checked by config.spelling.check_model_spec)."""
     return _factory(spec) if ":" in spec else _torchvision(spec)
 
 

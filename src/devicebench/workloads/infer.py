@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from devicebench.config.spelling import parse_input
 from devicebench.config.workloads import InferConfig as Config
-from devicebench.config.workloads import parse_input
 from devicebench.errors import UsageError
 from devicebench.host import peaks, precision
 from devicebench.host.context import Context, LoadedModel
