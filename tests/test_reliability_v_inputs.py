@@ -26,6 +26,9 @@ from servers import MlflowServer, devicebench_env, one_error_line, run_cli, runs
 
 SHAPE = (3, 8, 8)
 
+# One torch thread for the in-process training and serving (conftest.py says why).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 # ------------------------------------------------------------------- 1, 15: an ImageFolder's walk and files
 
 
