@@ -15,7 +15,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from devicebench.errors import UsageError
@@ -65,6 +65,14 @@ def param(
     if isinstance(default, list | dict | set):
         raise TypeError("use tuples for sequence defaults")
     return dataclasses.field(default=default, metadata=meta)
+
+
+def spelt(f: Any, canonical: Callable[[str], str]) -> Any:
+    """`f` (a `param` field of text) whose value is kept, logged and keyed as `canonical` spells it:
+    `3X16X16` and `3×16×16` are the work of `3x16x16` and must share its config key. `canonical` raises
+    the UsageError for a value it cannot read."""
+    f.metadata = types.MappingProxyType({**f.metadata, "canonical": canonical})
+    return f
 
 
 def _base_type(tp: Any) -> tuple[Any, bool]:
@@ -128,7 +136,18 @@ def _convert_one(raw: str, f: dataclasses.Field, elem: Any, seq: bool) -> Any:
         return ""
     if meta.get("choices") and text.lower() not in meta["choices"]:
         raise UsageError(f"unknown value {raw!r}; allowed: {', '.join(meta['choices'])}", param=f.name)
+    if meta.get("canonical") and text:
+        return meta["canonical"](text)
     return text.lower() if meta.get("choices") else text
+
+
+def _in_canonical_order(values: Sequence[Any], f: dataclasses.Field) -> tuple[Any, ...]:
+    """A list's values once each, in one order: its choices' for words, ascending for numbers. A list is
+    a set of points to measure, each measured alike whatever its place: `--batch_sizes 8,1` is the work
+    of `1,8` and `--sizes 64,64,64` that of `64`, logged and keyed as such."""
+    choices = f.metadata.get("choices")
+    unique = set(values)
+    return tuple(c for c in choices if c in unique) if choices else tuple(sorted(unique))
 
 
 def convert(raw: Any, f: dataclasses.Field, cls: type) -> Any:
@@ -140,9 +159,7 @@ def convert(raw: Any, f: dataclasses.Field, cls: type) -> Any:
         items = [str(i) for i in items if str(i).strip()]
         if not items:
             raise UsageError(f"needs at least one value ({_describe(f, elem, seq)})", param=f.name)
-        # once each, in the order given: `--sizes 64,64,64` is the work of `--sizes 64`, and must be
-        # logged and keyed as such (it got a config key of its own)
-        return tuple(dict.fromkeys(_convert_one(i, f, elem, seq) for i in items))
+        return _in_canonical_order([_convert_one(i, f, elem, seq) for i in items], f)
     if isinstance(raw, bool) and elem is bool:
         return raw
     return _convert_one(str(raw), f, elem, seq)

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicebench.config import job_fields
-from devicebench.config.fields import NOT_KEYED, is_keyed, param
+from devicebench.config.fields import NOT_KEYED, is_keyed, param, spelt
+from devicebench.config.spelling import (
+    check_model_spec,
+    check_model_uri,
+    input_text,
+    model_spec_text,
+    parse_input,
+    path_text,
+)
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
 
@@ -308,17 +316,23 @@ class UNetConfig:
         kind="a directory",
     )
     download: bool = param(False, "download VOC 2012 (~2 GB) when it is missing", key=False)
-    train_list: str = param(
-        "",
-        "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
-        unset="default",
-        kind="a file",
+    train_list: str = spelt(
+        param(
+            "",
+            "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
+            unset="default",
+            kind="a file",
+        ),
+        path_text,
     )
-    val_list: str = param(
-        "",
-        "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
-        unset="default",
-        kind="a file",
+    val_list: str = spelt(
+        param(
+            "",
+            "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
+            unset="default",
+            kind="a file",
+        ),
+        path_text,
     )
     train_limit: int = param(0, "train on the first N listed images only (0 = all)", min=0)
     val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
@@ -368,62 +382,22 @@ class UNetConfig:
             )
 
 
-MAX_INPUT_SIDE = 8192  # an input larger than 8192×8192 is a typo, not a model's input
-MAX_CHANNELS = 64
-
-
-def parse_input(text: str, param_name: str = "input") -> tuple[int, int, int]:
-    """`CxHxW` (`3x224x224`) as (C, H, W): one sample's shape, the batch dimension left out."""
-    parts = text.strip().lower().replace("×", "x").split("x")
-    try:
-        c, h, w = (int(p) for p in parts)
-    except ValueError:
-        raise UsageError(
-            f"{text!r} is not a shape; expected CxHxW with positive integers, e.g. 3x224x224",
-            param=param_name,
-        ) from None
-    if not (1 <= c <= MAX_CHANNELS and 1 <= h <= MAX_INPUT_SIDE and 1 <= w <= MAX_INPUT_SIDE):
-        raise UsageError(
-            f"{text!r} is out of range; expected CxHxW with 1 <= C <= {MAX_CHANNELS} and "
-            f"1 <= H, W <= {MAX_INPUT_SIDE}, e.g. 3x224x224",
-            param=param_name,
-        )
-    return c, h, w
-
-
-def check_model_spec(spec: str, param_name: str = "model") -> None:
-    """The form of a `model` value, before torch: a torchvision name, or `module.path:factory` /
-    `path/to/file.py:factory`. Whether the name exists or the factory imports is checked by the
-    workload before its run is created (workloads/model.py, `check`)."""
-    text = spec.strip()
-    if not text:
-        raise UsageError("is empty; give a torchvision model name or module.path:factory", param=param_name)
-    if ":" in text:
-        module, _, factory = text.rpartition(":")
-        if not module or not factory.isidentifier():
-            raise UsageError(
-                f"{spec!r} is not module.path:factory (or path/to/file.py:factory) with a function name "
-                "after the colon",
-                param=param_name,
-            )
-    elif "/" in text or text.endswith(".py") or "." in text:
-        raise UsageError(
-            f"{spec!r} names a file or module but no factory; write it as {text}:factory (a callable "
-            "returning an nn.Module), or give a torchvision model name",
-            param=param_name,
-        )
-
-
 def _model_spec() -> str:
-    return param(
-        "resnet18",
-        "a torchvision model name (resnet18, vit_b_16, ...; no weights downloaded) or your own as "
-        "module.path:factory or path/to/file.py:factory (a callable returning an nn.Module)",
+    return spelt(
+        param(
+            "resnet18",
+            "a torchvision model name (resnet18, vit_b_16, ...; no weights downloaded) or your own as "
+            "module.path:factory or path/to/file.py:factory (a callable returning an nn.Module)",
+        ),
+        model_spec_text,
     )
 
 
 def _input_shape() -> str:
-    return param("3x224x224", "one sample's shape CxHxW (3x224x224); the batch dimension is left out")
+    return spelt(
+        param("3x224x224", "one sample's shape CxHxW (3x224x224); the batch dimension is left out"),
+        input_text,
+    )
 
 
 def _num_classes() -> int:
@@ -518,11 +492,14 @@ class InferConfig:
         kind="a model URI",
     )
     model: str = _model_spec()
-    input: str = param(
-        "",
-        "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)",
-        unset="auto",
-        kind="a shape CxHxW",
+    input: str = spelt(
+        param(
+            "",
+            "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)",
+            unset="auto",
+            kind="a shape CxHxW",
+        ),
+        input_text,
     )
     num_classes: int = _num_classes()
     batch_sizes: tuple[int, ...] = param(
@@ -554,18 +531,6 @@ class InferConfig:
             check_model_spec(self.model)
         if self.input:
             parse_input(self.input)
-
-
-MODEL_URI_SCHEMES = ("models:/", "runs:/")
-
-
-def check_model_uri(uri: str) -> None:
-    """The form of a model URI; whether it exists is asked of the store before the run is created."""
-    if not uri.startswith(MODEL_URI_SCHEMES) or uri.rstrip("/") in MODEL_URI_SCHEMES:
-        raise UsageError(
-            f"{uri!r} is not a model URI; expected models:/<model id> or runs:/<run id>/<path>",
-            param="model_uri",
-        )
 
 
 WorkloadConfig = MatmulConfig | CifarConfig | UNetConfig | ModelConfig | InferConfig

@@ -8,12 +8,14 @@ order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from devicebench.errors import DataUnavailable
 from devicebench.util.children import die_with_parent
 
 SamplerFor = Callable[[Dataset, bool], "Sampler[Any] | None"]
@@ -56,3 +58,18 @@ def data_loader(
         # a worker never outlives its run: orphans of an OOM-killed run once held its journal for minutes
         worker_init_fn=die_with_parent if num_workers > 0 else None,
     )
+
+
+@contextmanager
+def one_line_data_errors() -> Iterator[None]:
+    """A DataUnavailable raised in a DataLoader worker comes back with the worker's traceback in its
+    message; keep its own last line, so the user still reads one line naming the file."""
+    try:
+        yield
+    except DataUnavailable as e:
+        text = str(e)
+        if "\n" not in text:
+            raise
+        lines = [ln for ln in text.splitlines() if "DataUnavailable:" in ln]
+        message = lines[-1].split("DataUnavailable:", 1)[1].strip() if lines else " ".join(text.split())
+        raise DataUnavailable(message) from None

@@ -49,19 +49,29 @@ class PoolLoader:
     """Batches of a `SyntheticSplit` gathered on the device: one `index_select` per batch, no workers."""
 
     def __init__(
-        self, split: SyntheticSplit, batch_size: int, device: torch.device, *, shuffle: bool, seed: int = 0
+        self,
+        split: SyntheticSplit,
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        drop_last: bool = False,
     ) -> None:
         self.images, self.targets = split.images.to(device), split.targets.to(device)
         self.n, self.batch_size, self.device, self.shuffle = len(split), batch_size, device, shuffle
         self.generator = torch.Generator().manual_seed(seed) if shuffle else None
+        self.drop_last = drop_last  # as a DataLoader's: a shorter last batch is left out
 
     def __len__(self) -> int:
-        return (self.n + self.batch_size - 1) // self.batch_size
+        return (
+            self.n // self.batch_size if self.drop_last else (self.n + self.batch_size - 1) // self.batch_size
+        )
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = torch.randperm(self.n, generator=self.generator) if self.shuffle else torch.arange(self.n)
         pool = (order % len(self.images)).to(self.device)
-        for i in range(0, self.n, self.batch_size):
+        for i in range(0, len(self) * self.batch_size, self.batch_size):
             idx = pool[i : i + self.batch_size]
             yield self.images.index_select(0, idx), self.targets.index_select(0, idx)
 
@@ -109,7 +119,7 @@ def image_folders(
             f"a folder of images gives 1 or 3 channels, not {shape[0]}; use input 3xHxW or 1xHxW",
             param="input",
         )
-    from torchvision.datasets import ImageFolder  # lazy: see folder_transform
+    from devicebench.data.image_folder import WalkedImageFolder  # lazy: torchvision, see folder_transform
 
     splits = []
     for name, limit in (("train", train_limit), ("val", test_limit)):
@@ -121,7 +131,7 @@ def image_folders(
                 param="data_dir",
             )
         try:
-            ds = ImageFolder(os.fspath(folder), transform=folder_transform(shape))
+            ds = WalkedImageFolder(os.fspath(folder), transform=folder_transform(shape))
         except (FileNotFoundError, OSError) as e:  # no class folders, or no image in them
             raise DataUnavailable(f"{folder}: {' '.join(str(e).split())}", param="data_dir") from None
         if limit and limit < len(ds.samples):

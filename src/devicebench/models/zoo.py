@@ -52,6 +52,27 @@ def main_output(out: Any) -> torch.Tensor:
     return out
 
 
+def one_per_sample(out: Any, batch: int, name: str, param: str = "model") -> torch.Tensor:
+    """`main_output(out)` where it is a tensor with one row per sample of the batch; anything else is one
+    line naming `param`: a dict without `out`, an empty tuple, a loss or a mean (one figure per batch:
+    a batch of 32 would be served as 32 predictions)."""
+    if isinstance(out, dict) and "out" not in out:
+        keys = ", ".join(repr(k) for k in list(out)[:5])
+        raise UsageError(
+            f"{name} returned a dict of {keys} without 'out'; return a tensor, or a dict whose 'out' is the "
+            "prediction",
+            param=param,
+        )
+    main = None if isinstance(out, tuple | list) and not out else main_output(out)
+    if not isinstance(main, torch.Tensor) or main.dim() == 0 or main.shape[0] != batch:
+        got = tuple(main.shape) if isinstance(main, torch.Tensor) else type(main).__name__
+        raise UsageError(
+            f"{name} returned {got} for a batch of {batch}; expected one output per sample (N first)",
+            param=param,
+        )
+    return main
+
+
 @dataclass(frozen=True)
 class Spec:
     """A resolved `model` value: what builds it, and what to call it in names and tables."""
@@ -61,15 +82,13 @@ class Spec:
     torchvision: bool
     task: str  # classification or segmentation (a factory's is read from its output's shape)
     classes: int = 0  # the head's width as built for the checked num_classes (`checked` reads it)
+    wraps: bool = False  # its forward returns a dict or a tuple (`checked` reads it): built in FirstOutput
+    trains_on_one: bool = True  # a training step takes a batch of one sample (BatchNorm's may not)
 
     def build(self, num_classes: int) -> nn.Module:
         """A fresh module whose forward returns one tensor."""
         model = self.make(num_classes)
         return FirstOutput(model) if self.wraps else model
-
-    @property
-    def wraps(self) -> bool:
-        return self.torchvision and self.task == "segmentation"
 
 
 def _torchvision(name: str) -> Spec:
@@ -180,7 +199,7 @@ def _parameters(fn: Callable[..., Any]) -> dict[str, inspect.Parameter]:
 
 @cache
 def resolve(spec: str) -> Spec:
-    """The builder for a `model` value (its form was checked by config.workloads.check_model_spec)."""
+    """The builder for a `model` value (its form was checked by config.spelling.check_model_spec)."""
     return _factory(spec) if ":" in spec else _torchvision(spec)
 
 
@@ -198,15 +217,15 @@ def checked(spec: str, shape: tuple[int, int, int], num_classes: int) -> Spec:
     model.eval()
     try:
         with torch.no_grad():
-            out = main_output(model(torch.empty(2, *shape, device="meta")))
+            raw = model(torch.empty(2, *shape, device="meta"))
     except Exception as e:  # the model's own words on why this input does not fit it
         raise UsageError(
             f"{resolved.name} does not take {'x'.join(map(str, shape))} inputs: {_said(e)}", param="input"
         ) from None
-    if not isinstance(out, torch.Tensor) or out.dim() not in (2, 4):
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    out = one_per_sample(raw, 2, resolved.name)
+    if out.dim() not in (2, 4):
         raise UsageError(
-            f"{resolved.name} returned {got}; expected N×classes (classification) or N×classes×H×W "
+            f"{resolved.name} returned {tuple(out.shape)}; expected N×classes (classification) or N×classes×H×W "
             "(segmentation)",
             param="model",
         )
@@ -218,4 +237,33 @@ def checked(spec: str, shape: tuple[int, int, int], num_classes: int) -> Spec:
             param="input",
         )
     torchvision = resolved.torchvision and task == resolved.task
-    return Spec(resolved.name, resolved.make, torchvision, task, int(out.shape[1]))
+    wraps = not isinstance(raw, torch.Tensor)
+    one = _trains_on_one(model, shape)
+    return Spec(resolved.name, resolved.make, torchvision, task, int(out.shape[1]), wraps, one)
+
+
+def served_checked(module: nn.Module, shape: tuple[int, ...], name: str) -> None:
+    """A loaded model (its weights real, on the CPU) run on a meta batch of 2 with meta stand-ins for its
+    weights: no memory, no compute. An output that is not one per sample is one line naming `model_uri`;
+    a model that cannot run on the meta device is left to the run's first request, which asks again."""
+    state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    meta = {k: torch.empty_like(v, device="meta") for k, v in state.items()}
+    try:
+        with torch.no_grad():
+            raw = torch.func.functional_call(module, meta, (torch.empty(2, *shape, device="meta"),))
+    except Exception:  # a tensor the module holds outside its parameters and buffers, a CPU-only op
+        return
+    one_per_sample(raw, 2, name, "model_uri")
+
+
+def _trains_on_one(model: nn.Module, shape: tuple[int, int, int]) -> bool:
+    """Whether a training forward takes a batch of one sample, asked on the meta device: BatchNorm
+    refuses one value per channel (a 1×1 map, or BatchNorm1d), so a last batch of one would fail the
+    run after a whole epoch's work."""
+    model.train()
+    try:
+        with torch.no_grad():
+            model(torch.empty(1, *shape, device="meta"))
+    except Exception:  # BatchNorm's "Expected more than 1 value per channel when training", or the like
+        return False
+    return True

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from devicebench.pricing.prices import Price
+from devicebench.pricing.prices import Price, priced_as
 from devicebench.schema import (
     COST_PER_1K,
     COST_PER_EPOCH,
@@ -28,6 +28,15 @@ from devicebench.schema import (
 )
 
 SECONDS_PER_HOUR = 3600.0
+
+
+def usable_price(price: Price | str) -> Price | str:
+    """`price`, or the reason there is none when its hourly figure is not a finite positive number: a
+    table's 1e308 per OCPU-hour times two OCPUs overflows to infinity, which no cost may be priced at."""
+    if isinstance(price, Price) and not _finite_positive(price.usd_per_hour):
+        what = priced_as(price.shape, price.units, price.as_if) or "the price"
+        return f"{what} comes to {price.usd_per_hour!r} USD an hour, not a finite price"
+    return price
 
 
 def log_price(tracker: Any, price: Price | str) -> None:
@@ -49,7 +58,7 @@ def log_costs(
     hourly = price.usd_per_hour * (1 if price.per_use else getattr(cfg, "nnodes", 1))
     logged = run_costs(hourly, total_s)
     if workload == "matmul":
-        per_point = matmul_costs(hourly, result or [])
+        per_point = {size: _finite(values) for size, values in matmul_costs(hourly, result or []).items()}
         for size, values in sorted(per_point.items()):
             tracker.log_metrics(values, step=size)
         best = headline_gflop_per_usd(per_point)
@@ -66,6 +75,7 @@ def log_costs(
                 getattr(cfg, "epochs", 0),
             )
         )
+    logged = _finite(logged)
     tracker.log_metrics(logged)
     return logged
 
@@ -118,6 +128,13 @@ def headline_gflop_per_usd(per_point: Mapping[int, Mapping[str, float]]) -> floa
     torch = [v for name, (_, v) in largest.items() if name.startswith(matmul_prefix("torch"))]
     chosen = torch or [v for _, v in largest.values()]
     return max(chosen) if chosen else None
+
+
+def _finite(costs: Mapping[str, float]) -> dict[str, float]:
+    """The costs that are finite positive numbers: a tiny price over a huge rate overflows to infinity
+    (5e-324 USD an hour: 1.8e308 GFLOP per USD as the store keeps it) and a tiny cost underflows to 0;
+    neither is a cost, so neither is logged."""
+    return {k: v for k, v in costs.items() if _finite_positive(v)}
 
 
 def _finite_positive(x: float) -> bool:

@@ -29,7 +29,7 @@ from devicebench.host.cpu import cpu_budget, peak_rss_bytes, usable_cores
 from devicebench.host.device import device_name, host_fingerprint, resolve_device
 from devicebench.host.job import record_run, worker_rank
 from devicebench.plan.handoff import Handoff
-from devicebench.pricing.costs import log_costs, log_price
+from devicebench.pricing.costs import log_costs, log_price, usable_price
 from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_share, price_side
 from devicebench.run import tuning
 from devicebench.run.launch import check_job, launch
@@ -98,7 +98,7 @@ def run_workload(
             {TOTAL_S: total_s, HOST_S: host_s, ARTIFACTS_S: tracker.artifacts_s, PROCESS_S: process_age_s()}
         )
         usage = _usage(device, world.size, host, cfg)  # its memory is known now
-        price = price_side(pricing, host, usage)
+        price = usable_price(price_side(pricing, host, usage))
         log_price(tracker, price)
         tracker.set_tags(gpu_to_weigh(pricing, usage))
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
@@ -114,11 +114,14 @@ def run_workload(
 def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | None:
     """What must hold before a run is created, so that its failure leaves no run: the workload's own
     `check` (the `model` workload's model builds and takes its input), and a model URI to serve names a
-    logged model, which is loaded here, once (an `infer` run's model)."""
+    logged model, which is loaded here, once (an `infer` run's model), and checked by infer's `check`
+    (it has an input shape and gives one output per sample)."""
     uri = getattr(cfg, "model_uri", "")
     served = load_logged_model(uri) if uri else None
     check = getattr(module, "check", None)
-    if check is not None and served is None:
+    if check is not None and served is not None:
+        check(cfg, served)
+    elif check is not None:
         check(cfg)
     return served
 

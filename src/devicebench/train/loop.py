@@ -354,7 +354,8 @@ def _warm_up(
     model: torch.nn.Module, data: Data, task: Task, opts: Options, tracker: Tracker
 ) -> dict[str, float]:
     """The untimed warm-up (warm_up says what it absorbs); every batch size when compiling."""
-    train_sizes = batch_sizes(len(cast(Sized, data.train_set)), opts.batch_size)
+    dropped = bool(getattr(data.train_loader, "drop_last", False))  # its short last batch never trains
+    train_sizes = batch_sizes(len(cast(Sized, data.train_set)), opts.batch_size, drop_last=dropped)
     eval_sizes = batch_sizes(len(cast(Sized, data.eval_set)), opts.batch_size)
     options = {
         "fp16_scaler": opts.fp16,

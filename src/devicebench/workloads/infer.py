@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
+from devicebench.config.spelling import parse_input
 from devicebench.config.workloads import InferConfig as Config
-from devicebench.config.workloads import parse_input
 from devicebench.errors import UsageError
 from devicebench.host import peaks, precision
-from devicebench.host.context import Context
+from devicebench.host.context import Context, LoadedModel
 from devicebench.host.timing import Timer, TimingStats
 from devicebench.models import zoo
 from devicebench.schema import (
@@ -70,29 +70,42 @@ class InferResult:
         return self.samples_per_s[self.best_batch]
 
 
-def check(cfg: Config) -> zoo.Spec:
-    """Before the run exists, for a model built by name: it resolves, builds and takes the input."""
-    return zoo.checked(cfg.model, _shape(cfg, None), cfg.num_classes)
+def check(cfg: Config, served: LoadedModel | None = None) -> None:
+    """Before the run exists: a logged model (`served`, loaded by then) has an input shape, its
+    signature's or `input`, and gives one output per sample; a model built by name resolves, builds
+    and takes the input."""
+    if served is not None:
+        zoo.served_checked(served.module, _served_shape(cfg, served), served.uri)
+    else:
+        _spec(cfg)
 
 
-def _shape(cfg: Config, logged: tuple[int, ...] | None) -> tuple[int, ...]:
+def _spec(cfg: Config) -> zoo.Spec:
+    return zoo.checked(cfg.model, _shape(cfg), cfg.num_classes)
+
+
+def _shape(cfg: Config) -> tuple[int, ...]:
+    return parse_input(cfg.input) if cfg.input else DEFAULT_INPUT
+
+
+def _served_shape(cfg: Config, served: LoadedModel) -> tuple[int, ...]:
+    """A logged model's sample shape: `input` where given, else its signature's (none: refused)."""
     if cfg.input:
-        return parse_input(cfg.input)
-    return logged or DEFAULT_INPUT
+        return _shape(cfg)
+    if served.input_shape is None:
+        raise UsageError(
+            f"the model at {served.uri} has no input shape in its signature; give input CxHxW", param="input"
+        )
+    return served.input_shape
 
 
 def _model(cfg: Config, ctx: Context) -> tuple[torch.nn.Module, tuple[int, ...], str]:
     """(the module, one sample's shape, what to call it): the logged model, or one built by name."""
     if ctx.served is not None:
-        if not cfg.input and ctx.served.input_shape is None:
-            raise UsageError(
-                f"the model at {ctx.served.uri} has no input shape in its signature; give input CxHxW",
-                param="input",
-            )
-        return ctx.served.module, _shape(cfg, ctx.served.input_shape), ctx.served.name or ctx.served.uri
-    spec = check(cfg)
+        return ctx.served.module, _served_shape(cfg, ctx.served), ctx.served.name or ctx.served.uri
+    spec = _spec(cfg)
     seed_everything(cfg.seed)
-    return spec.build(cfg.num_classes), _shape(cfg, None), spec.name
+    return spec.build(cfg.num_classes), _shape(cfg), spec.name
 
 
 def _request(
@@ -111,6 +124,13 @@ def _request(
     return serve
 
 
+def _one_row_each(cfg: Config, model: torch.nn.Module, x: torch.Tensor, device: torch.device) -> None:
+    """One untimed forward of `x`: a model whose output is not one row per sample (a loss, a mean over
+    the batch) would be timed as `len(x)` predictions a call; it is one line naming the model."""
+    who = ("model_uri", cfg.model_uri) if cfg.model_uri else ("model", cfg.model)
+    zoo.one_per_sample(model(x.to(device)), len(x), who[1], who[0])
+
+
 def _timed(
     fn: Callable[[], object], device: torch.device, warmup: int, repeats: int, min_time_s: float
 ) -> TimingStats:
@@ -127,6 +147,7 @@ def measure(cfg: Config, model: torch.nn.Module, shape: tuple[int, ...], device:
     amp = precision.check_precision(cfg.precision, device)
     g = torch.Generator().manual_seed(cfg.seed)
     one = torch.randn((1, *shape), generator=g)
+    _one_row_each(cfg, model, one, device)
     latency = _timed(
         _request(model, one, device, amp, cfg.channels_last), device, cfg.warmup, cfg.requests, 0.0
     )
@@ -134,6 +155,7 @@ def measure(cfg: Config, model: torch.nn.Module, shape: tuple[int, ...], device:
     result = InferResult(quantile(xs, 0.5), quantile(xs, 0.9), quantile(xs, 0.99), len(xs))
     for b in sorted(set(cfg.batch_sizes)):
         batch = torch.randn((b, *shape), generator=g)
+        _one_row_each(cfg, model, batch, device)
         stats = _timed(
             _request(model, batch, device, amp, cfg.channels_last),
             device,

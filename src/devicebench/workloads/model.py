@@ -22,7 +22,7 @@ import torch
 from devicebench.config.naming import model_label
 from devicebench.config.workloads import ModelConfig as Config
 from devicebench.data import resolve_root
-from devicebench.data.loader import data_loader
+from devicebench.data.loader import data_loader, one_line_data_errors
 from devicebench.data.shaped import PoolLoader, image_folders, synthetic_splits
 from devicebench.errors import UsageError
 from devicebench.host import precision
@@ -60,8 +60,15 @@ class ModelResult:
 
 
 def check(cfg: Config) -> zoo.Spec:
-    """Before the run exists: the model resolves, builds and takes the input (models/zoo.py)."""
-    return zoo.checked(cfg.model, cfg.shape, cfg.num_classes)
+    """Before the run exists: the model resolves, builds and takes the input (models/zoo.py), and trains
+    on batches of `batch_size` (BatchNorm cannot train on one sample)."""
+    spec = zoo.checked(cfg.model, cfg.shape, cfg.num_classes)
+    if cfg.batch_size == 1 and not spec.trains_on_one:
+        raise UsageError(
+            f"{spec.name} cannot train on a batch of one sample (BatchNorm at {cfg.input}); use batch_size >= 2",
+            param="batch_size",
+        )
+    return spec
 
 
 def _data(
@@ -89,20 +96,37 @@ def _data(
             "num_workers": cfg.num_workers,
             "sampler_for": opts.sampler_for,
         }
+        lone = _drops_a_lone_last(spec, len(train), cfg.batch_size)
         return (
             train,
             test,
-            data_loader(train, shuffle=True, seed=cfg.seed, **kw),
+            data_loader(train, shuffle=True, seed=cfg.seed, drop_last=lone, **kw),
             data_loader(test, shuffle=False, **kw),
         )
     seg = spec.task == "segmentation"
     train, test = synthetic_splits(cfg.shape, spec.classes, cfg.train_limit, cfg.test_limit, segmentation=seg)
+    lone = _drops_a_lone_last(spec, len(train), cfg.batch_size)
     return (
         train,
         test,
-        PoolLoader(train, cfg.batch_size, ctx.device, shuffle=True, seed=cfg.seed),
+        PoolLoader(train, cfg.batch_size, ctx.device, shuffle=True, seed=cfg.seed, drop_last=lone),
         PoolLoader(test, cfg.batch_size, ctx.device, shuffle=False),
     )
+
+
+def _drops_a_lone_last(spec: zoo.Spec, samples: int, batch_size: int) -> bool:
+    """Whether the training loader leaves out its last batch: only where it would hold one sample and
+    the model cannot train on one (BatchNorm: zoo.checked asks). One sample in all is refused."""
+    if spec.trains_on_one or samples % batch_size != 1:
+        return False
+    if samples == 1:
+        raise UsageError(
+            f"{spec.name} cannot train on a batch of one sample (BatchNorm) and the training set holds one; "
+            "give train_limit >= 2",
+            param="train_limit",
+        )
+    print(f"note: {spec.name} cannot train on one sample (BatchNorm); the last batch of one is left out")
+    return True
 
 
 def eval_metrics(ev: EvalResult, task: str) -> dict[str, float]:
@@ -127,6 +151,7 @@ def _task(cfg: Config, spec: zoo.Spec, classes: int, device: torch.device) -> se
         num_classes=classes,
         eval_metrics=lambda ev: eval_metrics(ev, spec.task),
         log_every=cfg.log_every,
+        guard=one_line_data_errors,  # a worker's undecodable image: its own line, naming the file
     )
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from matplotlib.figure import Figure
 
 from devicebench.config.workloads import UNetConfig as Config
 from devicebench.data import IGNORE_INDEX, resolve_root
-from devicebench.data.loader import SamplerFor, data_loader, no_sampler
+from devicebench.data.loader import SamplerFor, data_loader, no_sampler, one_line_data_errors
 from devicebench.data.scenes import SyntheticScenes
 from devicebench.data.voc import VOCSegmentationSample, denormalize, resolve_lists, voc_palette
 from devicebench.errors import DataUnavailable
@@ -120,21 +119,6 @@ def make_loaders(
     return train_loader, val_loader
 
 
-@contextmanager
-def _one_line_data_errors() -> Iterator[None]:
-    """A DataUnavailable raised in a DataLoader worker comes back with the worker's traceback in its
-    message; keep its own last line, so the user still reads one line naming the file."""
-    try:
-        yield
-    except DataUnavailable as e:
-        text = str(e)
-        if "\n" not in text:
-            raise
-        lines = [ln for ln in text.splitlines() if "DataUnavailable:" in ln]
-        message = lines[-1].split("DataUnavailable:", 1)[1].strip() if lines else " ".join(text.split())
-        raise DataUnavailable(message) from None
-
-
 def build_model(cfg: Config) -> torch.nn.Module:
     """The UNet, seeded first: the same seed gives the same initial weights on every device."""
     setup.seed_everything(cfg.seed)
@@ -181,7 +165,7 @@ def _task(cfg: Config, classes: list[str], device: torch.device) -> setup.Task:
         log_every=cfg.log_every,
         on_epoch=on_epoch,
         on_eval=on_eval,
-        guard=_one_line_data_errors,
+        guard=one_line_data_errors,
     )
 
 
