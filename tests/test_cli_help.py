@@ -106,6 +106,22 @@ def test_tune_takes_both_spellings_of_its_budget() -> None:
         assert args.tune_budget_s == 30.0
 
 
+def test_every_flag_of_every_command_takes_both_spellings() -> None:
+    """The class of finding 7: a flag spelt `--a_b` has its `--a-b` twin on every command (tune's own
+    `--tune_precision` was added without one)."""
+    import argparse
+
+    top = build_parser("tune", ["tune", "cifar"])
+    (sub,) = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    for name in sub.choices:
+        parser = build_parser(name, [name, "cifar"] if name == "tune" else [name])
+        (cmd,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in cmd.choices[name]._actions:
+            flags = set(action.option_strings)
+            for flag in (f for f in flags if "_" in f):
+                assert flag.replace("_", "-") in flags, f"{name} {flag}"
+
+
 def test_compare_help_names_every_workload_and_every_unit(capsys: pytest.CaptureFixture[str]) -> None:
     out = " ".join(_help(["compare", "--help"], capsys).split())
     assert "matmul, cifar, unet, model, infer, suite, report (comma-separated)" in out

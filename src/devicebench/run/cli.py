@@ -214,6 +214,8 @@ def _add_tune(sub: argparse._SubParsersAction, argv: Sequence[str]) -> None:
     )
     p.add_argument(
         "--tune_precision",
+        "--tune-precision",
+        dest="tune_precision",
         action="store_true",
         help="also try bf16 (and on a GPU fp16) autocast: faster on tensor cores, but it changes the "
         "numerics, so a setting that uses it says so wherever it is shown",
