@@ -34,6 +34,8 @@ from devicebench.schema import (
     GPU_POWER_CAPPED_S,
     GPU_SM_CLOCK_SHARE,
     GPU_THERMAL_CAPPED_S,
+    HOST_LOAD_1M,
+    HOST_OTHERS_SHARE,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
@@ -48,6 +50,7 @@ from devicebench.schema import (
     TRAIN_S,
     TRAIN_TFLOPS,
 )
+from devicebench.util.busy_host import is_busy
 from devicebench.util.stats import Stat
 
 # params the job derives from the work and its world size (batch_size × processes): logged beside the
@@ -79,6 +82,8 @@ COST_METRICS = (
 DIST_METRICS = (COMM_SHARE, ALLREDUCE_S)
 # what NVML saw the GPU do over a CUDA training run's epochs (host/gpu_state.py; util/gpu_caveat.py)
 GPU_METRICS = (GPU_BUSY_SHARE, GPU_SM_CLOCK_SHARE, GPU_POWER_CAPPED_S, GPU_THERMAL_CAPPED_S)
+# how busy the host was while each run ran (host/busy.py; util/busy_host.py)
+HOST_METRICS = (HOST_OTHERS_SHARE, HOST_LOAD_1M)
 SUMMARY_METRICS = (
     TIME_METRICS
     + SERVE_METRICS
@@ -89,6 +94,7 @@ SUMMARY_METRICS = (
     + DIST_METRICS
     + UTIL_METRICS
     + GPU_METRICS
+    + HOST_METRICS
 )
 
 
@@ -124,6 +130,11 @@ class Side:
     def gpu_figures(self) -> dict[str, float]:
         """The median of each `gpu/*` figure its runs logged ({} for a CPU side or a MIG slice)."""
         return {k: self.metrics[k].median for k in GPU_METRICS if k in self.metrics}
+
+    @property
+    def busy_runs(self) -> list[RunRecord]:
+        """Its runs measured while other processes kept the host busy (util/busy_host.is_busy)."""
+        return [r for r in self.runs if is_busy(r.metrics)]
 
     @property
     def is_cpu(self) -> bool:

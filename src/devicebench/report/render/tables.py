@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from devicebench.report.judge.reliability import unreliable
 from devicebench.report.model.best_cpu import cpu_setting
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import ranked, side_cost
@@ -104,12 +105,19 @@ class PairItem:
     verdicts: tuple[str, ...] = ()
 
 
+def side_time(side: Side, key: str) -> str:
+    """`1.91 s (1.44 s–9.86 s, n=3) ⚠ noisy`: a side's time with its range, marked where a busy host or
+    the repeats' spread leaves it unreliable (the verdict under the table says why and what to do)."""
+    mark = unreliable(side)
+    return fmt_stat_s(side.metrics.get(key)) + (f" ⚠ {mark}" if mark else "")
+
+
 def _timed(p: Pair) -> tuple[str, str, str]:
     """What the times measured, and the two sides' times (matmul: one product, read in its own table)."""
     if p.workload == "matmul" and p.matmul_point is not None:
         return f"one product, n={p.matmul_point[2]}", NONE, NONE
     key = p.base.time_metric() or TOTAL_S
-    return timed_label(key), fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
+    return timed_label(key), side_time(p.base, key), side_time(p.other, key)
 
 
 def speedup_text(p: Pair) -> str:
@@ -280,7 +288,7 @@ def run_names(runs: Sequence[RunRecord], most: int = 3) -> str:
 UNPAIRED_COLUMNS: tuple[Column[SideItem], ...] = (
     Column("config", "config", lambda r: r.config),
     Column("device", "device", lambda r: r.side.label),
-    Column("time", "time", lambda r: fmt_stat_s(r.side.metrics.get(r.side.time_metric() or ""))),
+    Column("time", "time", lambda r: side_time(r.side, r.side.time_metric() or "")),
     Column("timed", "what is timed", lambda r: timed_label(r.side.time_metric())),
     Column("runs", "runs (ids in runs.csv)", lambda r: run_names(r.side.runs)),
 )
