@@ -265,10 +265,22 @@ PRICE_COLUMNS: tuple[Column[SideItem], ...] = (
 
 
 def price_items(every: Iterable[Side], describe: Callable[[Side], str]) -> list[SideItem]:
-    """One item per side, grouped by work, most work per money first, each with its group's best."""
+    """One item per side, grouped by work, most work per money first, each with its group's best where
+    two or more of its sides have a price (alone, a side is its own best: 1.00× said nothing)."""
     return [
-        SideItem(s, describe(s), side_cost(sides[0]).work_per_money) for sides in ranked(every) for s in sides
+        SideItem(s, describe(s), side_cost(sides[0]).work_per_money if _priced(sides) > 1 else None)
+        for sides in ranked(every)
+        for s in sides
     ]
+
+
+def _priced(sides: Sequence[Side]) -> int:
+    return sum(1 for s in sides if side_cost(s).work_per_money)
+
+
+def compared_to_best(items: Sequence[SideItem]) -> bool:
+    """Whether any side's work per money is held against another's (the `vs the best` column)."""
+    return any(r.best is not None for r in items)
 
 
 def run_label(run: RunRecord) -> str:
