@@ -177,6 +177,8 @@ def test_a_lone_side_whose_repeats_spread_wide_or_ran_on_a_busy_host_says_so() -
     assert judged.alone(judged.comp.unpaired[0])[0].startswith(
         "cpu measured on a busy host: other processes took 90%"
     )
+    md = to_markdown(build_doc(judged, {}, {}))
+    assert "only cpu (EPYC) ran: 2.00 s per epoch, ⚠ busy host" in md, md
 
 
 # ------------------------------------------------------------------------------------- end to end

@@ -81,7 +81,8 @@ def side_answer(judged: Judgement, side: Side, config: str) -> Answer:
     said = [judged.break_even[side]] if side in judged.break_even else []
     said += judged.alone(side)
     lines = tuple(f"verdict: {line}" for line in said[:1]) + tuple(said[1:])
-    return f"{config}: only {side.label} ran: {time_text(side, c)}{cost}", lines
+    doubt = f", ⚠ {mark}" if (mark := unreliable(side)) else ""
+    return f"{config}: only {side.label} ran: {time_text(side, c)}{cost}{doubt}", lines
 
 
 def answers(judged: Judgement, describe: Describe) -> list[Answer]:
