@@ -233,3 +233,20 @@ def test_the_same_run_on_an_idle_host_is_not_flagged(
         )
     line, metrics = _run(mlflow_server, experiment_name, tmp_path)
     assert metrics[HOST_OTHERS_SHARE] < BUSY_SHARE and "busy host" not in line, (metrics, line)
+
+
+def test_a_regression_measured_on_a_busy_host_says_so_beside_the_slowdown() -> None:
+    """Did last night's run regress, or did it share its cores? The nightly line says which it measured."""
+    from devicebench.report.model.regressions import find_regressions
+    from devicebench.report.render.headline import regression_line
+
+    nights = [rec("cpu", metrics=train(t), start=1000 + i) for i, t in enumerate((10.0, 10.2, 9.9, 10.1))]
+    slow = rec("cpu", metrics=train(13.0, **{HOST_OTHERS_SHARE: 0.6, HOST_LOAD_1M: 3.0}), start=2000)
+    (g,) = find_regressions([*nights, slow], 0.10)[0]
+    assert regression_line(g).endswith(
+        "; the newest run(s) measured on a busy host: other processes took 60% of its CPU (load 3.0), so the "
+        "host or the GPU's limits may explain it rather than the code"
+    )
+    quiet = rec("cpu", metrics=train(13.0, **{HOST_OTHERS_SHARE: 0.01}), start=2000)
+    (g,) = find_regressions([*nights, quiet], 0.10)[0]
+    assert not g.explained and "busy" not in regression_line(g)

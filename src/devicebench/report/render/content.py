@@ -277,7 +277,7 @@ def _regressions(doc: list[Block], comp: Comparison, varying: Varying) -> None:
         [
             (f"{r.config} on {r.regression.device}", [regression_why(r.regression)])
             for r in items
-            if r.regression.why
+            if r.regression.explained
         ],
     )
 

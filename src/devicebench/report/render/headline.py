@@ -188,7 +188,7 @@ def regression_line(g: Regression, config: str = "", newest: str = "") -> str:
         f"regression: {config or f'{g.workload} {g.config_key}'} on {g.device} @ {g.host}: {g.measure} "
         f"{fmt_sig4(g.newest)} s vs baseline median {fmt_sig4(b.median)} s ({fmt_change(g.change)}; "
         f"baseline {b.spread_kind} {fmt_sig4(b.lo)}–{fmt_sig4(b.hi)} s over {b.n} run(s)); newest run "
-        f"{newest or g.run_ids[-1]}{f'; {regression_why(g)}' if g.why else ''}"
+        f"{newest or g.run_ids[-1]}{f'; {regression_why(g)}' if g.explained else ''}"
     )
 
 

@@ -438,8 +438,11 @@ class RegressionItem:
 
 
 def regression_why(g: Regression) -> str:
-    """What else the newest GPU runs measured, for a reader deciding whether to look at the code."""
-    return f"NVML on the newest run(s): {g.why}, so the host or the GPU's limits may explain it rather than the code"
+    """What else the newest runs measured, for a reader deciding whether to look at the code: what NVML
+    saw, and a host that other processes kept busy (then: rerun when it is idle)."""
+    said = [f"NVML on the newest run(s): {g.why}"] if g.why else []
+    said += [f"the newest run(s) measured on a {g.busy}"] if g.busy else []
+    return "; ".join(said) + ", so the host or the GPU's limits may explain it rather than the code"
 
 
 REGRESSION_COLUMNS: tuple[Column[RegressionItem], ...] = (
