@@ -62,3 +62,19 @@ def test_one_config_priced_two_ways_is_two_sides_and_no_figure_is_their_mean(tmp
     # each CPU side is held against the GPU at its own price
     assert "cost per epoch: $0.0000500 on cuda:0 against $0.0000340 on cpu" in md
     assert "cost per epoch: $0.0000500 on cuda:0 against $0.000500 on cpu" in md
+
+
+def test_two_prices_of_one_device_are_not_a_pair_of_their_own() -> None:
+    """Two prices of one measurement pair with the other devices, never with each other ("1.00×
+    faster"); without a GPU side both are sides without a partner, each at its own price."""
+    runs = [_priced("cpu", 3.6, TABLE), _priced("cpu", 3.6, BY_HAND), _priced("cuda:0", 0.36, BY_HAND)]
+    comp = compare(runs)
+    assert [(p.base.label, p.other.label) for p in comp.pairs] == [
+        ("cpu (EPYC)", "cuda:0 (A10)"),
+        ("cpu (EPYC, $0.5/h set by hand)", "cuda:0 (A10)"),
+    ]
+    alone = compare(runs[:2])
+    assert alone.pairs == [] and [s.label for s in alone.unpaired] == [
+        "cpu (EPYC)",
+        "cpu (EPYC, $0.5/h set by hand)",
+    ]
