@@ -231,9 +231,8 @@ def rank_key(rank: int, figure: str) -> str:
     return f"dist/rank/{int(rank)}/{figure}"
 
 
-# The report run's own headline metrics, one per CPU/GPU pair or scaling series (`best`, `worst` over them)
-# The report run's own metrics (report/render/headline.py): how many pairs and regressions it found
-REPORT_PAIRS = "pairs"
+# The report run's own headline metrics, one per CPU/GPU pair or scaling series (`best`, `worst` over them),
+# and how many regressions it found (report/render/headline.py); how many pairs, its description says
 REPORT_REGRESSIONS = "regressions"
 SPEEDUP_PREFIX, SPEEDUP_BEST_CPU_PREFIX, COST_RATIO_PREFIX = "speedup/", "speedup_best_cpu/", "cost_ratio/"
 
