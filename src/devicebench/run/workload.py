@@ -87,10 +87,7 @@ def run_workload(
             result = work(module, cfg, ctx, tracker)
         finally:
             world.leave()
-        total_s = time.perf_counter() - started
-        busy = _busy_while(before, world.distributed)
-        tracker.log_metrics({TOTAL_S: total_s, HOST_S: host_s, ARTIFACTS_S: tracker.artifacts_s, **busy})
-        tracker.log_metrics({PROCESS_S: process_age_s()})
+        total_s, busy = _log_times(tracker, time.perf_counter() - started, host_s, before, world.distributed)
         usage = _usage(device, world.size, host, cfg)  # its memory is known now
         price = price_side(pricing, host, usage)
         log_price(tracker, price)
@@ -107,10 +104,16 @@ def run_workload(
     return 0
 
 
-def _busy_while(before: CpuSample | None, distributed: bool) -> dict[str, float]:
-    """How busy the host was since `before` (host/busy.py), or nothing in a job of several processes:
-    its other ranks are not this process's descendants, and their CPU time would read as others'."""
-    return busy_figures(before, sample()) if not distributed else {}
+def _log_times(
+    tracker: Tracker, total_s: float, host_s: float, before: CpuSample | None, distributed: bool
+) -> tuple[float, dict[str, float]]:
+    """Log the run's times and how busy the host was since `before` (host/busy.py; nothing in a job of
+    several processes: its other ranks are not this process's descendants, and their CPU time would
+    read as others'); returns (`total_s`, the busy figures) for its price and its line."""
+    busy = busy_figures(before, sample()) if not distributed else {}
+    fixed = {TOTAL_S: total_s, HOST_S: host_s, ARTIFACTS_S: tracker.artifacts_s, PROCESS_S: process_age_s()}
+    tracker.log_metrics({**fixed, **busy})
+    return total_s, busy
 
 
 def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | None:
