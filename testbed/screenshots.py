@@ -220,7 +220,7 @@ def pages(server: MlflowServer, work: Path) -> list[Page]:
         Page(
             "ui-report-run",
             run_url(server.url, eid, report.info.run_id),
-            (report.info.run_name, verdict, "pairs", "Description"),
+            (report.info.run_name, verdict, "Description"),
             anywhere=("report.html",),
         ),
         # a workload run leads with its figures: its one-line description on the first screen
@@ -234,7 +234,7 @@ def pages(server: MlflowServer, work: Path) -> list[Page]:
         Page(
             "report",
             html.as_uri(),
-            ("Speedups", "Price-performance", "illustrative"),
+            ("devicebench compare", " ran: ", "verdict: ", "illustrative"),  # the answer, per config
             anywhere=("what is timed",),
             width=ARTIFACT_WIDTH,
         ),

@@ -174,9 +174,12 @@ def test_the_report_run_is_named_for_its_answer() -> None:
 def test_the_description_holds_verdicts_and_key_metrics_and_never_says_do_the_impossible() -> None:
     comp = compare(cpu_gpu())
     note = summary_note(judge(comp), "read 2 runs from 1 experiment: x (2)", metrics=headline_metrics(comp))
-    assert "GPU over CPU: best 12.0×" in note
-    assert "`pairs` = 1" in note and "`speedup/best` = 12" in note and "`cost_ratio/" in note
-    assert note.index("`pairs`") < note.index("`speedup/best`")
+    # the answer first (issue 55: who is faster, by how much, what it costs, the verdict), then the metrics
+    assert note.startswith(
+        "**cifar · bs 128 · lr 0.02: cuda:0 (A10) is 12.0× faster than cpu (EPYC)**; cost per epoch: "
+    )
+    assert "`speedup/best` = 12" in note and "`cost_ratio/" in note and "`pairs`" not in note
+    assert note.index("; verdict: ") < note.index("`speedup/best`")
     alone = compare([priced_run("cpu", 12.0, 1.0)])
     text = summary_note(judge(alone), "read 1 run from 1 experiment: x (1)")
     assert "No CPU/GPU pair yet" in text and "another --device" not in text

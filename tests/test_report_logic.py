@@ -629,12 +629,13 @@ def test_headline_metrics_count_cpu_gpu_pairs_only() -> None:
     h100 = rec("cuda:0", metrics=train(1.0), tags={"devicebench.device.name": "H100"})
     m = headline_metrics(compare([cpu, a10, h100]))
     speedups = {k: v for k, v in m.items() if k.startswith("speedup/")}
-    assert m["pairs"] == 3 and "regressions" not in m  # A10 vs H100 is a pair, not a GPU-over-CPU answer
+    # A10 vs H100 is a pair, not a GPU-over-CPU answer; how many pairs is the description's to say
+    assert "pairs" not in m and "regressions" not in m
     assert sorted(speedups.values()) == pytest.approx([5.0, 5.0, 10.0, 10.0])  # two pairs, best, worst
     assert (m["speedup/best"], m["speedup/worst"]) == pytest.approx((10.0, 5.0))
     assert m["speedup/cifar cpu vs cuda_0 2"] == pytest.approx(10.0)  # same devices: a second name
     only_cpu = headline_metrics(compare([cpu], baseline="previous"))
-    assert only_cpu == {"pairs": 0.0, "regressions": 0.0}
+    assert only_cpu == {"regressions": 0.0}
 
 
 def test_summary_note_fits_the_tag_limit_at_whole_rows() -> None:
@@ -736,7 +737,10 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     )
     from devicebench.report.render.headline import verdict_lines
 
-    assert verdict_lines(judge(comp))[1].startswith("**GPU over this CPU at its best: best 1.15×** (cifar")
+    assert any(
+        line.startswith("**GPU over this CPU at its best: best 1.15×** (cifar")
+        for line in verdict_lines(judge(comp))
+    )
     header, _, row = terminal_table(judge(comp)).splitlines()[1:4]
     assert row[header.index("best CPU") :].startswith("1.15×"), "the terminal shows the second speedup too"
     assert metrics[f"speedup/{name}"] == pytest.approx(40.0 / 4.35)

@@ -75,6 +75,9 @@ GPU_SM_CLOCK_MHZ = "gpu/sm_clock_mhz"  # the mean SM clock
 GPU_SM_CLOCK_SHARE = "gpu/sm_clock_share"  # that mean over the SM clock's maximum
 GPU_POWER_CAPPED_S = "gpu/power_capped_s"  # seconds the clocks were held down by the power limit
 GPU_THERMAL_CAPPED_S = "gpu/thermal_capped_s"  # ... by temperature
+# How busy the host was while the run ran (host/busy.py; util/busy_host.py judges it)
+HOST_OTHERS_SHARE = "host/others_cpu_share"  # the run's cores' time other processes took (0-1)
+HOST_LOAD_1M = "host/load_1m"  # the 1-minute load average when its work ended
 # Money (pricing/costs.py), where the run had a price
 COST_USD = "cost/usd"
 COST_PER_HOUR = "cost/usd_per_hour"
@@ -228,9 +231,8 @@ def rank_key(rank: int, figure: str) -> str:
     return f"dist/rank/{int(rank)}/{figure}"
 
 
-# The report run's own headline metrics, one per CPU/GPU pair or scaling series (`best`, `worst` over them)
-# The report run's own metrics (report/render/headline.py): how many pairs and regressions it found
-REPORT_PAIRS = "pairs"
+# The report run's own headline metrics, one per CPU/GPU pair or scaling series (`best`, `worst` over them),
+# and how many regressions it found (report/render/headline.py); how many pairs, its description says
 REPORT_REGRESSIONS = "regressions"
 SPEEDUP_PREFIX, SPEEDUP_BEST_CPU_PREFIX, COST_RATIO_PREFIX = "speedup/", "speedup_best_cpu/", "cost_ratio/"
 

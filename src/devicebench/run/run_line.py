@@ -21,6 +21,7 @@ from typing import Any
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
 from devicebench.schema import COST_PER_EPOCH, COST_PER_MILLION, GFLOP_PER_USD, glance_key, headline_point
+from devicebench.util.busy_host import RERUN, busy_caveat
 from devicebench.util.fmt import (
     fmt_amount,
     fmt_count,
@@ -110,11 +111,13 @@ def summary_line(
     world_size: int = 1,
     budget: Mapping[str, str] | None = None,
     gpu: Mapping[str, float] | None = None,
+    host: Mapping[str, float] | None = None,
 ) -> str:
     """The run's one line: time · throughput · quality · device · cost (price source); a figure the
     run has not got is left out, and a run without a price says so rather than showing none. An
-    oversubscribed CPU (`budget`: the run's `cpu.*` facts) is said after the device, and so is what may
-    keep a GPU run's speed from repeating (`gpu`: its `gpu/*` figures, `gpu_caveat`)."""
+    oversubscribed CPU (`budget`: the run's `cpu.*` facts) is said after the device, and so are a host
+    that other processes kept busy (`host`: its `host/*` figures, `busy_caveat`, with what to do) and
+    what may keep a GPU run's speed from repeating (`gpu`: its `gpu/*` figures, `gpu_caveat`)."""
     g = {k.removeprefix(glance_key("")): v for k, v in glance.items()}
     parts = []
     if workload == "matmul":
@@ -139,7 +142,12 @@ def summary_line(
         if "miou" in g:
             parts.append(f"mIoU {fmt_quality(g['miou'])}")
     parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))
-    for caveat in (oversubscribed(device, budget or {}), gpu_caveat(gpu or {}, g.get("train_s", math.nan))):
+    busy = busy_caveat(host or {})
+    for caveat in (
+        oversubscribed(device, budget or {}),
+        f"{busy}: {RERUN}" if busy else "",
+        gpu_caveat(gpu or {}, g.get("train_s", math.nan)),
+    ):
         if caveat:
             parts.append(caveat)
     phrase = price_phrase(price)

@@ -24,6 +24,7 @@ from devicebench.config.naming import run_name
 from devicebench.config.settings import Settings
 from devicebench.config.workloads import WorkloadConfig
 from devicebench.errors import UsageError
+from devicebench.host.busy import CpuSample, busy_figures, sample
 from devicebench.host.context import Context, LoadedModel
 from devicebench.host.cpu import cpu_budget, peak_rss_bytes, usable_cores
 from devicebench.host.device import device_name, host_fingerprint, resolve_device
@@ -75,6 +76,7 @@ def run_workload(
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
         # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
         started = time.perf_counter()
+        before = sample()  # how busy the host was while it ran: the cores' time others took from here
         if rank == 0:
             record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
         if tuned:
@@ -93,22 +95,33 @@ def run_workload(
             result = work(module, cfg, ctx, tracker)
         finally:
             world.leave()
-        total_s = time.perf_counter() - started
-        tracker.log_metrics(
-            {TOTAL_S: total_s, HOST_S: host_s, ARTIFACTS_S: tracker.artifacts_s, PROCESS_S: process_age_s()}
-        )
+        total_s, busy = _log_times(tracker, time.perf_counter() - started, host_s, before, world.distributed)
         usage = _usage(device, world.size, host, cfg)  # its memory is known now
         price = usable_price(price_side(pricing, host, usage))
         log_price(tracker, price)
         tracker.set_tags(gpu_to_weigh(pricing, usage))
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
-        line = _lead_with_figures(tracker, name, str(device), world.size, result, costs, price, budget)
+        line = _lead_with_figures(
+            tracker, name, (str(device), world.size), result, costs, price, budget, busy
+        )
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         run_id = tracker.run_id
     # said once the run has ended FINISHED: a run whose end did not reach the store says only that
     print(f"{PROG}: {name} run {run_id} finished on {on} -> {redact(settings.tracking_uri)}", file=sys.stderr)
     print(line, flush=True)  # the last thing the command (and `mlflow run`'s entry point) prints
     return 0
+
+
+def _log_times(
+    tracker: Tracker, total_s: float, host_s: float, before: CpuSample | None, distributed: bool
+) -> tuple[float, dict[str, float]]:
+    """Log the run's times and how busy the host was since `before` (host/busy.py; nothing in a job of
+    several processes: its other ranks are not this process's descendants, and their CPU time would
+    read as others'); returns (`total_s`, the busy figures) for its price and its line."""
+    busy = busy_figures(before, sample()) if not distributed else {}
+    fixed = {TOTAL_S: total_s, HOST_S: host_s, ARTIFACTS_S: tracker.artifacts_s, PROCESS_S: process_age_s()}
+    tracker.log_metrics({**fixed, **busy})
+    return total_s, busy
 
 
 def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | None:
@@ -183,21 +196,24 @@ def _tuned_from_env() -> Tuned | None:
 def _lead_with_figures(
     tracker: Tracker,
     name: str,
-    device: str,
-    world_size: int,
+    on: tuple[str, int],
     result: object,
     costs: dict[str, float],
     price: Price | str,
     budget: dict[str, str],
+    busy: dict[str, float],
 ) -> str:
     """The run's answer where a person looks first: its one-line description (the UI shows it above
     the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py); an
-    oversubscribed CPU (`budget`) is said there, since its figures measure contention, and so is a GPU
-    run whose speed may not repeat (its result's `gpu` figures: host-bound, capped or slow clocks)."""
+    oversubscribed CPU (`budget`) is said there, since its figures measure contention, and so are a
+    host that other processes kept busy (`busy`: its `host/*` figures) and a GPU run whose speed may not
+    repeat (its result's `gpu` figures: host-bound, capped or slow clocks). `on`: the device and the
+    processes of its job."""
 
     glance = glance_metrics(name, result, costs)
     tracker.log_metrics(glance)
-    line = summary_line(name, device, glance, price, world_size, budget, getattr(result, "gpu", {}))
+    device, world_size = on
+    line = summary_line(name, device, glance, price, world_size, budget, getattr(result, "gpu", {}), busy)
     tracker.set_tags({NOTE_TAG: line})
     return line
 

@@ -23,7 +23,7 @@ from mlflow.tracking.context.registry import resolve_tags
 from devicebench.config.naming import is_generated
 from devicebench.config.settings import Settings
 from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
-from devicebench.schema import END_S, START_S, STORE_S, is_tag, tag
+from devicebench.schema import END_S, START_S, STORE_S, WORKLOADS, is_tag, tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import ending, install_signal_handlers, received
@@ -55,8 +55,7 @@ def run_context(
     `run_id` attaches to a run that already exists; without it, `MLFLOW_RUN_ID` does (that is how
     `mlflow run` hands its run over), and without either a new run is created. The store is checked
     before anything else, so an unreachable server costs seconds, not a training run; `store_checked`:
-    the plan that started this run checked and prepared this store moments ago (plan/handoff.py).
-    """
+    the plan that started this run checked and prepared this store moments ago (plan/handoff.py)."""
     install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
     store_t0 = time.perf_counter()
     if not store_checked:
@@ -78,7 +77,8 @@ def run_context(
     try:
         tracker.set_tags(start_tags)
         tracker.log_params(params)
-        tracker.log_metrics({STORE_S: time.perf_counter() - store_t0, START_S: process_age_s()})
+        if workload in WORKLOADS:  # a measurement's fixed cost; a report run's metrics are its answers
+            tracker.log_metrics({STORE_S: time.perf_counter() - store_t0, START_S: process_age_s()})
         yield tracker
     except Interrupted as e:
         _finish(tracker, "KILLED", str(e))
@@ -97,7 +97,7 @@ def run_context(
                 tracker, "KILLED", f"{interrupted}; the run went on after it, so its figures are not kept"
             )
             raise interrupted
-        if not _finish(tracker, "FINISHED", None):
+        if not _finish(tracker, "FINISHED", None, timed=workload in WORKLOADS):
             raise _spooled_error(settings, tracker)
 
 
@@ -171,11 +171,13 @@ def process_age_s() -> float:
         return time.time() - psutil.Process().create_time()
 
 
-def _finish(tracker: MlflowTracker, status: str, error: str | None) -> bool:
+def _finish(tracker: MlflowTracker, status: str, error: str | None, timed: bool = False) -> bool:
+    """End the run with `status`; `timed`: a workload run that logs what its end cost (END_S)."""
     if status == "FINISHED":  # the end's cost, measured on what it mostly is: flushing what was logged
         t0 = time.perf_counter()
         tracker.drain(tracker.settings.final_flush_s)
-        tracker.log_metrics({END_S: time.perf_counter() - t0})
+        if timed:
+            tracker.log_metrics({END_S: time.perf_counter() - t0})
     with ending():
         delivered = tracker.close(status, error)
     if not delivered and status != "FINISHED":

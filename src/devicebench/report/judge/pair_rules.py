@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 
 from devicebench.pricing.prices import priced_as
+from devicebench.report.judge.reliability import busy_host, busy_side, noisy, noisy_side, single_repeat
 from devicebench.report.model.best_cpu import reduced_precision, setting_of, throughput
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
@@ -30,7 +31,6 @@ SMALL_BATCH = 32  # batches this small leave a GPU idle between kernel launches
 LAUNCH_BOUND_SPEEDUP = 3.0  # ...when the speedup stays below this
 QUALITY_ABS = 0.05  # accuracy / mIoU differ by more than 5 points...
 UNSYNCED_FACTOR = 2.0  # synchronised time more than 2x the unsynchronised one: the naive timer lies
-NOISY_SPREAD = 0.5  # repeats spread over more than 50 % of their median
 COMPUTE_BOUND_SPEEDUP = 5.0
 
 
@@ -455,28 +455,6 @@ def quality_mismatch(pair: Pair) -> str | None:
     )
 
 
-def noisy(pair: Pair) -> str | None:
-    """Repeats spread over half their median: the speedup's range matters more than its middle."""
-    worst = None
-    for side in (pair.base, pair.other):
-        key = side.time_metric()
-        if key and side.metrics[key].n > 1 and side.metrics[key].rel_spread > NOISY_SPREAD:
-            s = side.metrics[key]
-            if worst is None or s.rel_spread > worst[1].rel_spread:
-                worst = (side, s)
-    if worst is None:
-        return None
-    side, s = worst
-    return f"noisy: {side.device} repeats spread {fmt_share(s.rel_spread)} of their median; add repeats"
-
-
-def single_repeat(pair: Pair) -> str | None:
-    """One run per side has no spread: the pair may be luck; say so rather than imply certainty."""
-    if len(pair.base.runs) > 1 and len(pair.other.runs) > 1:
-        return None
-    return "one run on a side: no spread yet; repeat to trust the speedup"
-
-
 def _contention(side: Side) -> str | None:
     """`2 torch threads + 2 loader workers on 2 cores (1/1 runs)` for a CPU side whose runs ran more
     busy threads than they had cores (run/workload.py logs the `cpu.*` facts host/cpu.cpu_budget
@@ -567,6 +545,7 @@ def thread_mismatch(pair: Pair) -> str | None:
 
 
 RULES: tuple[Callable[[Pair], str | None], ...] = (
+    busy_host,
     across_hosts,
     against_best_cpu,
     best_against_best,
@@ -595,7 +574,7 @@ def explain(pair: Pair) -> list[str]:
 
 
 # The rules of a side without a partner device (its price's break-even is said apart: `break_even`)
-SIDE_RULES: tuple[Callable[[Side], str | None], ...] = (oversubscribed_alone,)
+SIDE_RULES: tuple[Callable[[Side], str | None], ...] = (busy_side, oversubscribed_alone, noisy_side)
 
 
 def explain_side(side: Side) -> list[str]:

@@ -219,6 +219,13 @@ def _held_as_best(side: Side, alike: list[Side]) -> bool:
     )
 
 
+def _priced_apart(a: Side, b: Side) -> bool:
+    """The same runs' hardware priced two ways by hand (sides.build_sides): two prices of one
+    measurement, each paired with the other devices, never a "1.00x faster" pair of their own."""
+    same = (a.is_cpu, a.device_name, a.shape, a.tuned) == (b.is_cpu, b.device_name, b.shape, b.tuned)
+    return same and a.priced_by_hand != b.priced_by_hand
+
+
 def _candidates(sides_by_key: dict[str, list[Side]]) -> tuple[list[tuple[Side, Side]], list[Side]]:
     """Every two sides within a key and a world size that may pair (CPU first where present), and the
     sides with no partner at their world size."""
@@ -228,10 +235,10 @@ def _candidates(sides_by_key: dict[str, list[Side]]) -> tuple[list[tuple[Side, S
         for world in sorted({s.world_size for s in sides}):
             alike = [s for s in sides if s.world_size == world]
             pairable = [s for s in alike if not _held_as_best(s, alike)]
-            if len(pairable) < 2:
+            found = [(a, b) for a, b in combinations(pairable, 2) if not _priced_apart(a, b)]
+            if not found:
                 unpaired.extend(alike)
-                continue
-            candidates.extend(combinations(pairable, 2))
+            candidates.extend(found)
     return candidates, unpaired
 
 

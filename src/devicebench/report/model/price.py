@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE
 from devicebench.report.read.records import RunRecord
+from devicebench.util.fmt import fmt_price
 from devicebench.util.stats import Stat
 
 
@@ -30,6 +31,20 @@ def number(text: str) -> float | None:
 def hourly_of(run: RunRecord) -> float | None:
     """The run's logged hourly price."""
     return number(run.tag("price.usd_per_hour", "x"))
+
+
+def by_hand(run: RunRecord) -> str:
+    """`$0.5/h set by hand` for a run priced by its own price_per_hour (`illustrative $1/h` for a made-up
+    one), else "": runs of one config priced two ways are two sides, each at its own price, never one
+    side whose cost is their average (a table price and `--price_per_hour 0.5` read as the mean)."""
+    source, hourly = run.tag("price.source"), hourly_of(run)
+    if source not in (OVERRIDE, ILLUSTRATIVE) or run.tag("price.shape") or hourly is None:
+        return ""
+    return (
+        f"${fmt_price(hourly)}/h set by hand"
+        if source == OVERRIDE
+        else f"illustrative ${fmt_price(hourly)}/h"
+    )
 
 
 def _one(values: Sequence[str]) -> str:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from devicebench.report.model.sides import GPU_METRICS
 from devicebench.report.read.records import RunRecord
-from devicebench.schema import TOTAL_S, TRAIN_S
+from devicebench.schema import HOST_OTHERS_SHARE, TOTAL_S, TRAIN_S
+from devicebench.util.busy_host import busy_caveat, is_busy
 from devicebench.util.gpu_caveat import gpu_caveat
 from devicebench.util.stats import Stat
 
@@ -27,6 +28,12 @@ class Regression:
     baseline: Stat
     run_ids: tuple[str, ...]
     why: str = ""  # what NVML saw on the newest GPU runs besides the code: `host-bound: GPU busy 41%`
+    busy: str = ""  # the newest runs shared their host: `busy host: other processes took 63% of its CPU`
+
+    @property
+    def explained(self) -> bool:
+        """Whether something other than the code was measured on the newest runs (NVML, a busy host)."""
+        return bool(self.why or self.busy)
 
     @property
     def change(self) -> float:
@@ -108,7 +115,18 @@ def find_regressions(
             if is_regression(new.median, base, threshold):
                 ids = tuple(r.run_id for r in newest)
                 found.append(
-                    Regression(workload, key, device, host, name, new.median, base, ids, gpu_why(newest))
+                    Regression(
+                        workload,
+                        key,
+                        device,
+                        host,
+                        name,
+                        new.median,
+                        base,
+                        ids,
+                        gpu_why(newest),
+                        busy_why(newest),
+                    )
                 )
     return found, checked
 
@@ -120,6 +138,13 @@ def gpu_why(runs: Sequence[RunRecord]) -> str:
     figures = {k: s.median for k in GPU_METRICS if (s := Stat.of(r.metrics.get(k) for r in runs)) is not None}
     train = Stat.of(r.metrics.get(TRAIN_S) for r in runs)
     return gpu_caveat(figures, train.median if train is not None else math.nan)
+
+
+def busy_why(runs: Sequence[RunRecord]) -> str:
+    """`busy host: other processes took 63% of its CPU (load 4.1)` for the busiest of the newest runs
+    where it was busy (util/busy_host.py): a night that shared its cores is slower for that; else ""."""
+    busy = [r for r in runs if is_busy(r.metrics)]
+    return busy_caveat(max(busy, key=lambda r: r.metrics[HOST_OTHERS_SHARE]).metrics) if busy else ""
 
 
 def is_regression(newest: float, baseline: Stat, threshold: float) -> bool:

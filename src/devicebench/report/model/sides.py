@@ -9,12 +9,12 @@ is a median of repeats with its spread, because a single timing of a GPU is a co
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from devicebench.config.workloads import not_work
-from devicebench.report.model.price import SidePrice, price_of
+from devicebench.report.model.price import SidePrice, by_hand, price_of
 from devicebench.report.read.records import RunRecord
 from devicebench.schema import (
     ACCURACY,
@@ -35,6 +35,8 @@ from devicebench.schema import (
     GPU_POWER_CAPPED_S,
     GPU_SM_CLOCK_SHARE,
     GPU_THERMAL_CAPPED_S,
+    HOST_LOAD_1M,
+    HOST_OTHERS_SHARE,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
@@ -49,6 +51,7 @@ from devicebench.schema import (
     TRAIN_S,
     TRAIN_TFLOPS,
 )
+from devicebench.util.busy_host import is_busy
 from devicebench.util.stats import Stat
 
 # params the job derives from the work and its world size (batch_size × processes): logged beside the
@@ -81,6 +84,8 @@ DIST_METRICS = (COMM_SHARE, ALLREDUCE_S)
 # what NVML saw the GPU do over a CUDA training run's epochs (host/gpu_state.py; util/gpu_caveat.py)
 GPU_METRICS = (GPU_BUSY_SHARE, GPU_SM_CLOCK_SHARE, GPU_POWER_CAPPED_S, GPU_THERMAL_CAPPED_S)
 SETUP_METRICS = (COMPILE_S,)  # what a compiled side paid once, before its timed steps
+# how busy the host was while each run ran (host/busy.py; util/busy_host.py)
+HOST_METRICS = (HOST_OTHERS_SHARE, HOST_LOAD_1M)
 SUMMARY_METRICS = (
     TIME_METRICS
     + SETUP_METRICS
@@ -92,6 +97,7 @@ SUMMARY_METRICS = (
     + DIST_METRICS
     + UTIL_METRICS
     + GPU_METRICS
+    + HOST_METRICS
 )
 
 
@@ -116,17 +122,25 @@ class Side:
     world_size: int = 1  # processes in each run's job: a side of 8 is never a repeat of a side of 1
     tuned: bool = False  # `devicebench tune` CPU runs: never averaged with the CPU as configured
     price: SidePrice = field(default_factory=SidePrice)  # an hour of what its runs used (price.py)
+    # `$0.5/h set by hand` where runs of its config on its device were priced two ways (price.by_hand)
+    priced_by_hand: str = ""
 
     @property
     def label(self) -> str:
         job = f"{self.world_size} processes" if self.world_size > 1 else ""
-        what = ", ".join(x for x in (self.device_name, self.shape, job, "tuned" if self.tuned else "") if x)
+        tuned = "tuned" if self.tuned else ""
+        what = ", ".join(x for x in (self.device_name, self.shape, job, tuned, self.priced_by_hand) if x)
         return f"{self.device} ({what})" if what else self.device
 
     @property
     def gpu_figures(self) -> dict[str, float]:
         """The median of each `gpu/*` figure its runs logged ({} for a CPU side or a MIG slice)."""
         return {k: self.metrics[k].median for k in GPU_METRICS if k in self.metrics}
+
+    @property
+    def busy_runs(self) -> list[RunRecord]:
+        """Its runs measured while other processes kept the host busy (util/busy_host.is_busy)."""
+        return [r for r in self.runs if is_busy(r.metrics)]
 
     @property
     def is_cpu(self) -> bool:
@@ -171,6 +185,7 @@ def summarise(
     shape: str = "",
     world_size: int = 1,
     tuned: bool = False,
+    priced_by_hand: str = "",
 ) -> Side:
     """Medians and spreads of everything the report shows, over one side's repeats."""
     ordered = sorted(runs, key=lambda r: r.start_time)
@@ -199,6 +214,7 @@ def summarise(
         world_size=world_size,
         tuned=tuned,
         price=price_of(runs),
+        priced_by_hand=priced_by_hand,
     )
 
 
@@ -221,25 +237,35 @@ def shape_of(run: RunRecord) -> str:
     return run.tag("host.oci.shape") or own
 
 
+Where = tuple[str, str, str, int, bool, str]  # device kind, model, shape, world size, tuned, price by hand
+
+
 def build_sides(runs: Sequence[RunRecord]) -> dict[str, list[Side]]:
-    """config_key → its sides (one per device, hardware model, shape, world size and, on the CPU,
-    tuned or not), CPU first, then by world size."""
-    groups: dict[tuple[str, str], dict[tuple[str, str, str, int, bool], list[RunRecord]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
+    """config_key → its sides (one per device, hardware model, shape, world size, price set by hand
+    and, on the CPU, tuned or not), CPU first, then by world size."""
+    groups: dict[tuple[str, str], dict[Where, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
-        side = (*side_of(r), shape_of(r), r.world_size, r.tuned)
+        side = (*side_of(r), shape_of(r), r.world_size, r.tuned, by_hand(r))
         groups[(r.workload, r.config_key or f"(no key) {r.run_id}")][side].append(r)
     out: dict[str, list[Side]] = {}
     for (workload, key), by_side in groups.items():
-        sides = [
-            summarise(workload, key, ", ".join(sorted({r.device for r in rs})), n, rs, shape, world, tuned)
-            for (_, n, shape, world, tuned), rs in by_side.items()
-        ]
-        out[key] = sorted(
-            sides, key=lambda s: (not s.is_cpu, s.world_size, s.tuned, s.device, s.device_name, s.shape)
-        )
+        split = Counter(where[:-1] for where in by_side)  # the same device priced two ways
+        sides = [_side(workload, key, where, rs, split[where[:-1]] > 1) for where, rs in by_side.items()]
+        out[key] = sorted(sides, key=_side_order)
     return out
+
+
+def _side(workload: str, key: str, where: Where, runs: list[RunRecord], split: bool) -> Side:
+    """One side; its price set by hand is in its label only where the same device has another price."""
+    _, name, shape, world, tuned, by_hand_price = where
+    device = ", ".join(sorted({r.device for r in runs}))
+    return summarise(
+        workload, key, device, name, runs, shape, world, tuned, priced_by_hand=by_hand_price if split else ""
+    )
+
+
+def _side_order(s: Side) -> tuple:
+    return (not s.is_cpu, s.world_size, s.tuned, s.device, s.device_name, s.shape, s.priced_by_hand)
 
 
 def param_order(params: dict[str, str]) -> tuple:

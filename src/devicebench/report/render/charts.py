@@ -389,35 +389,41 @@ MARKERS = {
 
 def size_chart(pairs: Sequence[Pair], unpaired: Sequence[Side], path: Path) -> bool:
     """Speedup against the model's forward FLOPs per sample, one point per model and question: the
-    answer to "for my kind of model". CPU-only models sit on the bottom edge, named, until a GPU ran them."""
+    answer to "for my kind of model". No chart without a GPU side: a speedup axis with nothing on it
+    read as speedups below zero. CPU-only models sit on the bottom edge beside the speedups until a GPU
+    ran them. Each point is named in the legend under the axes (a colour per model, a marker per
+    question), never beside the point, where names overprinted."""
     series = size_points(pairs, unpaired)
-    if not series:
+    speedups = [y for k, pts in series.items() if not k.startswith("CPU only") for _, y, _ in pts]
+    if not speedups:
         return False
     plt = _plt()
     from matplotlib.transforms import blended_transform_factory  # lazy: with pyplot (above)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     bottom = blended_transform_factory(ax.transData, ax.transAxes)
+    models = sorted({name for pts in series.values() for _, _, name in pts})
+    colour = {name: f"C{i % 10}" for i, name in enumerate(models)}
     for label, points in series.items():
-        xs = [x for x, _, _ in points]
-        if label.startswith("CPU only"):
-            ax.scatter(xs, [0.04] * len(xs), marker="x", color="grey", label=label, transform=bottom)
-            for i, (x, _, name) in enumerate(points):
-                ax.annotate(name, (x, 0.07 + 0.05 * (i % 3)), xycoords=bottom, fontsize=7, color="grey")
-            continue
-        ax.scatter(xs, [y for _, y, _ in points], marker=MARKERS[label], label=label, alpha=0.8)
-        for i, (x, y, name) in enumerate(points):
-            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4 + 8 * (i % 2)), fontsize=7)
-    speedups = [y for k, pts in series.items() if not k.startswith("CPU only") for _, y, _ in pts]
-    if speedups:
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-        _log_axis(ax, "y", [1.0, *speedups], fmt_x)
+        alone = label.startswith("CPU only")
+        for x, y, name in points:
+            ax.scatter(
+                [x],
+                [0.04 if alone else y],
+                marker=MARKERS[label],
+                color="grey" if alone else colour[name],
+                label=f"{name}: {label}",
+                alpha=0.8,
+                **({"transform": bottom} if alone else {}),
+            )
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    _log_axis(ax, "y", [1.0, *speedups], fmt_x)
     _log_axis(ax, "x", [x for pts in series.values() for x, _, _ in pts], fmt_amount)
     ax.set_xlabel("model size: forward GFLOP per sample")
     ax.set_ylabel("GPU speedup over the CPU")
     ax.set_title("Speedup against the model's size")
     ax.grid(True, alpha=0.3)
-    _legend_below(ax)
+    _legend_below(ax, columns=2 if len(models) > 3 else 1)
     _save(plt, fig, path)
     return True
 

@@ -12,6 +12,7 @@ from devicebench.report.judge.judgement import Judgement
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import any_price
 from devicebench.report.model.pairs import Pair
+from devicebench.report.render.answer import answers
 from devicebench.report.render.document import Block, Doc, bullets, heading, image, paragraph, table
 from devicebench.report.render.labels import Varying, describe, selection_row, varying_params
 from devicebench.report.render.tables import (
@@ -37,6 +38,7 @@ from devicebench.report.render.tables import (
     RegressionItem,
     SideItem,
     cells,
+    compared_to_best,
     headers,
     matmul_items,
     matmul_speedups,
@@ -83,19 +85,29 @@ def _why(doc: list[Block], items: Sequence[PairItem]) -> None:
 # --------------------------------------------------------------------------------------------- sections
 
 
-def _summary(doc: list[Block], comp: Comparison, meta: dict[str, str]) -> None:
+def _summary(doc: list[Block], judged: Judgement, varying: Varying) -> None:
+    """The answer first: per config, who is faster, by how much, what it costs and the verdict
+    (answer.py); what was read, and the definitions, come after it."""
+    comp = judged.comp
     heading(doc, 1, "devicebench compare")
+    bullets(doc, answers(judged, lambda s: describe(s, varying)))
     paragraph(
         doc,
         f"{len(comp.runs)} runs read ({len(comp.finished)} finished, {len(comp.unfinished)} failed/killed/running); "
         f"{len(comp.pairs)} pairs, {len(comp.unpaired)} configs without a partner device"
-        + (f", {len(comp.scaling)} scaling series." if comp.scaling else "."),
+        + (f", {len(comp.scaling)} scaling series." if comp.scaling else ".")
+        + (
+            " Some runs used synthetic data: timings are real; accuracy/mIoU are not comparable."
+            if any(s.data == "synthetic" for s in comp.all_sides)
+            else ""
+        ),
     )
+
+
+def _selection(doc: list[Block], comp: Comparison, meta: dict[str, str]) -> None:
+    """How the runs were chosen: the store, the experiments, the filters (last: it answers nothing)."""
+    heading(doc, 2, "Selection")
     _table(doc, SELECTION_COLUMNS, [selection_row(k, v, comp.runs) for k, v in meta.items() if v])
-    if any(s.data == "synthetic" for s in comp.all_sides):
-        paragraph(
-            doc, "Note: some runs used synthetic data (timings are real; accuracy/mIoU are not comparable)."
-        )
 
 
 def _speedups(doc: list[Block], judged: Judgement, varying: Varying) -> None:
@@ -175,7 +187,8 @@ def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) ->
     )
     items = price_items(comp.all_sides, lambda s: describe(s, varying))
     for view in (PRICE, WORK):  # two narrower tables: what each side costs; what a unit of money buys
-        _table(doc, shown(PRICE_COLUMNS, view), items)
+        columns = shown(PRICE_COLUMNS, view)
+        _table(doc, [c for c in columns if c.name != "vs_best" or compared_to_best(items)], items)
     for side, line in judged.break_even.items():  # no GPU side yet: what a GPU must do to be worth it
         paragraph(doc, f"{describe(side, varying)}: {line}")
 
@@ -264,7 +277,7 @@ def _regressions(doc: list[Block], comp: Comparison, varying: Varying) -> None:
         [
             (f"{r.config} on {r.regression.device}", [regression_why(r.regression)])
             for r in items
-            if r.regression.why
+            if r.regression.explained
         ],
     )
 
@@ -274,7 +287,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     doc: list[Block] = []
     comp = judged.comp
     varying = varying_params(comp.all_sides)
-    _summary(doc, comp, meta)
+    _summary(doc, judged, varying)
     _speedups(doc, judged, varying)
     _scaling(doc, judged, varying)
     _price_performance(doc, judged, varying)
@@ -289,4 +302,5 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
         heading(doc, 2, "Charts")
         for name, title in charts.items():
             image(doc, name, title)
+    _selection(doc, comp, meta)
     return Doc(tuple(doc))

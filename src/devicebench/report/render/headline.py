@@ -20,6 +20,7 @@ from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.pairs import Pair, against_best
 from devicebench.report.model.regressions import Regression
 from devicebench.report.model.scaling import Series
+from devicebench.report.render.answer import answers
 from devicebench.report.render.content import pair_items
 from devicebench.report.render.document import Block, Doc, Table, paragraph, to_markdown
 from devicebench.report.render.labels import describe, varying_params
@@ -28,7 +29,6 @@ from devicebench.schema import (
     COST_RATIO_PREFIX,
     MAX_RUN_NAME,
     MAX_TAG_VALUE,
-    REPORT_PAIRS,
     REPORT_REGRESSIONS,
     SPEEDUP_BEST_CPU_PREFIX,
     SPEEDUP_PREFIX,
@@ -42,7 +42,7 @@ from devicebench.util.fmt import fmt_change, fmt_share, fmt_sig3, fmt_sig4, fmt_
 MAX_PAIR_NAME = 100  # of MLflow's 250 characters per metric name: enough to tell pairs apart in a chart list
 MAX_REGRESSION_LINES = 5
 MAX_SCALING_LINES = 5
-MAX_BREAK_EVEN_LINES = 3  # a CPU-only store's price answer: how much faster a GPU must be
+MAX_ANSWER_LINES = 8  # configs answered in the description; report.html answers every one
 # MLflow allows alphanumerics, _ - . / and space in metric names (a colon nowhere on Windows);
 # `/` would nest the pair a level deeper in the UI's metric groups, so it goes too
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.\- ]+")
@@ -113,9 +113,9 @@ def unique_names(names: list[str], cap: int = MAX_PAIR_NAME) -> list[str]:
 
 def headline_metrics(comp: Comparison) -> dict[str, float]:
     """`speedup/<pair>` per CPU/GPU pair (and `cost_ratio/<pair>` where both sides have a price),
-    `speedup/best` and `/worst` over them, `pairs`, and `regressions` when a baseline was asked for
-    (None means "not judged", not zero)."""
-    metrics: dict[str, float] = {REPORT_PAIRS: float(len(comp.pairs))}
+    `speedup/best` and `/worst` over them, and `regressions` when a baseline was asked for (None means
+    "not judged", not zero): the metrics panel lists answers only."""
+    metrics: dict[str, float] = {}  # how many pairs is the description's to say, not a metric's
     pairs = cpu_gpu_pairs(comp)
     varying = varying_params(comp.all_sides)
     names = unique_names([pair_name(p, varying) for p in pairs])
@@ -161,14 +161,13 @@ def report_name(comp: Comparison, scope: str = "") -> str:
 
 
 def metric_lines(metrics: dict[str, float]) -> list[str]:
-    """The key metrics as the description lists them: `pairs`, then `speedup/*` and `cost_ratio/*`
-    (the pair metrics, best and worst), each `name = value`; the rest stay in the metrics table."""
-    order = sorted(metrics, key=lambda k: (k != REPORT_PAIRS, not k.startswith(SPEEDUP_PREFIX), k))
+    """The key metrics as the description lists them: `speedup/*` and `cost_ratio/*` (the pair
+    metrics, best and worst), each `name = value`; the rest stay in the metrics table."""
+    order = sorted(metrics, key=lambda k: (not k.startswith(SPEEDUP_PREFIX), k))
     keys = [
         k
         for k in order
-        if k == REPORT_PAIRS
-        or k.startswith((SPEEDUP_PREFIX, SPEEDUP_BEST_CPU_PREFIX, COST_RATIO_PREFIX, REPORT_REGRESSIONS))
+        if k.startswith((SPEEDUP_PREFIX, SPEEDUP_BEST_CPU_PREFIX, COST_RATIO_PREFIX, REPORT_REGRESSIONS))
     ]
     lines = [f"`{k}` = {fmt_sig3(metrics[k])}" for k in keys[:MAX_NOTE_METRICS]]
     if len(keys) > MAX_NOTE_METRICS:
@@ -189,7 +188,7 @@ def regression_line(g: Regression, config: str = "", newest: str = "") -> str:
         f"regression: {config or f'{g.workload} {g.config_key}'} on {g.device} @ {g.host}: {g.measure} "
         f"{fmt_sig4(g.newest)} s vs baseline median {fmt_sig4(b.median)} s ({fmt_change(g.change)}; "
         f"baseline {b.spread_kind} {fmt_sig4(b.lo)}–{fmt_sig4(b.hi)} s over {b.n} run(s)); newest run "
-        f"{newest or g.run_ids[-1]}{f'; {regression_why(g)}' if g.why else ''}"
+        f"{newest or g.run_ids[-1]}{f'; {regression_why(g)}' if g.explained else ''}"
     )
 
 
@@ -206,32 +205,34 @@ def regression_lines(comp: Comparison) -> list[str]:
 
 
 def verdict_lines(judged: Judgement) -> list[str]:
-    """The answer in a few lines: best and worst GPU speedup, and regressions when judged."""
+    """The answer in a few lines, one per config first (answer.py: who is faster, by how much, what it
+    costs, the verdict; the MLflow UI shows the first two before "Show more"), then scaling verdicts
+    and regressions when judged."""
     comp = judged.comp
     varying = varying_params(comp.all_sides)
-    pairs = cpu_gpu_pairs(comp)
+    answered = answers(judged, lambda s: describe(s, varying))
     lines = []
-    if pairs:
+    pairs = cpu_gpu_pairs(comp)
+    if len(answered) > MAX_ANSWER_LINES and pairs:  # too many to read one by one: the range of them first
         best, worst = max(pairs, key=_speedup), min(pairs, key=_speedup)
-        lines.append(f"**GPU over CPU: best {fmt_x(best.headline)}** ({_where(best, varying)})")
-        if worst is not best:
-            lines.append(f"**worst {fmt_x(worst.headline)}** ({_where(worst, varying)})")
-        if over_best := against_best(pairs):
-            top = max(over_best, key=_over_best)
-            lines.append(
-                f"**GPU over this CPU at its best: best {fmt_x(top.best_cpu_speedup)}** "
-                f"({_where(top, varying)})"
-            )
-    else:
+        lines.append(
+            f"**GPU over CPU: best {fmt_x(best.headline)}** ({_where(best, varying)}); "
+            f"**worst {fmt_x(worst.headline)}** ({_where(worst, varying)})"
+        )
+    lines += [f"**{lead}**" + "".join(f"; {x}" for x in under) for lead, under in answered[:MAX_ANSWER_LINES]]
+    if len(answered) > MAX_ANSWER_LINES:
+        lines.append(f"_{len(answered) - MAX_ANSWER_LINES} more configs in report.html_")
+    if not comp.pairs:
         lines.append(
             "**No CPU/GPU pair yet**: every config ran on one device only (a plan skips cuda runs on a "
             "host without a GPU). On a GPU host the same plan, or the same command with device=cuda, "
             "pairs them; the README shows an H100's answer."
         )
-    for line in list(judged.break_even.values())[:MAX_BREAK_EVEN_LINES]:
-        lines.append(f"**price** {line}")
-    for side in comp.unpaired:
-        lines.extend(f"**caveat** {describe(side, varying)}: {line}" for line in judged.alone(side))
+    elif over_best := against_best(pairs):
+        top = max(over_best, key=_over_best)
+        lines.append(
+            f"**GPU over this CPU at its best: best {fmt_x(top.best_cpu_speedup)}** ({_where(top, varying)})"
+        )
     said = [(s, v) for s in comp.scaling for v in judged.series(s)]
     for s, v in said[:MAX_SCALING_LINES]:
         lines.append(f"**scaling** {describe(s.points[0].side, varying)} on {s.label}: {v}")

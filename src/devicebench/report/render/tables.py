@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from devicebench.report.judge.reliability import unreliable
 from devicebench.report.model.best_cpu import setting_of
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import ranked, side_cost
@@ -104,12 +105,19 @@ class PairItem:
     verdicts: tuple[str, ...] = ()
 
 
+def side_time(side: Side, key: str) -> str:
+    """`1.91 s (1.44 s–9.86 s, n=3) ⚠ noisy`: a side's time with its range, marked where a busy host or
+    the repeats' spread leaves it unreliable (the verdict under the table says why and what to do)."""
+    mark = unreliable(side)
+    return fmt_stat_s(side.metrics.get(key)) + (f" ⚠ {mark}" if mark else "")
+
+
 def _timed(p: Pair) -> tuple[str, str, str]:
     """What the times measured, and the two sides' times (matmul: one product, read in its own table)."""
     if p.workload == "matmul" and p.matmul_point is not None:
         return f"one product, n={p.matmul_point[2]}", NONE, NONE
     key = p.base.time_metric() or TOTAL_S
-    return timed_label(key), fmt_stat_s(p.base.metrics.get(key)), fmt_stat_s(p.other.metrics.get(key))
+    return timed_label(key), side_time(p.base, key), side_time(p.other, key)
 
 
 def speedup_text(p: Pair) -> str:
@@ -257,10 +265,22 @@ PRICE_COLUMNS: tuple[Column[SideItem], ...] = (
 
 
 def price_items(every: Iterable[Side], describe: Callable[[Side], str]) -> list[SideItem]:
-    """One item per side, grouped by work, most work per money first, each with its group's best."""
+    """One item per side, grouped by work, most work per money first, each with its group's best where
+    two or more of its sides have a price (alone, a side is its own best: 1.00× said nothing)."""
     return [
-        SideItem(s, describe(s), side_cost(sides[0]).work_per_money) for sides in ranked(every) for s in sides
+        SideItem(s, describe(s), side_cost(sides[0]).work_per_money if _priced(sides) > 1 else None)
+        for sides in ranked(every)
+        for s in sides
     ]
+
+
+def _priced(sides: Sequence[Side]) -> int:
+    return sum(1 for s in sides if side_cost(s).work_per_money)
+
+
+def compared_to_best(items: Sequence[SideItem]) -> bool:
+    """Whether any side's work per money is held against another's (the `vs the best` column)."""
+    return any(r.best is not None for r in items)
 
 
 def run_label(run: RunRecord) -> str:
@@ -280,7 +300,7 @@ def run_names(runs: Sequence[RunRecord], most: int = 3) -> str:
 UNPAIRED_COLUMNS: tuple[Column[SideItem], ...] = (
     Column("config", "config", lambda r: r.config),
     Column("device", "device", lambda r: r.side.label),
-    Column("time", "time", lambda r: fmt_stat_s(r.side.metrics.get(r.side.time_metric() or ""))),
+    Column("time", "time", lambda r: side_time(r.side, r.side.time_metric() or "")),
     Column("timed", "what is timed", lambda r: timed_label(r.side.time_metric())),
     Column("runs", "runs (ids in runs.csv)", lambda r: run_names(r.side.runs)),
 )
@@ -418,8 +438,11 @@ class RegressionItem:
 
 
 def regression_why(g: Regression) -> str:
-    """What else the newest GPU runs measured, for a reader deciding whether to look at the code."""
-    return f"NVML on the newest run(s): {g.why}, so the host or the GPU's limits may explain it rather than the code"
+    """What else the newest runs measured, for a reader deciding whether to look at the code: what NVML
+    saw, and a host that other processes kept busy (then: rerun when it is idle)."""
+    said = [f"NVML on the newest run(s): {g.why}"] if g.why else []
+    said += [f"the newest run(s) measured on a {g.busy}"] if g.busy else []
+    return "; ".join(said) + ", so the host or the GPU's limits may explain it rather than the code"
 
 
 REGRESSION_COLUMNS: tuple[Column[RegressionItem], ...] = (

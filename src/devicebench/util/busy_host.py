@@ -1,0 +1,40 @@
+"""Whether a run was measured on a busy host, said from its `host/*` figures (host/busy.py measures them):
+one judgement, so a run's own line, the report's tables and its verdicts say the same thing in the same
+words.
+
+At BUSY_SHARE of the run's cores' time taken by other processes, a timing measures the sharing as much
+as the device: one config's three runs read 1.44 s, 9.86 s and 1.91 s on a shared 2-core host. A busy
+loop on each core beside a one-thread run takes about two thirds of its cores, far over the threshold.
+Torch- and mlflow-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from devicebench.schema import HOST_LOAD_1M, HOST_OTHERS_SHARE
+from devicebench.util.fmt import fmt_share
+
+BUSY_SHARE = 0.25
+RERUN = "rerun when the host is idle"
+
+
+def _known(x: object) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def is_busy(figures: Mapping[str, float]) -> bool:
+    """Whether other processes took at least BUSY_SHARE of the run's cores while it ran."""
+    share = figures.get(HOST_OTHERS_SHARE)
+    return _known(share) and share >= BUSY_SHARE
+
+
+def busy_caveat(figures: Mapping[str, float]) -> str:
+    """`busy host: other processes took 63% of its CPU (load 4.1)`, or "" on a host that was quiet
+    enough (or where no one measured it)."""
+    if not is_busy(figures):
+        return ""
+    load = figures.get(HOST_LOAD_1M)
+    said = f" (load {load:.1f})" if _known(load) else ""
+    return f"busy host: other processes took {fmt_share(figures[HOST_OTHERS_SHARE])} of its CPU{said}"
