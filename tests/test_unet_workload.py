@@ -136,7 +136,7 @@ def test_synthetic_scenes_are_learnable(tmp_path: Path) -> None:
     _, val = load_datasets(cfg, tmp_path)
     _, val_loader = make_loaders(cfg, val, val, CPU)
     before = loop.evaluate(
-        build_model(cfg), val_loader, segmentation_loss, CPU, NUM_CLASSES, amp_dtype=None, channels_last=False
+        build_model(cfg), val_loader, segmentation_loss, setup.StepSettings(CPU), NUM_CLASSES
     )
     from devicebench.train.metrics import iou_per_class, nanmean
 

@@ -26,7 +26,13 @@ from matplotlib.figure import Figure
 
 from devicebench.config.workloads import UNetConfig as Config
 from devicebench.data import IGNORE_INDEX, resolve_root
-from devicebench.data.loader import SamplerFor, data_loader, no_sampler, one_line_data_errors
+from devicebench.data.loader import (
+    LoaderSettings,
+    SamplerFor,
+    data_loader,
+    no_sampler,
+    one_line_data_errors,
+)
 from devicebench.data.scenes import SyntheticScenes
 from devicebench.data.voc import VOCSegmentationSample, denormalize, resolve_lists, voc_palette
 from devicebench.errors import DataUnavailable
@@ -104,18 +110,13 @@ def make_loaders(
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
     """Training batches shuffled by a generator seeded with `seed` (same order on every device);
     validation batches in list order, never shuffled (the notebook shuffled them)."""
-    common: dict[str, Any] = {
-        "batch_size": cfg.batch_size,
-        "device": device,
-        "num_workers": cfg.num_workers,
-        "sampler_for": sampler_for,
-    }
+    both = LoaderSettings(cfg.batch_size, device, cfg.num_workers, sampler_for)
     # A lone last image with a 1×1 bottleneck would make BatchNorm fail; drop only that one.
     lone = len(train) % cfg.batch_size == 1 and len(train) > 1 and cfg.image_size < 32
     train_loader = data_loader(
-        train, shuffle=True, seed=cfg.seed, drop_last=lone, persistent=cfg.epochs > 1, **common
+        train, both, shuffle=True, seed=cfg.seed, drop_last=lone, persistent=cfg.epochs > 1
     )
-    val_loader = data_loader(val, shuffle=False, persistent=False, **common)
+    val_loader = data_loader(val, both, shuffle=False, persistent=False)
     return train_loader, val_loader
 
 
