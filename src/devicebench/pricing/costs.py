@@ -3,7 +3,7 @@ is known (pricing/prices.py prices it).
 
 The CLI calls this around the workload, which neither knows nor changes: the numbers come from what the
 workload already measured (its result) and the run's wall time (`time/total_s`). Metric names are the
-contract the report reads (issue 17): `cost/usd`, `cost/usd_per_hour`, `cost/usd_per_epoch`,
+contract the report reads: `cost/usd`, `cost/usd_per_hour`, `cost/usd_per_epoch`,
 `cost/usd_per_1k_samples`, `cost/gflop_per_usd` and `matmul/<backend>/<dtype>/gflop_per_usd` per size.
 """
 

@@ -267,7 +267,7 @@ def _price(value: Any, label: str, where: str, *, zero_ok: bool) -> float:
 
 
 def _date(value: Any, label: str, where: str) -> str:
-    if isinstance(value, datetime.date):  # YAML reads 2026-11-23 as a date
+    if isinstance(value, datetime.date):  # YAML reads an unquoted YYYY-MM-DD as a date
         return value.isoformat()[:10]
     try:
         return datetime.date.fromisoformat(str(value)).isoformat()

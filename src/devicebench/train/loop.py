@@ -1,4 +1,5 @@
-"""The one training loop of cifar and unet: the epoch loop (`fit`) and the step loop (`train_epoch`,
+"""The one training loop of cifar, unet and model (infer serves, matmul times products; neither trains):
+the epoch loop (`fit`) and the step loop (`train_epoch`,
 `evaluate`) together, then the summary every report reads (`log_summary`).
 
 What the loop owns is what must not differ between workloads for their timings to compare: the seeding
@@ -399,7 +400,7 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
     """
     totals = done.totals()
     # rank 0 alone logs, and alone measures a CPU's peak: ranks measuring on every core at once would
-    # share the cores and read the peak low (0.13-0.41 against 0.43 TFLOP/s alone, 2 processes here)
+    # share the cores and read the peak low (docs/measured.md)
     util, util_tags = (
         utilization_metrics(
             done.flops_per_sample,
