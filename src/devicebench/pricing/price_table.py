@@ -116,18 +116,18 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def _err(label: str, where: str, message: str) -> UsageError:
+def _table_error(label: str, where: str, message: str) -> UsageError:
     return UsageError(f"price table {label}: {where}: {message}")
 
 
-def _read(path: Path, label: str) -> Any:
+def _read_table(path: Path, label: str) -> Any:
     return load_capped(
         path,
         MAX_PRICES_BYTES,
         "a price table",
         _NoAliasLoader,
         _Refused,
-        lambda where, msg: _err(label, where, msg),
+        lambda where, msg: _table_error(label, where, msg),
     )
 
 
@@ -135,19 +135,23 @@ def load_prices(path: str | Path, label: str = "") -> PriceTable:
     """Read and validate a whole table; every problem is one line naming the file and the key."""
     path = Path(path)
     label = label or str(path)
-    doc = _read(path, label)
+    doc = _read_table(path, label)
     if not isinstance(doc, dict):
-        raise _err(label, "file", f"must be a mapping with keys {', '.join(TOP_KEYS)}")
+        raise _table_error(label, "file", f"must be a mapping with keys {', '.join(TOP_KEYS)}")
     _no_unknown(doc, TOP_KEYS, label, "")
     if doc.get("version") != VERSION or isinstance(doc.get("version"), bool):
-        raise _err(label, "version", f"{doc.get('version')!r} is not a known version; expected {VERSION}")
+        raise _table_error(
+            label, "version", f"{doc.get('version')!r} is not a known version; expected {VERSION}"
+        )
     shapes = doc.get("shapes")
     if not isinstance(shapes, dict):
-        raise _err(label, "shapes", "must be a mapping of OCI shape name -> price entry")
+        raise _table_error(label, "shapes", "must be a mapping of OCI shape name -> price entry")
     entries = {}
     for shape, raw in shapes.items():
         if not isinstance(shape, str) or not SHAPE_RE.fullmatch(shape):
-            raise _err(label, f"shapes[{shape!r}]", "is not a shape name (letters, digits, '.', '_', '-')")
+            raise _table_error(
+                label, f"shapes[{shape!r}]", "is not a shape name (letters, digits, '.', '_', '-')"
+            )
         entries[shape] = _entry(shape, raw, label)
     return PriceTable(path=path, label=label, entries=entries)
 
@@ -155,13 +159,13 @@ def load_prices(path: str | Path, label: str = "") -> PriceTable:
 def _no_unknown(doc: dict, known: tuple[str, ...], label: str, where: str) -> None:
     unknown = sorted(str(k) for k in doc if k not in known)
     if unknown:
-        raise _err(label, f"{where}{unknown[0]}", f"unknown key; allowed: {', '.join(known)}")
+        raise _table_error(label, f"{where}{unknown[0]}", f"unknown key; allowed: {', '.join(known)}")
 
 
 def _entry(shape: str, raw: Any, label: str) -> Entry:
     where = f"shapes[{shape}]"
     if not isinstance(raw, dict):
-        raise _err(
+        raise _table_error(
             label,
             where,
             f"must be a mapping with {FIXED}, {PER_GPU} (and gpus) or {' and '.join(FLEX)}, "
@@ -170,21 +174,23 @@ def _entry(shape: str, raw: Any, label: str) -> Entry:
     _no_unknown(raw, ENTRY_KEYS, label, f"{where}.")
     for key in META:
         if raw.get(key) in (None, ""):
-            raise _err(label, f"{where}.{key}", "missing; every entry says its currency, date and source")
+            raise _table_error(
+                label, f"{where}.{key}", "missing; every entry says its currency, date and source"
+            )
     _one_kind_of_price(raw, label, where)
     prices = {
-        k: _price(raw[k], label, f"{where}.{k}", zero_ok=k == FLEX[1])
+        k: _price_value(raw[k], label, f"{where}.{k}", zero_ok=k == FLEX[1])
         for k in (FIXED, PER_GPU, *FLEX)
         if k in raw
     }
     currency = str(raw["currency"])
     if not CURRENCY_RE.fullmatch(currency):
-        raise _err(label, f"{where}.currency", f"{currency!r} is not a currency code such as USD")
+        raise _table_error(label, f"{where}.currency", f"{currency!r} is not a currency code such as USD")
     return Entry(
         shape=shape,
         currency=currency,
         date=_date(raw["date"], label, f"{where}.date"),
-        source=_text(raw["source"], label, f"{where}.source"),
+        source=_source_text(raw["source"], label, f"{where}.source"),
         **prices,
         **_gpu_fields(shape, raw, label, where),
         **_cpu_fields(raw, label, where),
@@ -195,14 +201,14 @@ def _one_kind_of_price(raw: dict, label: str, where: str) -> None:
     """A shape has one price: per hour, per GPU-hour, or per OCPU-hour and GB-hour (a flex shape)."""
     kinds = [k for k in (FIXED, PER_GPU) if k in raw] + [k for k in FLEX[:1] if any(f in raw for f in FLEX)]
     if len(kinds) > 1:
-        raise _err(
+        raise _table_error(
             label,
             f"{where}.{kinds[1]}",
             f"a shape has one price: {FIXED}, {PER_GPU}, or {' and '.join(FLEX)}",
         )
     if not kinds or (kinds == [FLEX[0]] and not all(k in raw for k in FLEX)):
         missing = next((k for k in FLEX if k not in raw), FIXED) if kinds else FIXED
-        raise _err(
+        raise _table_error(
             label, f"{where}.{missing}", f"missing; a shape needs {FIXED}, {PER_GPU}, or {' and '.join(FLEX)}"
         )
 
@@ -213,7 +219,7 @@ def _gpu_fields(shape: str, raw: dict, label: str, where: str) -> dict[str, int]
     gpu_named = bool(GPU_SHAPE_RE.search(shape))
     if "gpus" not in raw:
         if gpu_named or PER_GPU in raw:
-            raise _err(
+            raise _table_error(
                 label,
                 f"{where}.gpus",
                 "missing; a GPU shape says how many GPUs it has (a run is charged per GPU it used)",
@@ -221,11 +227,11 @@ def _gpu_fields(shape: str, raw: dict, label: str, where: str) -> dict[str, int]
         return {}
     n = raw["gpus"]
     if any(k in raw for k in FLEX):
-        raise _err(label, f"{where}.gpus", "a flex CPU shape has no GPUs; leave gpus out")
+        raise _table_error(label, f"{where}.gpus", "a flex CPU shape has no GPUs; leave gpus out")
     if isinstance(n, bool) or not isinstance(n, int):
-        raise _err(label, f"{where}.gpus", f"{n!r} is not a whole number of GPUs (1-{MAX_GPUS})")
+        raise _table_error(label, f"{where}.gpus", f"{n!r} is not a whole number of GPUs (1-{MAX_GPUS})")
     if not 1 <= n <= MAX_GPUS:
-        raise _err(label, f"{where}.gpus", f"{n!r} is out of range; a shape has 1-{MAX_GPUS} GPUs")
+        raise _table_error(label, f"{where}.gpus", f"{n!r} is out of range; a shape has 1-{MAX_GPUS} GPUs")
     return {"gpus": n}
 
 
@@ -235,34 +241,36 @@ def _cpu_fields(raw: dict, label: str, where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in CPU_KEYS:
         if key in raw and not any(k in raw for k in FLEX):
-            raise _err(label, f"{where}.{key}", "only a flex CPU shape (usd_per_ocpu_hour) takes it")
+            raise _table_error(label, f"{where}.{key}", "only a flex CPU shape (usd_per_ocpu_hour) takes it")
     if "arch" in raw:
         if raw["arch"] not in VCPUS_PER_OCPU:
-            raise _err(label, f"{where}.arch", f"{raw['arch']!r} is not allowed; allowed: x86, arm")
+            raise _table_error(label, f"{where}.arch", f"{raw['arch']!r} is not allowed; allowed: x86, arm")
         out["arch"] = raw["arch"]
     if "min_gb_per_ocpu" in raw:
         value = raw["min_gb_per_ocpu"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
-            raise _err(label, f"{where}.min_gb_per_ocpu", f"{value!r} is not a number of GB from 0 to 64")
+            raise _table_error(
+                label, f"{where}.min_gb_per_ocpu", f"{value!r} is not a number of GB from 0 to 64"
+            )
         out["min_gb_per_ocpu"] = float(value)
     return out
 
 
-def _price(value: Any, label: str, where: str, *, zero_ok: bool) -> float:
+def _price_value(value: Any, label: str, where: str, *, zero_ok: bool) -> float:
     """A price is a plain finite number: "2.0" in quotes, true, -1 and .inf are refused by name."""
     floor = ">= 0" if zero_ok else "> 0"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
         # math.isfinite of a 400-digit integer raised OverflowError, which no check named
         digits = len(str(abs(value)))
-        raise _err(
+        raise _table_error(
             label,
             where,
             f"a number of {fmt_count(digits)} digits is not a price; expected a price per hour {floor}",
         )
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _err(label, where, f"{value!r} is not a number; expected a price per hour {floor}")
+        raise _table_error(label, where, f"{value!r} is not a number; expected a price per hour {floor}")
     if value < 0 or (value == 0 and not zero_ok):
-        raise _err(label, where, f"{value!r} is out of range; expected a price per hour {floor}")
+        raise _table_error(label, where, f"{value!r} is out of range; expected a price per hour {floor}")
     return float(value)
 
 
@@ -272,13 +280,13 @@ def _date(value: Any, label: str, where: str) -> str:
     try:
         return datetime.date.fromisoformat(str(value)).isoformat()
     except ValueError:
-        raise _err(
+        raise _table_error(
             label, where, f"{value!r} is not a date; expected YYYY-MM-DD (the day it was read)"
         ) from None
 
 
-def _text(value: Any, label: str, where: str) -> str:
+def _source_text(value: Any, label: str, where: str) -> str:
     text = " ".join(str(value).split())
     if len(text) > 500:
-        raise _err(label, where, f"{len(text):,} characters; at most 500")
+        raise _table_error(label, where, f"{len(text):,} characters; at most 500")
     return text

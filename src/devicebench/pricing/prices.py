@@ -290,7 +290,7 @@ def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
     entry = table.entries.get(shape)
     if entry is None:
         return f"shape {shape} is not in {table.label}"
-    ocpus, memory_gb = _number(host.get("oci.ocpus")), _number(host.get("oci.memory_gb"))
+    ocpus, memory_gb = _positive_number(host.get("oci.ocpus")), _positive_number(host.get("oci.memory_gb"))
     hourly = entry.hourly(ocpus, memory_gb)
     if hourly is None:
         return f"shape {shape} is priced per OCPU and GB, but the OCI metadata gave no shapeConfig"
@@ -300,7 +300,7 @@ def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
     return _of(entry, pricing, table, hourly, units)
 
 
-def _number(text: str | None) -> float | None:
+def _positive_number(text: str | None) -> float | None:
     try:
         value = float(text) if text else None
     except ValueError:

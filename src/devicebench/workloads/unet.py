@@ -120,7 +120,7 @@ def make_loaders(
     return train_loader, val_loader
 
 
-def build_model(cfg: Config) -> torch.nn.Module:
+def build_unet(cfg: Config) -> torch.nn.Module:
     """The UNet, seeded first: the same seed gives the same initial weights on every device."""
     setup.seed_everything(cfg.seed)
     return UNet(3, NUM_CLASSES, cfg.base_channels, cfg.bilinear)
@@ -158,7 +158,7 @@ def _task(cfg: Config, classes: list[str], device: torch.device) -> setup.Task:
         print(f"Evaluation time on {device}: {ev.seconds:.2f} s")
 
     return setup.Task(
-        build=lambda: build_model(cfg),
+        build=lambda: build_unet(cfg),
         optimizer=make_optimizer,
         loss_fn=segmentation_loss,
         num_classes=NUM_CLASSES,
@@ -216,7 +216,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
     return result
 
 
-def _number(v: float) -> float | None:
+def _nan_as_none(v: float) -> float | None:
     """NaN (a class with no pixels) as an empty cell: 0 would claim a result."""
     return None if math.isnan(v) else v
 
@@ -227,9 +227,9 @@ def per_class_table(cm: torch.Tensor, classes: list[str]) -> dict[str, list]:
     iou, dice, recall = iou_per_class(cm), dice_per_class(cm), per_class_accuracy(cm)
     return {
         "class": list(classes),
-        "iou": [_number(v) for v in iou],
-        "dice": [_number(v) for v in dice],
-        "accuracy": [_number(v) for v in recall],
+        "iou": [_nan_as_none(v) for v in iou],
+        "dice": [_nan_as_none(v) for v in dice],
+        "accuracy": [_nan_as_none(v) for v in recall],
         "truth_pixels": [int(n) for n in cm.sum(dim=1).tolist()],
         "predicted_pixels": [int(n) for n in cm.sum(dim=0).tolist()],
     }
