@@ -29,7 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"host", "pricing"}),  # the machine it runs on; what that machine costs
     frozenset({"tracking", "data", "models"}),  # where results go; what is trained on, and what
     frozenset({"train"}),  # one training run
-    frozenset({"workloads"}),  # matmul, cifar, unet
+    frozenset({"workloads"}),  # matmul, cifar, unet, model, infer
     frozenset({"report"}),  # runs read back and compared (torch-free)
     frozenset({"plan"}),  # many runs from one YAML, then the report
     frozenset({"run", "__main__"}),  # the command line and one run from flags to store
