@@ -5,7 +5,7 @@ report splits it by world size), so all are `key=False`.
 
 from __future__ import annotations
 
-from devicebench.config.fields import param
+from devicebench.config.fields import Unset, param
 from devicebench.errors import UsageError
 
 
@@ -47,8 +47,7 @@ def rdzv_endpoint() -> str:
         "",
         "host:port of node 0 where the nodes meet (nnodes > 1; auto: this host, a free port)",
         key=False,
-        unset="auto",
-        kind="host:port",
+        unset=Unset("auto", "host:port"),
     )
 
 

@@ -5,7 +5,7 @@ default (`config.fields.param`), so a config class names the field and calls its
 
 from __future__ import annotations
 
-from devicebench.config.fields import param, spelt
+from devicebench.config.fields import Unset, param, spelt
 from devicebench.config.spelling import input_text, model_spec_text
 
 # `default` is PyTorch's out-of-the-box math (TF32 convolutions on an Ampere or newer GPU, IEEE matmuls),
@@ -84,8 +84,7 @@ def cpu_shape() -> str:
         "the flex CPU shape a CPU run off a CPU shape is priced as, at the OCPUs it used "
         "(default: DEVICEBENCH_CPU_SHAPE, else VM.Standard.E5.Flex)",
         key=False,
-        unset="default",
-        kind="an OCI CPU shape name",
+        unset=Unset("default", "an OCI CPU shape name"),
     )
 
 
@@ -97,8 +96,7 @@ def price_shape() -> str:
         "price a GPU run as if on this GPU shape of the price table where the host's shape is unknown "
         "(default: DEVICEBENCH_PRICE_SHAPE)",
         key=False,
-        unset="none",
-        kind="an OCI GPU shape name",
+        unset=Unset("none", "an OCI GPU shape name"),
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicebench.config import job_fields, shared_fields
-from devicebench.config.fields import NOT_KEYED, is_keyed, param, spelt
+from devicebench.config.fields import NOT_KEYED, Unset, is_keyed, param, spelt
 from devicebench.config.spelling import check_model_spec, check_model_uri, input_text, parse_input, path_text
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
@@ -129,8 +129,7 @@ class CifarConfig:
         "",
         "directory holding cifar-10-batches-py (auto: DEVICEBENCH_DATA_DIR)",
         key=False,
-        unset="auto",
-        kind="a directory",
+        unset=Unset("auto", "a directory"),
     )
     download: bool = param(False, "download CIFAR-10 (~163 MB) when files are missing", key=False)
     verify: bool = param(True, "check the files' md5 sums (torchvision's) before reading them", key=False)
@@ -200,16 +199,14 @@ class UNetConfig:
         "",
         "directory holding VOCdevkit/VOC2012 (auto: DEVICEBENCH_DATA_DIR)",
         key=False,
-        unset="auto",
-        kind="a directory",
+        unset=Unset("auto", "a directory"),
     )
     download: bool = param(False, "download VOC 2012 (~2 GB) when it is missing", key=False)
     train_list: str = spelt(
         param(
             "",
             "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
-            unset="default",
-            kind="a file",
+            unset=Unset("default", "a file"),
         ),
         path_text,
     )
@@ -217,8 +214,7 @@ class UNetConfig:
         param(
             "",
             "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
-            unset="default",
-            kind="a file",
+            unset=Unset("default", "a file"),
         ),
         path_text,
     )
@@ -299,8 +295,7 @@ class ModelConfig:
         "",
         "directory holding train/ and val/, one subfolder of images per class (auto: DEVICEBENCH_DATA_DIR)",
         key=False,
-        unset="auto",
-        kind="a directory",
+        unset=Unset("auto", "a directory"),
     )
     num_workers: int = param(
         2, "DataLoader worker processes (data=imagefolder only; at most 4 per usable core)", min=0
@@ -348,16 +343,14 @@ class InferConfig:
     model_uri: str = param(
         "",
         "a logged model: models:/<model id> or runs:/<run id>/<path> (none: build `model` untrained)",
-        unset="none",
-        kind="a model URI",
+        unset=Unset("none", "a model URI"),
     )
     model: str = shared_fields.model_spec()
     input: str = spelt(
         param(
             "",
             "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)",
-            unset="auto",
-            kind="a shape CxHxW",
+            unset=Unset("auto", "a shape CxHxW"),
         ),
         input_text,
     )
