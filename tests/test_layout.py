@@ -264,17 +264,12 @@ SHARED_NAMES = {
     "Point",  # report/model/pairs.py and scaling.py: the lead clears this
     "_child",  # the lead clears this
     "_finish",  # the lead clears this
-    "_finite",  # the lead clears this
-    "_float",  # the lead clears this
-    "_num",  # the lead clears this
     "_open_run",  # the lead clears this
     "_price_performance",  # the lead clears this
     "_print_links",  # the lead clears this
-    "_said",  # the lead clears this
     "_serving",  # the lead clears this
     "_table",  # the lead clears this
     "_timed",  # the lead clears this
-    "check_job",  # the lead clears this
     "oversubscribed",  # the lead clears this
     "shown",  # the lead clears this
     "table",  # the lead clears this

@@ -92,7 +92,7 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _num(x: float) -> str:
+def _bound_text(x: float) -> str:
     return str(x) if isinstance(x, int) else f"{x:g}"
 
 
@@ -105,8 +105,11 @@ def _describe(f: dataclasses.Field, elem: Any, seq: bool) -> str:
     elif elem in (int, float):
         kind = "an integer" if elem is int else "a number"
         lo, hi, gt = meta.get("min"), meta.get("max"), meta.get("above")
-        bounds = [f">= {_num(lo)}" if lo is not None else "", f"<= {_num(hi)}" if hi is not None else ""]
-        bounds.insert(0, f"> {_num(gt)}" if gt is not None else "")
+        bounds = [
+            f">= {_bound_text(lo)}" if lo is not None else "",
+            f"<= {_bound_text(hi)}" if hi is not None else "",
+        ]
+        bounds.insert(0, f"> {_bound_text(gt)}" if gt is not None else "")
         what = f"{kind} {' and '.join(b for b in bounds if b)}".strip()
     else:
         what = "a string"

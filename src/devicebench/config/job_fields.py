@@ -51,7 +51,7 @@ def rdzv_endpoint() -> str:
     )
 
 
-def check_job(cfg: object) -> None:
+def check_job_fields(cfg: object) -> None:
     """A multi-node job needs to know where to meet and which node this is; one node needs neither."""
     nnodes, node_rank, endpoint = (getattr(cfg, k) for k in ("nnodes", "node_rank", "rdzv_endpoint"))
     if node_rank >= nnodes:

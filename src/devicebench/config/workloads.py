@@ -156,7 +156,7 @@ class CifarConfig:
     def validate(self) -> None:
         _check_lr(self.lr)
         check_workers(self.num_workers)
-        job_fields.check_job(self)
+        job_fields.check_job_fields(self)
         if self.loader == "tensor" and self.nproc * self.nnodes > 1:
             raise UsageError(
                 "loader=tensor holds the whole split on every device and shards nothing; "
@@ -236,7 +236,7 @@ class UNetConfig:
         """Checks that need more than one field, or the file system, before any run is created."""
         _check_lr(self.lr)
         check_workers(self.num_workers)
-        job_fields.check_job(self)
+        job_fields.check_job_fields(self)
         if self.image_size % 2:
             raise UsageError(
                 f"{self.image_size} is odd; expected an even integer >= 16 (multiples of 16 work best)",

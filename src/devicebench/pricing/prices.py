@@ -195,7 +195,7 @@ def price_side(pricing: Pricing, host: Mapping[str, str], usage: Usage) -> Price
     return _cpu_price(pricing, table, shape, usage)
 
 
-def _of(
+def _table_price(
     e: Entry,
     pricing: Pricing,
     table: PriceTable,
@@ -247,7 +247,7 @@ def _gpu_price(
     units = f"{fmt_number(gpus)} of its {e.gpus} GPU{'s' if e.gpus != 1 else ''}"
     if gpus > (e.gpus or 1):  # a job on several hosts of the shape
         units = f"{fmt_number(gpus)} GPUs at its rate per GPU"
-    return _of(e, pricing, table, (e.per_gpu or 0.0) * gpus, units, as_if=as_if, per_use=True)
+    return _table_price(e, pricing, table, (e.per_gpu or 0.0) * gpus, units, as_if=as_if, per_use=True)
 
 
 def _cpu_price(pricing: Pricing, table: PriceTable, shape: str, usage: Usage) -> Price | str:
@@ -263,7 +263,7 @@ def _cpu_price(pricing: Pricing, table: PriceTable, shape: str, usage: Usage) ->
     gb = max(1, math.ceil(usage.memory_gb), math.ceil(e.min_gb_per_ocpu * ocpus))
     hourly = (e.usd_per_ocpu_hour or 0.0) * ocpus + (e.usd_per_gb_hour or 0.0) * gb
     units = f"{ocpus} OCPU{'s' if ocpus != 1 else ''} + {gb} GB"
-    return _of(e, pricing, table, hourly, units, as_if=e.shape != shape, per_use=True)
+    return _table_price(e, pricing, table, hourly, units, as_if=e.shape != shape, per_use=True)
 
 
 def gpu_to_weigh(pricing: Pricing, usage: Usage) -> dict[str, str]:
@@ -297,7 +297,7 @@ def resolve_price(pricing: Pricing, host: Mapping[str, str]) -> Price | str:
     units = f"the whole shape ({entry.gpus} GPUs)" if entry.is_gpu else "the whole shape"
     if entry.is_flex:
         units = f"{fmt_number(ocpus or 0)} OCPUs + {fmt_number(memory_gb or 0)} GB"
-    return _of(entry, pricing, table, hourly, units)
+    return _table_price(entry, pricing, table, hourly, units)
 
 
 def _positive_number(text: str | None) -> float | None:
