@@ -9,8 +9,6 @@ from devicebench.config.fields import Unset, param
 from devicebench.errors import UsageError
 
 
-# Fields of a data-parallel run (torchrun + DistributedDataParallel), shared by cifar and unet. None is the
-# work: the same config at 1, 2 or 8 processes is one scaling series (the report splits it by world size).
 def nproc() -> int:
     return param(
         1,
