@@ -269,7 +269,6 @@ SHARED_NAMES = {
     "_print_links",  # the lead clears this
     "_serving",  # the lead clears this
     "_table",  # the lead clears this
-    "_timed",  # the lead clears this
     "oversubscribed",  # the lead clears this
     "shown",  # the lead clears this
     "table",  # the lead clears this
