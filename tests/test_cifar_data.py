@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from devicebench.data.cifar import CLASSES, CIFAR10Files, TensorLoader, tutorial_transform
-from devicebench.data.loader import data_loader
+from devicebench.data.loader import LoaderSettings, data_loader
 from devicebench.data.synthetic import SyntheticCIFAR10, make_split
 from devicebench.errors import DataUnavailable
 from devicebench.models.cifar_net import Net
@@ -153,7 +153,7 @@ def test_a_download_without_network_names_the_host(tmp_path: Path, monkeypatch: 
 def test_both_loaders_give_the_same_normalised_values() -> None:
     ds = SyntheticCIFAR10(train=False, transform=tutorial_transform(), limit=70)
     cpu = torch.device("cpu")
-    reference = list(data_loader(ds, 32, cpu, shuffle=False, num_workers=0))
+    reference = list(data_loader(ds, LoaderSettings(32, cpu), shuffle=False))
     ours = list(TensorLoader(ds.data, ds.targets, 32, cpu, shuffle=False))
     assert len(reference) == len(ours) == 3
     for (x1, y1), (x2, y2) in zip(reference, ours, strict=True):
@@ -275,7 +275,7 @@ from test_cifar_data import write_cifar
 import torch
 from devicebench.workloads import cifar, unet, matmul  # noqa: F401
 from devicebench.data.cifar import CIFAR10Files, TensorLoader, tutorial_transform
-from devicebench.data.loader import data_loader
+from devicebench.data.loader import LoaderSettings, data_loader
 from devicebench.data.synthetic import SyntheticCIFAR10
 from devicebench.models.cifar_net import build_model
 from devicebench.models.unet import UNet
@@ -283,7 +283,7 @@ folder = tempfile.TemporaryDirectory()  # removed as the process exits
 root = Path(folder.name)
 write_cifar(root, per_batch=4, test=4)
 for ds in (CIFAR10Files(root, False, tutorial_transform(), verify=False), SyntheticCIFAR10(False, tutorial_transform(), 8)):
-    x, y = next(iter(data_loader(ds, 4, torch.device("cpu"), shuffle=True, num_workers=0)))
+    x, y = next(iter(data_loader(ds, LoaderSettings(4, torch.device("cpu")), shuffle=True)))
     build_model("tutorial")(x).sum().backward()
     next(iter(TensorLoader(ds.data, ds.targets, 4, torch.device("cpu"), shuffle=True)))
 UNet(3, 21, base_channels=4)(torch.zeros(1, 3, 32, 32))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from devicebench import __version__
-from devicebench.config.fields import param
+from devicebench.config.fields import Unset, param
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.cli import parse_deadline
 from devicebench.report.command import budget_text
@@ -95,8 +95,8 @@ def test_a_field_with_an_unset_word_says_what_its_text_is(capsys: pytest.Capture
     for cls in CONFIGS.values():
         for f in dataclasses.fields(cls):
             assert bool(f.metadata["unset"]) == bool(f.metadata["kind"]), f.name
-    with pytest.raises(TypeError, match="says what its text is"):
-        param("", "a text", unset="auto")
+    with pytest.raises(TypeError, match="defaults to its empty value"):
+        param("x", "a text", unset=Unset("auto", "a text"))
 
 
 def test_tune_takes_both_spellings_of_its_budget() -> None:

@@ -13,6 +13,7 @@ from devicebench.errors import Diverged
 from devicebench.tracking.protocol import MemoryTracker
 from devicebench.train.loop import train_epoch
 from devicebench.train.records import LossLog
+from devicebench.train.setup import Learner, StepSettings
 
 
 def test_a_flush_logs_the_finite_points_then_names_the_first_bad_step() -> None:
@@ -38,13 +39,9 @@ def test_an_epoch_shorter_than_log_every_is_checked_by_its_mean() -> None:
     log = LossLog(MemoryTracker(), every=1000)
     with pytest.raises(Diverged, match=r"^diverged at step 13$"):
         train_epoch(
-            model,
+            Learner(model, optimizer, overflowing),
             loader,
-            optimizer,
-            overflowing,
-            torch.device("cpu"),
-            amp_dtype=None,
-            channels_last=False,
+            StepSettings(torch.device("cpu")),
             loss_log=log,
             first_step=10,
         )

@@ -577,6 +577,7 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
     from devicebench.errors import Interrupted
     from devicebench.tracking.protocol import MemoryTracker
     from devicebench.train import loop, records
+    from devicebench.train.setup import Learner, StepSettings
 
     def loader() -> Iterator[tuple[Any, Any]]:
         for _ in range(7):
@@ -587,13 +588,9 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
     tracker = MemoryTracker()
     with pytest.raises(Interrupted):
         loop.train_epoch(
-            model,
+            Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.CrossEntropyLoss()),
             loader(),
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            torch.nn.CrossEntropyLoss(),
-            torch.device("cpu"),
-            amp_dtype=None,
-            channels_last=False,
+            StepSettings(torch.device("cpu")),
             loss_log=records.LossLog(tracker, every=1),
             first_step=0,
         )

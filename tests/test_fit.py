@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from devicebench.config.workloads import CifarConfig
-from devicebench.data.loader import data_loader
+from devicebench.data.loader import LoaderSettings, data_loader
 from devicebench.host.context import Context
 from devicebench.tracking.protocol import MemoryTracker
 from devicebench.train import loop, setup
@@ -27,8 +27,8 @@ def _fit(tmp_path: Path, tracker: MemoryTracker) -> loop.Fitted:
     train, val = TensorDataset(x, y), TensorDataset(x[:16], y[:16])
 
     def load() -> tuple:
-        kw = {"batch_size": opts.batch_size, "device": CPU, "num_workers": 0, "sampler_for": opts.sampler_for}
-        return train, val, data_loader(train, shuffle=True, **kw), data_loader(val, shuffle=False, **kw)
+        both = LoaderSettings(opts.batch_size, CPU, 0, opts.sampler_for)
+        return train, val, data_loader(train, both, shuffle=True), data_loader(val, both, shuffle=False)
 
     task = setup.Task(
         build=lambda: torch.nn.Linear(4, 3),

@@ -33,6 +33,7 @@ SPELT_THROUGH_FMT = [
     *sorted((SRC / "report").rglob("*.py")),
     SRC / "run" / "run_line.py",
     SRC / "pricing" / "prices.py",
+    SRC / "pricing" / "price_table.py",
 ]
 
 

@@ -177,11 +177,11 @@ def test_a_gpu_points_peak_fraction_is_its_gflops_over_the_datasheet_figure() ->
     and a GPU the table does not know gets none either (never a made-up peak)."""
     from devicebench.host.peaks import gpu_peak
     from devicebench.host.timing import TimingStats
-    from devicebench.workloads.matmul import Point, point_peaks
+    from devicebench.workloads.matmul import MatmulPoint, point_peaks
 
-    def point(backend: str, dtype: str, tflops: float) -> Point:
+    def point(backend: str, dtype: str, tflops: float) -> MatmulPoint:
         n = 4096
-        return Point(backend, dtype, n, TimingStats((2 * n**3 / (tflops * 1e12),)), 0.0, None)
+        return MatmulPoint(backend, dtype, n, TimingStats((2 * n**3 / (tflops * 1e12),)), 0.0, None)
 
     points = [
         point("torch", "bfloat16", 701.0),

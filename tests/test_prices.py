@@ -25,13 +25,11 @@ from devicebench.config.settings import load_settings
 from devicebench.config.workloads import CONFIGS
 from devicebench.errors import UsageError
 from devicebench.pricing.costs import headline_gflop_per_usd, matmul_costs, training_costs
+from devicebench.pricing.price_table import MAX_PRICES_BYTES, default_path, load_prices
 from devicebench.pricing.prices import (
-    MAX_PRICES_BYTES,
     Price,
     Pricing,
     Usage,
-    default_path,
-    load_prices,
     mig_share,
     price_side,
     pricing_for,

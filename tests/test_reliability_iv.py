@@ -20,7 +20,7 @@ import pytest
 from devicebench.config.settings import load_dotenv_file, load_settings, preflight_store
 from devicebench.errors import StoreUnavailable, UsageError
 from devicebench.plan.spec import load_plan
-from devicebench.pricing.prices import load_prices
+from devicebench.pricing.price_table import load_prices
 from devicebench.tracking.store import check_store
 from servers import QUICK_MATMUL, devicebench_env, one_error_line, pg_available, run_cli
 

@@ -15,7 +15,7 @@ import pytest
 
 from devicebench.config.fields import build_config, config_key, to_params
 from devicebench.config.workloads import InferConfig, MatmulConfig, ModelConfig, UNetConfig
-from devicebench.data.loader import data_loader, one_line_data_errors
+from devicebench.data.loader import LoaderSettings, data_loader, one_line_data_errors
 from devicebench.data.shaped import image_folders
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.host.context import LoadedModel
@@ -110,7 +110,7 @@ def test_a_truncated_jpeg_is_one_line_naming_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "train" / "b" / "1.jpg"
     bad.write_bytes(bad.read_bytes()[:200])
     train, _ = image_folders(tmp_path, SHAPE, 0, 0)
-    loader = data_loader(train, 4, torch.device("cpu"), shuffle=False, num_workers=1, persistent=False)
+    loader = data_loader(train, LoaderSettings(4, torch.device("cpu"), 1), shuffle=False, persistent=False)
     with pytest.raises(DataUnavailable) as e, one_line_data_errors():
         list(loader)
     said = str(e.value)

@@ -66,10 +66,7 @@ def test_warm_up_steps_a_copy_and_leaves_model_optimizer_and_rng_untouched() -> 
         lambda params: torch.optim.SGD(params, lr=0.5, momentum=0.9),
         torch.nn.functional.cross_entropy,
         _batches(),
-        torch.device("cpu"),
-        amp_dtype=None,
-        channels_last=False,
-        fp16_scaler=False,
+        setup.StepSettings(torch.device("cpu")),
         train_sizes=[6, 4],
         eval_sizes=[10],  # more rows than the batch has: repeated
     )
@@ -239,10 +236,7 @@ def test_warm_up_on_cuda_with_fp16_and_fused_leaves_the_model_untouched() -> Non
         make,
         torch.nn.functional.cross_entropy,
         _batches(),
-        cuda,
-        amp_dtype=torch.float16,
-        channels_last=True,
-        fp16_scaler=True,
+        setup.StepSettings(cuda, torch.float16, channels_last=True, fp16_scaler=True),
         train_sizes=[6],
         eval_sizes=[6],
     )
@@ -382,9 +376,12 @@ def test_the_timed_loop_adds_no_device_work_per_step_to_a_bare_loop(steps: int) 
     def ours() -> None:
         log = records.LossLog(MemoryTracker(), every=2)
         loop.train_epoch(
-            model, loader, optimizer, criterion, torch.device("cpu"),
-            amp_dtype=None, channels_last=False, loss_log=log, first_step=0,
-        )  # fmt: skip
+            setup.Learner(model, optimizer, criterion),
+            loader,
+            setup.StepSettings(torch.device("cpu")),
+            loss_log=log,
+            first_step=0,
+        )
 
     bare()  # momentum buffers exist before either side is counted
     extra = _ops_per_epoch(ours) - _ops_per_epoch(bare)

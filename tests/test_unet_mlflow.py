@@ -17,7 +17,7 @@ from test_unet_data import write_voc
 
 from devicebench.data.voc import CLASSES
 from devicebench.train import setup
-from devicebench.workloads.unet import Config, build_model
+from devicebench.workloads.unet import Config, build_unet
 from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 
 SYNTHETIC = {
@@ -134,11 +134,11 @@ def test_a_run_on_a_voc_directory(voc_run: tuple) -> None:
 
 def test_same_seed_same_initial_weights(synthetic_run: tuple, voc_run: tuple) -> None:
     """Two runs with seed 0 and base 8 (different data, sizes and config keys) start from the same
-    weights, and those are the weights `build_model` makes in this process."""
+    weights, and those are the weights `build_unet` makes in this process."""
     (first, _), (second, _) = synthetic_run, voc_run
     assert second.data.tags["devicebench.config_key"] != first.data.tags["devicebench.config_key"]
     assert facts_of(second)["devicebench.init_weights"] == facts_of(first)["devicebench.init_weights"]
-    expected = setup.weights_fingerprint(build_model(Config(base_channels=8)))
+    expected = setup.weights_fingerprint(build_unet(Config(base_channels=8)))
     assert facts_of(first)["devicebench.init_weights"] == expected
 
 

@@ -16,6 +16,7 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from devicebench.errors import UsageError
@@ -30,6 +31,15 @@ INT_LIMIT = 2**63 - 1
 NOT_KEYED = ("device", "seed")
 
 
+@dataclass(frozen=True)
+class Unset:
+    """The word that stands for a text field's empty value (`auto`, `default`), and what its text is
+    when one is given (`a directory`, `an OCI shape name`): the flag's help shows both."""
+
+    word: str
+    kind: str
+
+
 def param(
     default: Any,
     help: str,
@@ -39,8 +49,7 @@ def param(
     max: float | None = None,
     above: float | None = None,
     key: bool = True,
-    unset: str | None = None,
-    kind: str | None = None,
+    unset: Unset | None = None,
 ) -> Any:
     """A config field with its help text and constraints.
 
@@ -52,16 +61,14 @@ def param(
     "" as before, but the word is what is logged and what MLproject passes. `mlflow run` logs every
     parameter shell-quoted, so an empty default was logged as the literal `''` and MLflow's compare view
     set those runs apart from the same work logged by the CLI. Such a field says what its text is
-    (`kind`: "a directory", "an OCI shape name"), which its flag's help shows beside the word.
+    (`Unset.kind`: "a directory", "an OCI shape name"), which its flag's help shows beside the word.
     """
     meta = {"help": help, "choices": tuple(choices) if choices else None, "min": min, "max": max, "key": key}
-    meta["unset"] = unset
+    meta["unset"] = unset.word if unset else None
     meta["above"] = above
-    meta["kind"] = kind
+    meta["kind"] = unset.kind if unset else None
     if unset is not None and default != "":
         raise TypeError("a field with an unset word defaults to its empty value")
-    if (unset is None) != (kind is None):
-        raise TypeError("a field with an unset word says what its text is (kind), and only such a field")
     if isinstance(default, list | dict | set):
         raise TypeError("use tuples for sequence defaults")
     return dataclasses.field(default=default, metadata=meta)
@@ -85,7 +92,7 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _num(x: float) -> str:
+def _bound_text(x: float) -> str:
     return str(x) if isinstance(x, int) else f"{x:g}"
 
 
@@ -98,8 +105,11 @@ def _describe(f: dataclasses.Field, elem: Any, seq: bool) -> str:
     elif elem in (int, float):
         kind = "an integer" if elem is int else "a number"
         lo, hi, gt = meta.get("min"), meta.get("max"), meta.get("above")
-        bounds = [f">= {_num(lo)}" if lo is not None else "", f"<= {_num(hi)}" if hi is not None else ""]
-        bounds.insert(0, f"> {_num(gt)}" if gt is not None else "")
+        bounds = [
+            f">= {_bound_text(lo)}" if lo is not None else "",
+            f"<= {_bound_text(hi)}" if hi is not None else "",
+        ]
+        bounds.insert(0, f"> {_bound_text(gt)}" if gt is not None else "")
         what = f"{kind} {' and '.join(b for b in bounds if b)}".strip()
     else:
         what = "a string"

@@ -5,12 +5,10 @@ report splits it by world size), so all are `key=False`.
 
 from __future__ import annotations
 
-from devicebench.config.fields import param
+from devicebench.config.fields import Unset, param
 from devicebench.errors import UsageError
 
 
-# Fields of a data-parallel run (torchrun + DistributedDataParallel), shared by cifar and unet. None is the
-# work: the same config at 1, 2 or 8 processes is one scaling series (the report splits it by world size).
 def nproc() -> int:
     return param(
         1,
@@ -47,12 +45,11 @@ def rdzv_endpoint() -> str:
         "",
         "host:port of node 0 where the nodes meet (nnodes > 1; auto: this host, a free port)",
         key=False,
-        unset="auto",
-        kind="host:port",
+        unset=Unset("auto", "host:port"),
     )
 
 
-def check_job(cfg: object) -> None:
+def check_job_fields(cfg: object) -> None:
     """A multi-node job needs to know where to meet and which node this is; one node needs neither."""
     nnodes, node_rank, endpoint = (getattr(cfg, k) for k in ("nnodes", "node_rank", "rdzv_endpoint"))
     if node_rank >= nnodes:

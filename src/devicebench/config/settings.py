@@ -66,7 +66,7 @@ class Settings:
     ui_port: str = ""  # MLFLOW_UI_PORT: `make ui`'s port, for links on a store without a server
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
+def _float_setting(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -221,10 +221,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         data_dir=Path(env.get("DEVICEBENCH_DATA_DIR") or "data").expanduser(),
         spool_dir=Path(env.get("DEVICEBENCH_SPOOL_DIR") or state_home / "devicebench" / "spool").expanduser(),
         oci_metadata_url=_http_url(env, "DEVICEBENCH_OCI_METADATA_URL", OCI_METADATA_URL),
-        oci_timeout_s=_float(env, "DEVICEBENCH_OCI_TIMEOUT_S", 0.5),
-        store_timeout_s=_float(env, "DEVICEBENCH_STORE_TIMEOUT_S", 10.0),
-        flush_interval_s=_float(env, "DEVICEBENCH_FLUSH_INTERVAL_S", 2.0),
-        final_flush_s=_float(env, "DEVICEBENCH_FINAL_FLUSH_S", 60.0),
+        oci_timeout_s=_float_setting(env, "DEVICEBENCH_OCI_TIMEOUT_S", 0.5),
+        store_timeout_s=_float_setting(env, "DEVICEBENCH_STORE_TIMEOUT_S", 10.0),
+        flush_interval_s=_float_setting(env, "DEVICEBENCH_FLUSH_INTERVAL_S", 2.0),
+        final_flush_s=_float_setting(env, "DEVICEBENCH_FINAL_FLUSH_S", 60.0),
         host_label=(env.get("DEVICEBENCH_HOST") or "").strip(),
         prices_path=(env.get("DEVICEBENCH_PRICES") or "").strip(),
         price_per_hour=_price(env, "DEVICEBENCH_PRICE_PER_HOUR"),

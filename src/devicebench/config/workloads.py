@@ -14,131 +14,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicebench.config import job_fields
-from devicebench.config.fields import NOT_KEYED, is_keyed, param, spelt
-from devicebench.config.spelling import (
-    check_model_spec,
-    check_model_uri,
-    input_text,
-    model_spec_text,
-    parse_input,
-    path_text,
-)
+from devicebench.config import job_fields, shared_fields
+from devicebench.config.fields import NOT_KEYED, Unset, is_keyed, param, spelt
+from devicebench.config.spelling import check_model_spec, check_model_uri, input_text, parse_input, path_text
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
 
-# cifar and unet: `default` is PyTorch's out-of-the-box math (TF32 convolutions on an Ampere or newer GPU,
-# IEEE matmuls), what users' own code runs; fp32 is strict IEEE, tf32 TF32 everywhere, bf16/fp16 autocast.
-PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
 REDUCED_PRECISIONS = ("bf16", "fp16")  # autocast: changes the numerics, not only the speed
-COMPILE_MODES = ("default", "reduce-overhead")
 CIFAR_MODELS = ("tutorial", "resnet18")  # devicebench/models/cifar_net.py builds them
 NUMPY_DTYPES = ("float64", "float32")  # what NumPy's matmul does (no bfloat16, no fast float16)
 ISOLATION = {
     "process": "one fresh process per backend: no other thread pool has run in it",
     "none": "every backend in this process: thread pools may disturb each other",
 }
-
-
-# Fields the training workloads (cifar, unet) share, defined once.
-def _train_device() -> str:
-    return param("cpu", "where the model trains: cpu, cuda, cuda:N, mps or auto")
-
-
-def _train_seed() -> int:
-    return param(0, "seed for initial weights and shuffle order (same on every device)", min=0, key=False)
-
-
-def _precision() -> str:
-    return param(
-        "default",
-        "numerics: default (PyTorch's own: TF32 convolutions on Ampere+), fp32 (strict IEEE), tf32, "
-        "bf16 or fp16 (autocast)",
-        choices=PRECISIONS,
-    )
-
-
-def _channels_last() -> bool:
-    return param(False, "NHWC memory format for model and inputs (tensor cores like it)")
-
-
-def _compile() -> bool:
-    return param(False, "wrap the model in torch.compile (compiled before timing, logged as time/compile_s)")
-
-
-def _compile_mode() -> str:
-    return param(
-        "default",
-        "torch.compile's mode where compile=true: default, or reduce-overhead (CUDA graphs on a GPU: "
-        "no launch cost per kernel, for small steps)",
-        choices=COMPILE_MODES,
-    )
-
-
-def _system_metrics() -> bool:
-    return param(False, "sample CPU, memory and GPU use with MLflow's system metrics", key=False)
-
-
-def _price_per_hour() -> float:
-    """Every workload's: what an hour of this host costs, for this run's `cost/*` metrics. Not the work
-    (key=False): the same work priced twice is still the same work."""
-    return param(
-        0.0,
-        "hourly price in USD for this run's cost metrics (0 = the host's: DEVICEBENCH_PRICE_PER_HOUR, "
-        "else the price table by OCI shape)",
-        min=0,
-        max=100_000,
-        key=False,
-    )
-
-
-def _illustrative_price() -> bool:
-    """A made-up price (the demo's) must never pass for a real one: this flag tags the run
-    `price.source=illustrative`, and the run's description and every report table and verdict say so."""
-    return param(
-        False,
-        "price_per_hour is made up, or price_shape's list prices stand for this host (a demo's): tagged "
-        "price.source=illustrative",
-        key=False,
-    )
-
-
-def _cpu_shape() -> str:
-    """Every workload's: the flex CPU shape a CPU run is priced as where it is not on a CPU shape (on a
-    GPU host, off OCI), at the OCPUs and memory it used (pricing.prices.price_side). Not the work."""
-    return param(
-        "",
-        "the flex CPU shape a CPU run off a CPU shape is priced as, at the OCPUs it used "
-        "(default: DEVICEBENCH_CPU_SHAPE, else VM.Standard.E5.Flex)",
-        key=False,
-        unset="default",
-        kind="an OCI CPU shape name",
-    )
-
-
-def _price_shape() -> str:
-    """Every workload's: the GPU shape a GPU run is priced as where the host's own is not known (off
-    OCI, a shape not in the table; the demo's "as if"). Not the work."""
-    return param(
-        "",
-        "price a GPU run as if on this GPU shape of the price table where the host's shape is unknown "
-        "(default: DEVICEBENCH_PRICE_SHAPE)",
-        key=False,
-        unset="none",
-        kind="an OCI GPU shape name",
-    )
-
-
-def _cpu_threads() -> int:
-    """Every workload's: torch's CPU threads (and NumPy's BLAS threads in matmul). Not the work
-    (key=False): the same work on 4 threads or 16 is one config, whose best CPU the report looks for."""
-    return param(
-        0,
-        "CPU threads for torch (and NumPy's BLAS in matmul); 0 = torch's default (the usable cores)",
-        min=0,
-        max=4096,
-        key=False,
-    )
 
 
 def _check_lr(lr: float) -> None:
@@ -183,11 +71,11 @@ class MatmulConfig:
         key=False,
     )
     seed: int = param(0, "seed for the random matrices", min=0)
-    price_per_hour: float = _price_per_hour()
-    illustrative_price: bool = _illustrative_price()
-    cpu_shape: str = _cpu_shape()
-    price_shape: str = _price_shape()
-    cpu_threads: int = _cpu_threads()
+    price_per_hour: float = shared_fields.price_per_hour()
+    illustrative_price: bool = shared_fields.illustrative_price()
+    cpu_shape: str = shared_fields.cpu_shape()
+    price_shape: str = shared_fields.price_shape()
+    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
         if not self.points():
@@ -206,12 +94,12 @@ class CifarConfig:
     """`devicebench cifar`'s parameters, in the order of the MLproject entry point's; the defaults are
     the PyTorch tutorial's."""
 
-    device: str = _train_device()
+    device: str = shared_fields.train_device()
     epochs: int = param(2, "passes over the training set (the tutorial: 2)", min=1, max=MAX_EPOCHS)
     batch_size: int = param(4, "images per optimizer step, train and test (the tutorial: 4)", min=1)
     lr: float = param(0.001, "SGD learning rate", above=0)
     momentum: float = param(0.9, "SGD momentum", min=0, max=1)
-    seed: int = _train_seed()
+    seed: int = shared_fields.train_seed()
     model: str = param(
         "tutorial",
         "tutorial: the tutorial's Net scaled by width; resnet18: torchvision's, for 32×32",
@@ -220,10 +108,10 @@ class CifarConfig:
     width: int = param(
         1, "multiplies the tutorial Net's channels 6/16 and fc 120/84 (1 = the tutorial)", min=1
     )
-    precision: str = _precision()
-    channels_last: bool = _channels_last()
-    compile: bool = _compile()
-    compile_mode: str = _compile_mode()
+    precision: str = shared_fields.precision()
+    channels_last: bool = shared_fields.channels_last()
+    compile: bool = shared_fields.torch_compile()
+    compile_mode: str = shared_fields.compile_mode()
     loader: str = param(
         "dataloader",
         "dataloader: the tutorial's transforms in worker processes; tensor: the dataset on the device",
@@ -241,8 +129,7 @@ class CifarConfig:
         "",
         "directory holding cifar-10-batches-py (auto: DEVICEBENCH_DATA_DIR)",
         key=False,
-        unset="auto",
-        kind="a directory",
+        unset=Unset("auto", "a directory"),
     )
     download: bool = param(False, "download CIFAR-10 (~163 MB) when files are missing", key=False)
     verify: bool = param(True, "check the files' md5 sums (torchvision's) before reading them", key=False)
@@ -255,21 +142,21 @@ class CifarConfig:
         min=0,
         max=1,
     )
-    system_metrics: bool = _system_metrics()
-    price_per_hour: float = _price_per_hour()
-    illustrative_price: bool = _illustrative_price()
-    cpu_shape: str = _cpu_shape()
-    price_shape: str = _price_shape()
+    system_metrics: bool = shared_fields.system_metrics()
+    price_per_hour: float = shared_fields.price_per_hour()
+    illustrative_price: bool = shared_fields.illustrative_price()
+    cpu_shape: str = shared_fields.cpu_shape()
+    price_shape: str = shared_fields.price_shape()
     nproc: int = job_fields.nproc()
     nnodes: int = job_fields.nnodes()
     node_rank: int = job_fields.node_rank()
     rdzv_endpoint: str = job_fields.rdzv_endpoint()
-    cpu_threads: int = _cpu_threads()
+    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
         _check_lr(self.lr)
         check_workers(self.num_workers)
-        job_fields.check_job(self)
+        job_fields.check_job_fields(self)
         if self.loader == "tensor" and self.nproc * self.nnodes > 1:
             raise UsageError(
                 "loader=tensor holds the whole split on every device and shards nothing; "
@@ -286,11 +173,11 @@ class CifarConfig:
 class UNetConfig:
     """`devicebench unet`'s parameters, in the order of the MLproject entry point's."""
 
-    device: str = _train_device()
+    device: str = shared_fields.train_device()
     epochs: int = param(1, "passes over the training sample (the notebook: 1)", min=1, max=MAX_EPOCHS)
     batch_size: int = param(16, "images per optimizer step, train and validation (the notebook: 16)", min=1)
     lr: float = param(0.001, "Adam learning rate", above=0)
-    seed: int = _train_seed()
+    seed: int = shared_fields.train_seed()
     image_size: int = param(
         256, "images resized to S×S (bilinear), masks too (nearest); even, multiples of 16 best", min=16
     )
@@ -298,8 +185,8 @@ class UNetConfig:
         64, "width of the first UNet level, doubled per level (64: the classic 64-…-1024 UNet)", min=1
     )
     bilinear: bool = param(False, "bilinear upsampling instead of transposed convolutions (≈17 M params)")
-    precision: str = _precision()
-    channels_last: bool = _channels_last()
+    precision: str = shared_fields.precision()
+    channels_last: bool = shared_fields.channels_last()
     num_workers: int = param(
         2, "DataLoader worker processes decoding and resizing images (at most 4 per usable core)", min=0
     )
@@ -312,16 +199,14 @@ class UNetConfig:
         "",
         "directory holding VOCdevkit/VOC2012 (auto: DEVICEBENCH_DATA_DIR)",
         key=False,
-        unset="auto",
-        kind="a directory",
+        unset=Unset("auto", "a directory"),
     )
     download: bool = param(False, "download VOC 2012 (~2 GB) when it is missing", key=False)
     train_list: str = spelt(
         param(
             "",
             "file of training image ids, one a line (default: the first 300 of VOC's train.txt)",
-            unset="default",
-            kind="a file",
+            unset=Unset("default", "a file"),
         ),
         path_text,
     )
@@ -329,30 +214,29 @@ class UNetConfig:
         param(
             "",
             "file of validation image ids, one a line (default: the first 100 of VOC's val.txt)",
-            unset="default",
-            kind="a file",
+            unset=Unset("default", "a file"),
         ),
         path_text,
     )
     train_limit: int = param(0, "train on the first N listed images only (0 = all)", min=0)
     val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
     log_every: int = param(10, "log the mean training loss every N steps", min=1, key=False)
-    system_metrics: bool = _system_metrics()
-    price_per_hour: float = _price_per_hour()
-    illustrative_price: bool = _illustrative_price()
-    cpu_shape: str = _cpu_shape()
-    price_shape: str = _price_shape()
+    system_metrics: bool = shared_fields.system_metrics()
+    price_per_hour: float = shared_fields.price_per_hour()
+    illustrative_price: bool = shared_fields.illustrative_price()
+    cpu_shape: str = shared_fields.cpu_shape()
+    price_shape: str = shared_fields.price_shape()
     nproc: int = job_fields.nproc()
     nnodes: int = job_fields.nnodes()
     node_rank: int = job_fields.node_rank()
     rdzv_endpoint: str = job_fields.rdzv_endpoint()
-    cpu_threads: int = _cpu_threads()
+    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
         """Checks that need more than one field, or the file system, before any run is created."""
         _check_lr(self.lr)
         check_workers(self.num_workers)
-        job_fields.check_job(self)
+        job_fields.check_job_fields(self)
         if self.image_size % 2:
             raise UsageError(
                 f"{self.image_size} is odd; expected an even integer >= 16 (multiples of 16 work best)",
@@ -382,53 +266,25 @@ class UNetConfig:
             )
 
 
-def _model_spec() -> str:
-    return spelt(
-        param(
-            "resnet18",
-            "a torchvision model name (resnet18, vit_b_16, ...; no weights downloaded) or your own as "
-            "module.path:factory or path/to/file.py:factory (a callable returning an nn.Module)",
-        ),
-        model_spec_text,
-    )
-
-
-def _input_shape() -> str:
-    return spelt(
-        param("3x224x224", "one sample's shape CxHxW (3x224x224); the batch dimension is left out"),
-        input_text,
-    )
-
-
-def _num_classes() -> int:
-    return param(
-        0,
-        "classes of the model's head (0 = the data folder's classes, else 1000 for a torchvision "
-        "classifier, 21 for a segmentation model)",
-        min=0,
-        max=100_000,
-    )
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """`devicebench model`'s parameters: any torchvision model or the user's own, trained as cifar trains
     (the same loop, precisions, tuning, FLOPs and share of peak); names that mean what cifar's mean are
     cifar's."""
 
-    device: str = _train_device()
-    model: str = _model_spec()
-    input: str = _input_shape()
-    num_classes: int = _num_classes()
+    device: str = shared_fields.train_device()
+    model: str = shared_fields.model_spec()
+    input: str = shared_fields.input_shape()
+    num_classes: int = shared_fields.num_classes()
     epochs: int = param(1, "passes over the training set", min=1, max=MAX_EPOCHS)
     batch_size: int = param(32, "images per optimizer step, train and test", min=1)
     lr: float = param(0.01, "SGD learning rate", above=0)
     momentum: float = param(0.9, "SGD momentum", min=0, max=1)
-    seed: int = _train_seed()
-    precision: str = _precision()
-    channels_last: bool = _channels_last()
-    compile: bool = _compile()
-    compile_mode: str = _compile_mode()
+    seed: int = shared_fields.train_seed()
+    precision: str = shared_fields.precision()
+    channels_last: bool = shared_fields.channels_last()
+    compile: bool = shared_fields.torch_compile()
+    compile_mode: str = shared_fields.compile_mode()
     data: str = param(
         "synthetic",
         "synthetic: random images of the input's shape held on the device (no loader cost); "
@@ -439,8 +295,7 @@ class ModelConfig:
         "",
         "directory holding train/ and val/, one subfolder of images per class (auto: DEVICEBENCH_DATA_DIR)",
         key=False,
-        unset="auto",
-        kind="a directory",
+        unset=Unset("auto", "a directory"),
     )
     num_workers: int = param(
         2, "DataLoader worker processes (data=imagefolder only; at most 4 per usable core)", min=0
@@ -450,12 +305,12 @@ class ModelConfig:
     )
     test_limit: int = param(0, "test on the first N images only (0 = all; synthetic: 128)", min=0)
     log_every: int = param(50, "log the mean training loss every N mini-batches", min=1, key=False)
-    system_metrics: bool = _system_metrics()
-    price_per_hour: float = _price_per_hour()
-    illustrative_price: bool = _illustrative_price()
-    cpu_shape: str = _cpu_shape()
-    price_shape: str = _price_shape()
-    cpu_threads: int = _cpu_threads()
+    system_metrics: bool = shared_fields.system_metrics()
+    price_per_hour: float = shared_fields.price_per_hour()
+    illustrative_price: bool = shared_fields.illustrative_price()
+    cpu_shape: str = shared_fields.cpu_shape()
+    price_shape: str = shared_fields.price_shape()
+    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
         _check_lr(self.lr)
@@ -488,20 +343,18 @@ class InferConfig:
     model_uri: str = param(
         "",
         "a logged model: models:/<model id> or runs:/<run id>/<path> (none: build `model` untrained)",
-        unset="none",
-        kind="a model URI",
+        unset=Unset("none", "a model URI"),
     )
-    model: str = _model_spec()
+    model: str = shared_fields.model_spec()
     input: str = spelt(
         param(
             "",
             "one sample's shape CxHxW (auto: the logged model's signature, else 3x224x224)",
-            unset="auto",
-            kind="a shape CxHxW",
+            unset=Unset("auto", "a shape CxHxW"),
         ),
         input_text,
     )
-    num_classes: int = _num_classes()
+    num_classes: int = shared_fields.num_classes()
     batch_sizes: tuple[int, ...] = param(
         (1, 8, 32), "batch sizes whose throughput is measured", min=1, max=65536
     )
@@ -515,14 +368,14 @@ class InferConfig:
     min_time_s: float = param(
         1.0, "time each batch size's throughput over at least this long", min=0, max=600, key=False
     )
-    precision: str = _precision()
-    channels_last: bool = _channels_last()
-    seed: int = _train_seed()
-    price_per_hour: float = _price_per_hour()
-    illustrative_price: bool = _illustrative_price()
-    cpu_shape: str = _cpu_shape()
-    price_shape: str = _price_shape()
-    cpu_threads: int = _cpu_threads()
+    precision: str = shared_fields.precision()
+    channels_last: bool = shared_fields.channels_last()
+    seed: int = shared_fields.train_seed()
+    price_per_hour: float = shared_fields.price_per_hour()
+    illustrative_price: bool = shared_fields.illustrative_price()
+    cpu_shape: str = shared_fields.cpu_shape()
+    price_shape: str = shared_fields.price_shape()
+    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
         if self.model_uri:

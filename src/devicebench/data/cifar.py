@@ -8,8 +8,8 @@
 and can skip the checksums when asked.
 
 Neither it nor the tutorial's transform imports torchvision: any torchvision import runs its package
-`__init__`, which loads the model zoo and through `torchvision.ops` `torch._dynamo` (1.1-2.3 s of every
-cold run's start on this 2-core VM, 2026-11-25) although a cifar run compiles nothing. So the
+`__init__`, which loads the model zoo and through `torchvision.ops` `torch._dynamo` (seconds of every
+cold run's start: docs/measured.md) although a cifar run compiles nothing. So the
 constants, `__getitem__` and the two transforms are written out here with torchvision's exact tensor
 operations (a test holds them equal to torchvision's, bit for bit); only a download imports torchvision.
 
@@ -327,7 +327,7 @@ def _batch_images(entry: dict[str, Any], path: Path) -> np.ndarray:
 
 # Shuffled images are gathered this many at a time (25 MB of CIFAR images) and batches are views of the
 # gathered block: a step then costs no kernel of the loader's own, as in a bare loop over data in memory
-# (two gathers a step cost ~28 µs of a 1.3 ms step at batch 4 on this VM's CPU, 2026-11-24).
+# (a gather per step is a visible share of a small step: docs/measured.md).
 GATHER_SAMPLES = 2048
 
 

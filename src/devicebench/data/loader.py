@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,37 +27,45 @@ def no_sampler(dataset: Dataset, shuffle: bool) -> Sampler[Any] | None:
     return None
 
 
+@dataclass(frozen=True)
+class LoaderSettings:
+    """What the train and the eval loader of a run share: images per batch, the device the batches go
+    to (memory pinned for CUDA), the worker processes, and the hook that shards the order."""
+
+    batch_size: int
+    device: torch.device
+    num_workers: int = 0
+    sampler_for: SamplerFor = no_sampler
+
+
 def data_loader(
     dataset: Dataset,
-    batch_size: int,
-    device: torch.device,
+    settings: LoaderSettings,
     *,
     shuffle: bool,
-    num_workers: int,
     seed: int = 0,
     drop_last: bool = False,
     persistent: bool = True,
-    sampler_for: SamplerFor = no_sampler,
 ) -> DataLoader:
     """Batches of `dataset`, shuffled by a generator seeded with `seed` (same order on every device),
     pinned for CUDA; `persistent` keeps worker processes between epochs where there are workers."""
-    sampler = sampler_for(dataset, shuffle)
+    sampler = settings.sampler_for(dataset, shuffle)
     generator = None
     if shuffle and sampler is None:
         generator = torch.Generator()
         generator.manual_seed(seed)
     return DataLoader(
         dataset,
-        batch_size=batch_size,
+        batch_size=settings.batch_size,
         shuffle=shuffle and sampler is None,
         sampler=sampler,
-        num_workers=num_workers,
+        num_workers=settings.num_workers,
         generator=generator,
-        pin_memory=device.type == "cuda",
+        pin_memory=settings.device.type == "cuda",
         drop_last=drop_last,
-        persistent_workers=persistent and num_workers > 0,
+        persistent_workers=persistent and settings.num_workers > 0,
         # a worker never outlives its run: orphans of an OOM-killed run once held its journal for minutes
-        worker_init_fn=die_with_parent if num_workers > 0 else None,
+        worker_init_fn=die_with_parent if settings.num_workers > 0 else None,
     )
 
 

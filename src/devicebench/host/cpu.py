@@ -143,7 +143,7 @@ def cpu_budget(torch_threads: int, loader_workers: int) -> dict[str, str]:
     """Threads a training run keeps busy against the cores it may use, as `cpu.*` tags.
 
     DataLoader workers are processes of their own, each busy while the main process computes with
-    `torch_threads` threads; on a 2-core VM 2 threads + 2 workers halve the compute and the CPU
+    `torch_threads` threads; on two cores, 2 threads + 2 workers halve the compute and the CPU
     baseline measures contention. The report names it (verdicts.oversubscribed).
     """
     cores = usable_cores()

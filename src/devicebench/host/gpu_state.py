@@ -1,9 +1,9 @@
 """What the GPU did while a run trained: how busy NVML saw it, at what SM clock, and for how long power or
 heat held its clocks down.
 
-The same ResNet-18 training (batch 128, 32 px images) ran at 11,852 and 14,644 img/s in two fresh
-processes on one H100 (issue 39), and the bare loop beside it moved too. A run that can move by 15 %
-from one process to the next has to say so, or a nightly regression check reads the swing as a
+The same training can run 15 % faster in one fresh process than in the next on the same GPU, the bare
+loop beside it too (docs/measured.md). A run that can move so much from one process to the next has to
+say so, or a nightly regression check reads the swing as a
 regression. These figures tell the usual causes apart after the fact: a GPU that ran kernels for much
 less than the whole step is host-bound (its speed follows the host CPU's, and swings with it); a mean SM
 clock under its maximum, or time under a power or thermal cap, is the GPU slowed by its own limits.

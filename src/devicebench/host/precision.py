@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from devicebench.config.workloads import PRECISIONS
+from devicebench.config.shared_fields import PRECISIONS
 from devicebench.errors import UsageError
 from devicebench.host.device import require_native_bf16
 from devicebench.schema import tag

@@ -11,21 +11,16 @@ hundreds of samples and an 8000² one a few. On a GPU one sample is a block of b
 two events (at least `block_s` of work, default 20 ms), because a lone small kernel from an idle stream
 measures host dispatch and clock ramp-up, not the kernel. torch is imported lazily.
 
-Why not `torch.utils.benchmark.Timer` (measured on the 2-core VM, torch 2.14.1, n=256 float32 matmul,
-`min_time_s`/`min_run_time` 0.2 s). With little load they agree: one thread, same process, the two
-timers interleaved over 10 rounds at load average ~3, median of medians 465 µs ours vs 470 µs
-`blocked_autorange` for `torch.mm`, 420 vs 410 µs for `np.matmul` (it times NumPy through `globals`),
-0.21 s of wall time each. At load ~6 the same run gave 471 vs 641 µs and 484 vs 845 µs. Not adopted:
-- the NumPy side is timed in a process that has never loaded torch (workloads/matmul_series.py):
-  `import torch.utils.benchmark` there took 2.9–4.0 s instead of 0.17–0.32 s for this module, and
-  loaded libgomp beside OpenBLAS (threadpoolctl), the very pool the isolation keeps out;
-- its samples are means of blocks of 10–1000 calls (1–16 ms here); ours on the CPU are single calls.
-  At load ~8 its medians at n=64/128 were 23/149 µs (torch) and 29/207 µs (NumPy) against our 10/66
-  and 12/60: a long block absorbs other processes' time slices, a median of single calls does not.
-  Its one advantage is a lower floor (0.03 µs per call against our 0.85 µs for a no-op), which only a
-  sub-10 µs statement would notice;
-- it sets torch to 1 thread unless `num_threads` is passed (n=256: 0.40–0.55 ms vs 0.25–0.28 ms with
-  the workload's 2), and `adaptive_autorange` ran to its 10 s `max_run_time` in 2 of 6 runs here;
+Why not `torch.utils.benchmark.Timer` (the comparison is in docs/measured.md): with little load the
+two agree, but
+- the NumPy side is timed in a process that has never loaded torch (workloads/matmul_series.py), and
+  importing `torch.utils.benchmark` there costs seconds and loads libgomp beside OpenBLAS, the very
+  pool the isolation keeps out;
+- its samples are means of blocks of calls; ours on the CPU are single calls, and on a busy host a long
+  block absorbs other processes' time slices where a median of single calls does not. Its one advantage
+  is a lower floor per call, which only a sub-10 µs statement would notice;
+- it sets torch to 1 thread unless `num_threads` is passed, and `adaptive_autorange` can run to its
+  `max_run_time`;
 - on a GPU it synchronises the *current* accelerator around host clock reads; we record CUDA events on
   the measured device's stream, which the contract above needs.
 """

@@ -156,7 +156,7 @@ def _import(module_text: str) -> Any:
     except UsageError:
         raise
     except Exception as e:  # anything the user's code raises while importing: its one line
-        raise UsageError(f"importing {module_text} failed: {_said(e)}", param="model") from None
+        raise UsageError(f"importing {module_text} failed: {_error_line(e)}", param="model") from None
     import cloudpickle  # lazy: MLflow's pickler; only a user's own model is pickled by value
 
     cloudpickle.register_pickle_by_value(module)
@@ -175,7 +175,7 @@ def _factory(spec: str) -> Spec:
         try:
             model = factory(num_classes=num_classes) if takes_classes and num_classes else factory()
         except Exception as e:
-            raise UsageError(f"{spec}() failed: {_said(e)}", param="model") from None
+            raise UsageError(f"{spec}() failed: {_error_line(e)}", param="model") from None
         if not isinstance(model, nn.Module):
             raise UsageError(
                 f"{spec}() returned {type(model).__name__}, not a torch.nn.Module", param="model"
@@ -185,7 +185,7 @@ def _factory(spec: str) -> Spec:
     return Spec(spec, make, False, "classification")
 
 
-def _said(e: BaseException) -> str:
+def _error_line(e: BaseException) -> str:
     """The user's code's error as one line (tracking.protocol.one_line is a layer above this one)."""
     return f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
 
@@ -220,7 +220,8 @@ def checked(spec: str, shape: tuple[int, int, int], num_classes: int) -> Spec:
             raw = model(torch.empty(2, *shape, device="meta"))
     except Exception as e:  # the model's own words on why this input does not fit it
         raise UsageError(
-            f"{resolved.name} does not take {'x'.join(map(str, shape))} inputs: {_said(e)}", param="input"
+            f"{resolved.name} does not take {'x'.join(map(str, shape))} inputs: {_error_line(e)}",
+            param="input",
         ) from None
     out = one_per_sample(raw, 2, resolved.name)
     if out.dim() not in (2, 4):

@@ -3,7 +3,7 @@ is known (pricing/prices.py prices it).
 
 The CLI calls this around the workload, which neither knows nor changes: the numbers come from what the
 workload already measured (its result) and the run's wall time (`time/total_s`). Metric names are the
-contract the report reads (issue 17): `cost/usd`, `cost/usd_per_hour`, `cost/usd_per_epoch`,
+contract the report reads: `cost/usd`, `cost/usd_per_hour`, `cost/usd_per_epoch`,
 `cost/usd_per_1k_samples`, `cost/gflop_per_usd` and `matmul/<backend>/<dtype>/gflop_per_usd` per size.
 """
 
@@ -58,7 +58,9 @@ def log_costs(
     hourly = price.usd_per_hour * (1 if price.per_use else getattr(cfg, "nnodes", 1))
     logged = run_costs(hourly, total_s)
     if workload == "matmul":
-        per_point = {size: _finite(values) for size, values in matmul_costs(hourly, result or []).items()}
+        per_point = {
+            size: _loggable_costs(values) for size, values in matmul_costs(hourly, result or []).items()
+        }
         for size, values in sorted(per_point.items()):
             tracker.log_metrics(values, step=size)
         best = headline_gflop_per_usd(per_point)
@@ -75,7 +77,7 @@ def log_costs(
                 getattr(cfg, "epochs", 0),
             )
         )
-    logged = _finite(logged)
+    logged = _loggable_costs(logged)
     tracker.log_metrics(logged)
     return logged
 
@@ -130,7 +132,7 @@ def headline_gflop_per_usd(per_point: Mapping[int, Mapping[str, float]]) -> floa
     return max(chosen) if chosen else None
 
 
-def _finite(costs: Mapping[str, float]) -> dict[str, float]:
+def _loggable_costs(costs: Mapping[str, float]) -> dict[str, float]:
     """The costs that are finite positive numbers: a tiny price over a huge rate overflows to infinity
     (5e-324 USD an hour: 1.8e308 GFLOP per USD as the store keeps it) and a tiny cost underflows to 0;
     neither is a cost, so neither is logged."""

@@ -1,4 +1,5 @@
-"""The one training loop of cifar and unet: the epoch loop (`fit`) and the step loop (`train_epoch`,
+"""The one training loop of cifar, unet and model (infer serves, matmul times products; neither trains):
+the epoch loop (`fit`) and the step loop (`train_epoch`,
 `evaluate`) together, then the summary every report reads (`log_summary`).
 
 What the loop owns is what must not differ between workloads for their timings to compare: the seeding
@@ -44,7 +45,11 @@ from devicebench.train.metrics import confusion_matrix
 from devicebench.train.records import EpochResult, EvalResult, LossLog
 from devicebench.train.setup import (
     Data,
+    Learner,
+    LossFn,
     Options,
+    ProgressBar,
+    StepSettings,
     Task,
     autocast,
     batch_sizes,
@@ -61,6 +66,8 @@ from devicebench.train.summary import (
     train_flops_per_sample,
     utilization_metrics,
 )
+
+NO_BAR = ProgressBar()
 
 
 @dataclass
@@ -99,6 +106,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     model, module = _place(built, opts)
     optimizer = task.optimizer(model.parameters())
     scaler = torch.amp.GradScaler(opts.device.type) if opts.fp16 else None
+    learner = Learner(model, optimizer, task.loss_fn, scaler)
     done = Fitted(model, module, init_weights, _warm_up(model, data, task, opts, tracker))
     with task.guard():
         x, y = next(iter(data.eval_loader))  # one batch's shapes: the FLOPs are counted on the meta device
@@ -106,7 +114,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     done.allreduce_s = opts.world.allreduce_seconds(module, opts.device)
     reset_peak_memory(opts.device)
     with gpu_state.watching(opts.device) as watch:  # NVML's own samples, read once at the end
-        _train_epochs(done, model, optimizer, scaler, opts, data, task, tracker)
+        _train_epochs(done, learner, opts, data, task, tracker)
         done.gpu = watch.read() if watch is not None else {}
     own = Totals.of(done.epochs, done.evals)
     figures = {"train_s": own.train_s, "data_wait_s": own.data_wait_s, "train_samples": own.train_samples}
@@ -115,14 +123,7 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
 
 
 def _train_epochs(
-    done: Fitted,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler | None,
-    opts: Options,
-    data: Data,
-    task: Task,
-    tracker: Tracker,
+    done: Fitted, learner: Learner, opts: Options, data: Data, task: Task, tracker: Tracker
 ) -> None:
     """The timed epochs, each evaluated where the task asks, recorded into `done` as they end."""
     shared = LossLog(tracker, task.log_every)
@@ -132,26 +133,20 @@ def _train_epochs(
         loss_log.reduce = opts.world.mean  # the job's losses, epoch mean included: the mean over ranks
         _new_epoch(data.train_loader, epoch)
         with task.guard():
+            bar = ProgressBar(
+                opts.progress, f"epoch {epoch}/{opts.epochs}", len(cast(Sized, data.train_loader))
+            )
             res = train_epoch(
-                model,
-                data.train_loader,
-                optimizer,
-                task.loss_fn,
-                opts.device,
-                loss_log=loss_log,
-                first_step=step,
-                show_progress=opts.progress,
-                desc=f"epoch {epoch}/{opts.epochs}",
-                total=len(cast(Sized, data.train_loader)),
-                scaler=scaler,
-                **opts.amp,
+                learner, data.train_loader, opts.step, loss_log=loss_log, first_step=step, bar=bar
             )
         done.epochs.append(res)
         step += res.steps
         tracker.log_metrics({EPOCH_LOSS: res.mean_loss, EPOCH_S: res.seconds}, step=epoch)
         task.on_epoch(epoch, res, done.totals().train_s)
         if task.eval_every_epoch or epoch == opts.epochs:
-            ev, done.eval_metrics = _evaluate(model, data, task, opts, tracker, epoch, done.totals().train_s)
+            ev, done.eval_metrics = _evaluate(
+                learner.model, data, task, opts, tracker, epoch, done.totals().train_s
+            )
             done.evals.append(ev)
 
 
@@ -164,20 +159,13 @@ def _new_epoch(loader: Iterable, epoch: int) -> None:
 
 
 def train_epoch(
-    model: torch.nn.Module,
+    learner: Learner,
     loader: Iterable,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    device: torch.device,
+    step: StepSettings,
     *,
-    amp_dtype: torch.dtype | None,
-    channels_last: bool,
     loss_log: LossLog,
     first_step: int,
-    show_progress: bool = False,
-    desc: str = "train",
-    total: int | None = None,
-    scaler: torch.amp.GradScaler | None = None,
+    bar: ProgressBar = NO_BAR,
 ) -> EpochResult:
     """One epoch; the clock is read after a device synchronisation at both ends.
 
@@ -186,16 +174,16 @@ def train_epoch(
     terminal shows one. No kernel and no sync of its own: on a launch-bound GPU step (the tutorial Net at
     batch 256 takes ~1.5 ms on an H100) any device work added here would show in the throughput.
     """
-    model.train()
-    timer = Timer(device)
+    learner.model.train()
+    timer = Timer(step.device)
     wait = [0.0]
     steps = samples = 0
     loss_log.begin_epoch()
     start = timer.now()
-    batches = progress(_timed_batches(loader, device, channels_last, wait), show_progress, desc, total)
+    batches = progress(_timed_batches(loader, step, wait), bar)
     try:
         for x, y in batches:
-            loss = train_step(model, x, y, optimizer, loss_fn, device, amp_dtype, scaler)
+            loss = train_step(learner, x, y, step)
             steps += 1
             samples += x.shape[0]
             loss_log.add(loss, first_step + steps)
@@ -211,9 +199,7 @@ def train_epoch(
     return EpochResult(seconds=seconds, data_wait_s=wait[0], samples=samples, steps=steps, mean_loss=mean)
 
 
-def _timed_batches(
-    loader: Iterable, device: torch.device, channels_last: bool, wait: list[float]
-) -> Iterator:
+def _timed_batches(loader: Iterable, step: StepSettings, wait: list[float]) -> Iterator:
     """Yield batches on the device, adding the time spent waiting for each to `wait[0]`."""
     it = iter(loader)
     while True:
@@ -222,17 +208,15 @@ def _timed_batches(
             x, y = next(it)
         except StopIteration:
             return
-        x, y = _on_device(x, y, device, channels_last)
+        x, y = _on_device(x, y, step)
         wait[0] += time.perf_counter() - t0
         yield x, y
 
 
-def _on_device(
-    x: torch.Tensor, y: torch.Tensor, device: torch.device, channels_last: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    x = x.to(device, non_blocking=True)
-    y = y.to(device, non_blocking=True)
-    if channels_last and x.dim() == 4:
+def _on_device(x: torch.Tensor, y: torch.Tensor, step: StepSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.to(step.device, non_blocking=True)
+    y = y.to(step.device, non_blocking=True)
+    if step.channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     return x, y
 
@@ -243,20 +227,12 @@ def _rows(x: torch.Tensor, y: torch.Tensor, n: int) -> tuple[torch.Tensor, torch
     return torch.cat([x] * reps)[:n], torch.cat([y] * reps)[:n]
 
 
-def train_step(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    device: torch.device,
-    amp_dtype: torch.dtype | None,
-    scaler: torch.amp.GradScaler | None,
-) -> torch.Tensor:
+def train_step(learner: Learner, x: torch.Tensor, y: torch.Tensor, step: StepSettings) -> torch.Tensor:
     """One optimizer step (through the GradScaler for fp16); the loss stays on the device."""
+    optimizer, scaler = learner.optimizer, learner.scaler
     optimizer.zero_grad(set_to_none=True)
-    with autocast(device, amp_dtype):
-        loss = loss_fn(model(x), y)
+    with autocast(step.device, step.amp_dtype):
+        loss = learner.loss_fn(learner.model(x), y)
     if scaler is not None:
         scaler.scale(loss).backward()
         scaler.step(optimizer)
@@ -277,16 +253,8 @@ def _evaluate(
     train_s: float,
 ) -> tuple[EvalResult, dict[str, float]]:
     with task.guard():
-        ev = evaluate(
-            model,
-            data.eval_loader,
-            task.loss_fn,
-            opts.device,
-            task.num_classes,
-            show_progress=opts.progress,
-            total=len(cast(Sized, data.eval_loader)),
-            **opts.amp,
-        )
+        bar = ProgressBar(opts.progress, "eval", len(cast(Sized, data.eval_loader)))
+        ev = evaluate(model, data.eval_loader, task.loss_fn, opts.step, task.num_classes, bar=bar)
     values = dict(task.eval_metrics(ev))
     tracker.log_metrics(values, step=epoch)
     task.on_eval(tracker, epoch, ev, train_s)
@@ -297,26 +265,24 @@ def _evaluate(
 def evaluate(
     model: torch.nn.Module,
     loader: Iterable,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    device: torch.device,
+    loss_fn: LossFn,
+    step: StepSettings,
     num_classes: int,
     *,
-    amp_dtype: torch.dtype | None,
-    channels_last: bool,
-    show_progress: bool = False,
-    total: int | None = None,
+    bar: ProgressBar = NO_BAR,
 ) -> EvalResult:
     """Loss and a confusion matrix over the whole loader, in its order; restores train mode afterwards."""
     was_training = model.training
     model.eval()
+    device = step.device
     timer = Timer(device)
     wait = [0.0]
     cm = torch.zeros(num_classes, num_classes, dtype=torch.long, device=device)
     loss_sum = torch.zeros((), device=device)
     batches = samples = 0
     start = timer.now()
-    for x, y in progress(_timed_batches(loader, device, channels_last, wait), show_progress, "eval", total):
-        with autocast(device, amp_dtype):
+    for x, y in progress(_timed_batches(loader, step, wait), bar):
+        with autocast(device, step.amp_dtype):
             logits = model(x)
             loss_sum += loss_fn(logits, y).float()
         cm += confusion_matrix(logits.argmax(dim=1), y, num_classes)
@@ -357,21 +323,16 @@ def _warm_up(
     dropped = bool(getattr(data.train_loader, "drop_last", False))  # its short last batch never trains
     train_sizes = batch_sizes(len(cast(Sized, data.train_set)), opts.batch_size, drop_last=dropped)
     eval_sizes = batch_sizes(len(cast(Sized, data.eval_set)), opts.batch_size)
-    options = {
-        "fp16_scaler": opts.fp16,
-        "train_sizes": train_sizes if opts.compile else train_sizes[:1],
-        "eval_sizes": eval_sizes if opts.compile else eval_sizes[:1],
-        **opts.amp,
-    }
     with task.guard():
         seconds = warm_up(
             model,
             task.optimizer,
             task.loss_fn,
             data.eval_loader,
-            opts.device,
+            opts.step,
+            train_sizes=train_sizes if opts.compile else train_sizes[:1],
+            eval_sizes=eval_sizes if opts.compile else eval_sizes[:1],
             in_place=opts.world.distributed,
-            **options,
         )
     warmup = {WARMUP_S: seconds, **({COMPILE_S: seconds} if opts.compile else {})}
     tracker.log_metrics(warmup)
@@ -381,13 +342,10 @@ def _warm_up(
 def warm_up(
     model: torch.nn.Module,
     make_optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer],
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loss_fn: LossFn,
     loader: Iterable,
-    device: torch.device,
+    step: StepSettings,
     *,
-    amp_dtype: torch.dtype | None,
-    channels_last: bool,
-    fp16_scaler: bool,
     train_sizes: Iterable[int],
     eval_sizes: Iterable[int],
     in_place: bool = False,
@@ -405,6 +363,7 @@ def warm_up(
     `in_place` warms up the model itself and then restores its weights and buffers: a DDP model (which
     cannot be copied) on every rank at once, so its first all-reduces and buffer broadcasts are warmed too.
     """
+    device = step.device
     timer = Timer(device)
     start = timer.now()
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()} if in_place else None
@@ -412,23 +371,24 @@ def warm_up(
         x_all, y_all = next(iter(loader))  # a DataLoader draws its workers' base seed from the global RNG
         shadow = model if in_place else copy.deepcopy(model)
         optimizer = make_optimizer(shadow.parameters())
-        scaler = torch.amp.GradScaler(device.type) if fp16_scaler else None
+        scaler = torch.amp.GradScaler(device.type) if step.fp16_scaler else None
+        learner = Learner(shadow, optimizer, loss_fn, scaler)
         shadow.train()
         for size in sorted({s for s in train_sizes if s > 0}, reverse=True):
-            x, y = _on_device(*_rows(x_all, y_all, size), device, channels_last)
-            train_step(shadow, x, y, optimizer, loss_fn, device, amp_dtype, scaler)
+            x, y = _on_device(*_rows(x_all, y_all, size), step)
+            train_step(learner, x, y, step)
         shadow.eval()
         with torch.inference_mode():
             for size in sorted({s for s in eval_sizes if s > 0}, reverse=True):
-                x, y = _on_device(*_rows(x_all, y_all, size), device, channels_last)
-                with autocast(device, amp_dtype):
+                x, y = _on_device(*_rows(x_all, y_all, size), step)
+                with autocast(device, step.amp_dtype):
                     logits = shadow(x)
                     loss_fn(logits, y)
                 confusion_matrix(logits.argmax(dim=1), y, max(int(logits.shape[1]), 1))
         if saved is not None:
             model.load_state_dict(saved)
         seconds = timer.now() - start
-        del shadow, optimizer
+        del shadow, optimizer, learner
     return seconds
 
 
@@ -440,7 +400,7 @@ def log_summary(tracker: Tracker, done: Fitted, data: Data, opts: Options, *, on
     """
     totals = done.totals()
     # rank 0 alone logs, and alone measures a CPU's peak: ranks measuring on every core at once would
-    # share the cores and read the peak low (0.13-0.41 against 0.43 TFLOP/s alone, 2 processes here)
+    # share the cores and read the peak low (docs/measured.md)
     util, util_tags = (
         utilization_metrics(
             done.flops_per_sample,

@@ -5,13 +5,8 @@ figure the report needs: accuracy per class, IoU per class, Dice, pixel accuracy
 (VOC's void border) are ignored everywhere. A class absent from both truth and prediction has no IoU
 (NaN) and is left out of the mean, rather than counted as a perfect 1 or a failed 0.
 
-Why not torchmetrics (1.9.0, tried outside the venv). Its numbers are ours: on 20 random 21-class
-4×64×64 masks with 255 borders, `multiclass_jaccard_index` and `multiclass_f1_score` (Dice) with
-`average=None, ignore_index=255` differ from `iou_per_class`/`dice_per_class` by at most 3e-8 (float32
-vs float64), and `average="macro"` equals our NaN-skipping mIoU; an absent class is 0.0 there unless
-`zero_division=float("nan")`. What it costs: importing it loads torchvision's models, torch._dynamo and
-scipy.signal (+2,118 modules), which added 8.7–14.4 s to a UNet process whose own imports took
-5.2–9.6 s (2-core VM, load average ~7), and every devicebench process pays its imports. On a GPU its
+Why not torchmetrics: its numbers are ours (docs/measured.md, torchmetrics), but importing it loads
+torchvision's models, torch._dynamo and scipy.signal into every devicebench process, and on a GPU its
 update syncs with the host on every batch (boolean-mask indexing for `ignore_index`, `torch.bincount`,
 `torch.unique` in argument validation), which `confusion_matrix` avoids by design. So it is not a dependency.
 """

@@ -87,13 +87,44 @@ def peak_memory(device: torch.device) -> dict[str, float]:
     return {PEAK_RSS_BYTES: rss}
 
 
-def progress(iterable: Iterable, enabled: bool, desc: str, total: int | None = None) -> Iterable:
-    if not enabled:
+@dataclass(frozen=True)
+class ProgressBar:
+    """A loop's tqdm bar where a terminal shows one: whether it is shown, its label and its length."""
+
+    shown: bool = False
+    desc: str = "train"
+    total: int | None = None
+
+
+def progress(iterable: Iterable, bar: ProgressBar) -> Iterable:
+    if not bar.shown:
         return iterable
-    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+    return tqdm(iterable, desc=bar.desc, total=bar.total, leave=False, dynamic_ncols=True)
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What every step does beside its model and batch: the device, autocast's dtype (None: no
+    autocast), NHWC inputs, and whether fp16 needs a GradScaler."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None = None
+    channels_last: bool = False
+    fp16_scaler: bool = False
+
+
+@dataclass(frozen=True)
+class Learner:
+    """What a training step updates and how: the model, its optimizer and loss, and the GradScaler of
+    an fp16 run (None otherwise)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: LossFn
+    scaler: torch.amp.GradScaler | None = None
 
 
 class TrainingConfig(Protocol):
@@ -135,9 +166,9 @@ class Options:
         return self.world.sampler(dataset, shuffle, self.seed)
 
     @property
-    def amp(self) -> dict[str, Any]:
-        """The keyword arguments every loop and the warm-up take."""
-        return {"amp_dtype": self.amp_dtype, "channels_last": self.channels_last}
+    def step(self) -> StepSettings:
+        """What every loop and the warm-up do beside the model, from these options."""
+        return StepSettings(self.device, self.amp_dtype, self.channels_last, self.fp16)
 
 
 def setup(

@@ -10,24 +10,20 @@ Torch- and mlflow-free.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from devicebench.schema import HOST_LOAD_1M, HOST_OTHERS_SHARE
 from devicebench.util.fmt import fmt_share
+from devicebench.util.stats import is_figure
 
 BUSY_SHARE = 0.25
 RERUN = "rerun when the host is idle"
 
 
-def _known(x: object) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
-
-
 def is_busy(figures: Mapping[str, float]) -> bool:
     """Whether other processes took at least BUSY_SHARE of the run's cores while it ran."""
     share = figures.get(HOST_OTHERS_SHARE)
-    return _known(share) and share >= BUSY_SHARE
+    return is_figure(share) and share >= BUSY_SHARE
 
 
 def busy_caveat(figures: Mapping[str, float]) -> str:
@@ -36,5 +32,5 @@ def busy_caveat(figures: Mapping[str, float]) -> str:
     if not is_busy(figures):
         return ""
     load = figures.get(HOST_LOAD_1M)
-    said = f" (load {load:.1f})" if _known(load) else ""
+    said = f" (load {load:.1f})" if is_figure(load) else ""
     return f"busy host: other processes took {fmt_share(figures[HOST_OTHERS_SHARE])} of its CPU{said}"

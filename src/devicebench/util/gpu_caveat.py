@@ -11,25 +11,21 @@ Torch- and mlflow-free.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from devicebench.schema import GPU_BUSY_SHARE, GPU_POWER_CAPPED_S, GPU_SM_CLOCK_SHARE, GPU_THERMAL_CAPPED_S
 from devicebench.util.fmt import fmt_share
+from devicebench.util.stats import is_figure
 
 HOST_BOUND = 0.8
 CLOCK_LOW = 0.9
 CAPPED = 0.05
 
 
-def _known(x: object) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
-
-
 def host_bound(gpu: Mapping[str, float]) -> str:
     """`host-bound: GPU busy 41%`, or "" where the GPU ran kernels for most of the step (or no one knows)."""
     busy = gpu.get(GPU_BUSY_SHARE)
-    return f"host-bound: GPU busy {fmt_share(busy)}" if _known(busy) and busy < HOST_BOUND else ""
+    return f"host-bound: GPU busy {fmt_share(busy)}" if is_figure(busy) and busy < HOST_BOUND else ""
 
 
 def held_down(gpu: Mapping[str, float], train_s: float) -> list[str]:
@@ -38,10 +34,10 @@ def held_down(gpu: Mapping[str, float], train_s: float) -> list[str]:
     said = []
     for key, what in ((GPU_POWER_CAPPED_S, "power"), (GPU_THERMAL_CAPPED_S, "thermal")):
         capped = gpu.get(key)
-        if _known(capped) and _known(train_s) and train_s > 0 and capped / train_s > CAPPED:
+        if is_figure(capped) and is_figure(train_s) and train_s > 0 and capped / train_s > CAPPED:
             said.append(f"{what}-capped {fmt_share(min(capped / train_s, 1.0))} of training")
     clock = gpu.get(GPU_SM_CLOCK_SHARE)
-    if _known(clock) and clock < CLOCK_LOW:
+    if is_figure(clock) and clock < CLOCK_LOW:
         said.append(f"SM clock at {fmt_share(clock)} of max")
     return said
 

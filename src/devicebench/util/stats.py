@@ -9,6 +9,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
+def is_figure(x: object) -> bool:
+    """Whether `x` is a number a verdict can read: a finite int or float (a metric a run did not log
+    comes back as None, a failed one as NaN)."""
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
 def quantile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile of already sorted values (numpy's default method)."""
     if len(sorted_values) == 1:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 class Workload(Protocol):
-    """What the run (run/workload.py) asks of a workload module: matmul.py, cifar.py and unet.py."""
+    """What the run (run/workload.py) asks of a workload module: matmul.py, cifar.py, unet.py, model.py
+    and infer.py."""
 
     DATA: str  # the data it reads, tagged devicebench.data unless the config names its own
     MEMORY_PARAMS: tuple[str, ...]  # the parameters an out-of-memory error tells the user to lower

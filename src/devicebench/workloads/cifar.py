@@ -22,7 +22,7 @@ import torch
 from devicebench.config.workloads import CifarConfig as Config
 from devicebench.data import resolve_root
 from devicebench.data.cifar import CIFAR10Files, TensorLoader, tutorial_transform
-from devicebench.data.loader import SamplerFor, data_loader, no_sampler
+from devicebench.data.loader import LoaderSettings, SamplerFor, data_loader, no_sampler
 from devicebench.data.synthetic import SyntheticCIFAR10
 from devicebench.host import precision
 from devicebench.host.context import Context
@@ -92,13 +92,8 @@ def make_loaders(
             TensorLoader(train.data, train.targets, cfg.batch_size, device, shuffle=True, seed=cfg.seed),
             TensorLoader(test.data, test.targets, cfg.batch_size, device, shuffle=False),
         )
-    kw: dict[str, Any] = {
-        "batch_size": cfg.batch_size,
-        "device": device,
-        "num_workers": cfg.num_workers,
-        "sampler_for": sampler_for,
-    }
-    return data_loader(train, shuffle=True, seed=cfg.seed, **kw), data_loader(test, shuffle=False, **kw)
+    both = LoaderSettings(cfg.batch_size, device, cfg.num_workers, sampler_for)
+    return data_loader(train, both, shuffle=True, seed=cfg.seed), data_loader(test, both, shuffle=False)
 
 
 def _input_example(test: Any, test_loader: Iterable) -> torch.Tensor:

@@ -131,7 +131,7 @@ def _one_row_each(cfg: Config, model: torch.nn.Module, x: torch.Tensor, device: 
     zoo.one_per_sample(model(x.to(device)), len(x), who[1], who[0])
 
 
-def _timed(
+def _request_times(
     fn: Callable[[], object], device: torch.device, warmup: int, repeats: int, min_time_s: float
 ) -> TimingStats:
     """Each call timed alone from the host's clock, the device drained at both ends (no CUDA events:
@@ -148,7 +148,7 @@ def measure(cfg: Config, model: torch.nn.Module, shape: tuple[int, ...], device:
     g = torch.Generator().manual_seed(cfg.seed)
     one = torch.randn((1, *shape), generator=g)
     _one_row_each(cfg, model, one, device)
-    latency = _timed(
+    latency = _request_times(
         _request(model, one, device, amp, cfg.channels_last), device, cfg.warmup, cfg.requests, 0.0
     )
     xs = sorted(latency.samples_s)
@@ -156,7 +156,7 @@ def measure(cfg: Config, model: torch.nn.Module, shape: tuple[int, ...], device:
     for b in sorted(set(cfg.batch_sizes)):
         batch = torch.randn((b, *shape), generator=g)
         _one_row_each(cfg, model, batch, device)
-        stats = _timed(
+        stats = _request_times(
             _request(model, batch, device, amp, cfg.channels_last),
             device,
             cfg.warmup,

@@ -34,7 +34,9 @@ MEMORY_PARAMS = ("sizes",)  # what to lower when a run does not fit in memory (t
 
 
 @dataclass(frozen=True)
-class Point:
+class MatmulPoint:
+    """One product measured: a backend and dtype at one size, its timing, its error against float64."""
+
     backend: str
     dtype: str
     size: int
@@ -56,7 +58,7 @@ def rel_error(result_rows: np.ndarray, a64: np.ndarray, b64: np.ndarray, rows: n
     return float(np.linalg.norm(result_rows.astype(np.float64) - ref) / np.linalg.norm(ref))
 
 
-def measure(cfg: Config, device: object) -> list[Point]:
+def measure(cfg: Config, device: object) -> list[MatmulPoint]:
     """Every (backend, dtype, size) point, sizes ascending so the chart reads left to right.
 
     The float64 references are computed here, after every series has been measured: they are BLAS
@@ -77,7 +79,7 @@ def measure(cfg: Config, device: object) -> list[Point]:
     order = {bd: i for i, bd in enumerate(cfg.points())}
     samples.sort(key=lambda s: (s.size, order[(s.backend, s.dtype)]))
     return [
-        Point(
+        MatmulPoint(
             s.backend,
             s.dtype,
             s.size,
@@ -92,7 +94,7 @@ def measure(cfg: Config, device: object) -> list[Point]:
 
 
 def point_peaks(
-    points: list[Point], device_name: str, sms: int | None = None
+    points: list[MatmulPoint], device_name: str, sms: int | None = None
 ) -> dict[tuple[str, str], float]:
     """(backend, dtype) → the dense datasheet peak in GFLOP/s of the GPU torch ran on (of its `sms` SMs,
     for a MIG slice), where the table (peaks.py) knows it. NumPy's points ran on the CPU, whose peak no
@@ -115,7 +117,7 @@ def points_peak_source(gpu_name: str | None, sms: int | None = None) -> str:
     return peak_source(gpu_name, sms)
 
 
-def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], float]) -> Figure:
+def _chart(points: list[MatmulPoint], device: object, peaks: dict[tuple[str, str], float]) -> Figure:
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     for backend, dtype in dict.fromkeys((p.backend, p.dtype) for p in points):
@@ -139,7 +141,7 @@ def _chart(points: list[Point], device: object, peaks: dict[tuple[str, str], flo
     return fig
 
 
-def point_metrics(p: Point, peaks: dict[tuple[str, str], float]) -> dict[str, float]:
+def point_metrics(p: MatmulPoint, peaks: dict[tuple[str, str], float]) -> dict[str, float]:
     """One point's metrics, logged at step = its size: `matmul/<backend>/<dtype>/<figure>`, and the flat
     per-size keys the report reads with one search (schema.matmul_point_key)."""
     figures = {
@@ -166,7 +168,7 @@ def point_metrics(p: Point, peaks: dict[tuple[str, str], float]) -> dict[str, fl
     return values
 
 
-def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[Point]:
+def run(cfg: Config, ctx: Context, tracker: Tracker) -> list[MatmulPoint]:
     """Measure, then log each point with step = matrix size (the MLflow UI draws GFLOP/s against n), and
     its GFLOP/s and times once more as flat per-size keys, which the report reads without a history
     request per run (schema.matmul_point_key)."""

@@ -84,10 +84,11 @@ def matrices(sizes: tuple[int, ...], seed: int) -> Iterator[tuple[int, np.ndarra
         yield n, a64, b64, rng.choice(n, size=min(n, ERROR_ROWS), replace=False)
 
 
-Point = Callable[[np.ndarray, np.ndarray, np.ndarray, str], Sample]  # (A, B, rows, dtype) -> its sample
+# what measures one point of a series: (A, B, rows, dtype) -> its sample
+MeasurePoint = Callable[[np.ndarray, np.ndarray, np.ndarray, str], Sample]
 
 
-def _numpy_series(spec: SeriesSpec) -> Point:
+def _numpy_series(spec: SeriesSpec) -> MeasurePoint:
     """NumPy's BLAS on `spec.threads` threads (0: its default), and the function that measures a point."""
     if spec.threads > 0:
         threadpoolctl.threadpool_limits(limits=spec.threads, user_api="blas")
@@ -106,7 +107,7 @@ def _numpy_series(spec: SeriesSpec) -> Point:
     return point
 
 
-def _torch_series(spec: SeriesSpec) -> Point:
+def _torch_series(spec: SeriesSpec) -> MeasurePoint:
     """torch on `spec.threads` threads (0: its default) and the measured device, and the function that
     measures a point there."""
     import torch  # lazy: the NumPy series' process never loads torch (nor its OpenMP pool beside BLAS)

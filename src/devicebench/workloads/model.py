@@ -22,7 +22,7 @@ import torch
 from devicebench.config.naming import model_label
 from devicebench.config.workloads import ModelConfig as Config
 from devicebench.data import resolve_root
-from devicebench.data.loader import data_loader, one_line_data_errors
+from devicebench.data.loader import LoaderSettings, data_loader, one_line_data_errors
 from devicebench.data.shaped import PoolLoader, image_folders, synthetic_splits
 from devicebench.errors import UsageError
 from devicebench.host import precision
@@ -90,18 +90,13 @@ def _data(
                 f"num_classes {len(train.classes)} (or 0) or give a folder of {head} classes",
                 param="num_classes",
             )
-        kw: dict[str, Any] = {
-            "batch_size": cfg.batch_size,
-            "device": ctx.device,
-            "num_workers": cfg.num_workers,
-            "sampler_for": opts.sampler_for,
-        }
+        both = LoaderSettings(cfg.batch_size, ctx.device, cfg.num_workers, opts.sampler_for)
         lone = _drops_a_lone_last(spec, len(train), cfg.batch_size)
         return (
             train,
             test,
-            data_loader(train, shuffle=True, seed=cfg.seed, drop_last=lone, **kw),
-            data_loader(test, shuffle=False, **kw),
+            data_loader(train, both, shuffle=True, seed=cfg.seed, drop_last=lone),
+            data_loader(test, both, shuffle=False),
         )
     seg = spec.task == "segmentation"
     train, test = synthetic_splits(cfg.shape, spec.classes, cfg.train_limit, cfg.test_limit, segmentation=seg)

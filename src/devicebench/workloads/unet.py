@@ -26,7 +26,13 @@ from matplotlib.figure import Figure
 
 from devicebench.config.workloads import UNetConfig as Config
 from devicebench.data import IGNORE_INDEX, resolve_root
-from devicebench.data.loader import SamplerFor, data_loader, no_sampler, one_line_data_errors
+from devicebench.data.loader import (
+    LoaderSettings,
+    SamplerFor,
+    data_loader,
+    no_sampler,
+    one_line_data_errors,
+)
 from devicebench.data.scenes import SyntheticScenes
 from devicebench.data.voc import VOCSegmentationSample, denormalize, resolve_lists, voc_palette
 from devicebench.errors import DataUnavailable
@@ -104,22 +110,17 @@ def make_loaders(
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
     """Training batches shuffled by a generator seeded with `seed` (same order on every device);
     validation batches in list order, never shuffled (the notebook shuffled them)."""
-    common: dict[str, Any] = {
-        "batch_size": cfg.batch_size,
-        "device": device,
-        "num_workers": cfg.num_workers,
-        "sampler_for": sampler_for,
-    }
+    both = LoaderSettings(cfg.batch_size, device, cfg.num_workers, sampler_for)
     # A lone last image with a 1×1 bottleneck would make BatchNorm fail; drop only that one.
     lone = len(train) % cfg.batch_size == 1 and len(train) > 1 and cfg.image_size < 32
     train_loader = data_loader(
-        train, shuffle=True, seed=cfg.seed, drop_last=lone, persistent=cfg.epochs > 1, **common
+        train, both, shuffle=True, seed=cfg.seed, drop_last=lone, persistent=cfg.epochs > 1
     )
-    val_loader = data_loader(val, shuffle=False, persistent=False, **common)
+    val_loader = data_loader(val, both, shuffle=False, persistent=False)
     return train_loader, val_loader
 
 
-def build_model(cfg: Config) -> torch.nn.Module:
+def build_unet(cfg: Config) -> torch.nn.Module:
     """The UNet, seeded first: the same seed gives the same initial weights on every device."""
     setup.seed_everything(cfg.seed)
     return UNet(3, NUM_CLASSES, cfg.base_channels, cfg.bilinear)
@@ -157,7 +158,7 @@ def _task(cfg: Config, classes: list[str], device: torch.device) -> setup.Task:
         print(f"Evaluation time on {device}: {ev.seconds:.2f} s")
 
     return setup.Task(
-        build=lambda: build_model(cfg),
+        build=lambda: build_unet(cfg),
         optimizer=make_optimizer,
         loss_fn=segmentation_loss,
         num_classes=NUM_CLASSES,
@@ -215,7 +216,7 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> UNetResult:
     return result
 
 
-def _number(v: float) -> float | None:
+def _nan_as_none(v: float) -> float | None:
     """NaN (a class with no pixels) as an empty cell: 0 would claim a result."""
     return None if math.isnan(v) else v
 
@@ -226,9 +227,9 @@ def per_class_table(cm: torch.Tensor, classes: list[str]) -> dict[str, list]:
     iou, dice, recall = iou_per_class(cm), dice_per_class(cm), per_class_accuracy(cm)
     return {
         "class": list(classes),
-        "iou": [_number(v) for v in iou],
-        "dice": [_number(v) for v in dice],
-        "accuracy": [_number(v) for v in recall],
+        "iou": [_nan_as_none(v) for v in iou],
+        "dice": [_nan_as_none(v) for v in dice],
+        "accuracy": [_nan_as_none(v) for v in recall],
         "truth_pixels": [int(n) for n in cm.sum(dim=1).tolist()],
         "predicted_pixels": [int(n) for n in cm.sum(dim=0).tolist()],
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from devicebench.report.model.sides import Side, param_order, side_of, summarise
+from devicebench.report.model.sides import Placement, Side, param_order, side_of, summarise
 from devicebench.schema import COMM_SHARE, TRAIN_RATE
 from devicebench.util.stats import Stat
 
@@ -101,8 +101,7 @@ def _merge(sides: list[Side]) -> Side:
         ", ".join(sorted({s.device for s in sides})),
         first.device_name,
         [r for s in sides for r in s.runs],
-        ", ".join(sorted({s.shape for s in sides if s.shape})),
-        first.world_size,
+        Placement(", ".join(sorted({s.shape for s in sides if s.shape})), first.world_size),
     )
 
 

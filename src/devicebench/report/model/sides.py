@@ -176,16 +176,19 @@ def wait_share(run: RunRecord) -> float | None:
     return min(max(wait / total, 0.0), 1.0)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a side's runs ran besides their device: the OCI shape, the processes of their job, whether
+    a tuning chose their setting, and a price set by hand where the same device has another."""
+
+    shape: str = ""
+    world_size: int = 1
+    tuned: bool = False
+    priced_by_hand: str = ""
+
+
 def summarise(
-    workload: str,
-    key: str,
-    device: str,
-    name: str,
-    runs: list[RunRecord],
-    shape: str = "",
-    world_size: int = 1,
-    tuned: bool = False,
-    priced_by_hand: str = "",
+    workload: str, key: str, device: str, name: str, runs: list[RunRecord], placed: Placement = Placement()
 ) -> Side:
     """Medians and spreads of everything the report shows, over one side's repeats."""
     ordered = sorted(runs, key=lambda r: r.start_time)
@@ -210,11 +213,11 @@ def summarise(
         metrics,
         Stat.of(wait_share(r) for r in runs),
         matmul,
-        shape=shape,
-        world_size=world_size,
-        tuned=tuned,
+        shape=placed.shape,
+        world_size=placed.world_size,
+        tuned=placed.tuned,
         price=price_of(runs),
-        priced_by_hand=priced_by_hand,
+        priced_by_hand=placed.priced_by_hand,
     )
 
 
@@ -259,9 +262,8 @@ def _side(workload: str, key: str, where: Where, runs: list[RunRecord], split: b
     """One side; its price set by hand is in its label only where the same device has another price."""
     _, name, shape, world, tuned, by_hand_price = where
     device = ", ".join(sorted({r.device for r in runs}))
-    return summarise(
-        workload, key, device, name, runs, shape, world, tuned, priced_by_hand=by_hand_price if split else ""
-    )
+    placed = Placement(shape, world, tuned, by_hand_price if split else "")
+    return summarise(workload, key, device, name, runs, placed)
 
 
 def _side_order(s: Side) -> tuple:

@@ -8,18 +8,15 @@ disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from devicebench.report.judge.judgement import Judgement
 from devicebench.report.judge.pair_rules import best_against_best
 from devicebench.report.judge.reliability import unreliable
 from devicebench.report.model.cost import side_cost
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
-from devicebench.report.render.money import time_text
+from devicebench.report.render.money import Describe, time_text
 from devicebench.util.fmt import fmt_money, fmt_x
 
-Describe = Callable[[Side], str]
 Answer = tuple[str, tuple[str, ...]]  # a lead line and the lines under it
 
 
