@@ -251,7 +251,8 @@ def test_tune_tries_threads_feeding_nhwc_and_compile_then_measures_the_cpu_the_f
     tuned, carries the trials as a table and trains the way the chosen trial did. Measured 2026-11-24 beside other work (load ~6 on 2 cores):
     2,775 against 2,794 and 3,094 against 2,713 samples/s (1 thread, data in memory); asserted not
     below half the trial's rate, as the suite's other workers share the 2 cores."""
-    from devicebench.run.tuning import CONFIRM, SIZING, settings, thread_counts
+    from devicebench.run.trial_plan import settings, thread_counts
+    from devicebench.run.tuning import CONFIRM, SIZING
 
     assert len(settings("cifar", 2)) == 7 and len(settings("unet", 2)) == 5
     assert thread_counts(16) == [16, 8, 4, 2, 1] and thread_counts(6) == [6, 4, 2, 1]

@@ -241,7 +241,6 @@ OVER_8_PARAMETERS = {
 OVER_500_LINES = {
     "plan/suite.py",  # the lead clears this
     "report/judge/pair_rules.py",  # the lead clears this
-    "run/tuning.py",  # the lead clears this
 }
 NOTEBOOK_COMMENTS = {
     "plan/suite.py",  # the lead clears this
@@ -262,7 +261,6 @@ NOTEBOOK_COMMENTS = {
 }
 SHARED_NAMES = {
     "Point",  # report/model/pairs.py and scaling.py: the lead clears this
-    "_child",  # the lead clears this
     "_finish",  # the lead clears this
     "_open_run",  # the lead clears this
     "_price_performance",  # the lead clears this
@@ -271,7 +269,6 @@ SHARED_NAMES = {
     "_table",  # the lead clears this
     "oversubscribed",  # the lead clears this
     "shown",  # the lead clears this
-    "table",  # the lead clears this
     "work_key",  # the lead clears this
 }
 

@@ -18,8 +18,9 @@ import pytest
 
 from devicebench.config.workloads import CifarConfig, UNetConfig
 from devicebench.errors import UsageError
-from devicebench.run import tuning
-from devicebench.run.tuning import CONFIRM, CONFIRMATION, SIZING, Setting, Trial
+from devicebench.run import trial_plan, tuning
+from devicebench.run.trial_plan import Setting
+from devicebench.run.tuning import CONFIRM, CONFIRMATION, SIZING, Trial
 
 TWO_TENSOR, ONE_TENSOR = Setting(2, "tensor", 0), Setting(1, "tensor", 0)
 TWO_LOADER = Setting(2, "dataloader", 0)  # unet's first setting: it has no loader=tensor
@@ -78,7 +79,7 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     every = tuning.tune("cifar", CifarConfig(device="cpu"), 60.0, 2, Path("."), say=said.append)
     trials = [t for t in every if t.note != SIZING]
 
-    assert [t.setting for t in trials[:7]] == tuning.settings("cifar", 2)
+    assert [t.setting for t in trials[:7]] == trial_plan.settings("cifar", 2)
     nhwc = dataclasses.replace(TWO_TENSOR, channels_last=True)
     assert [(t.setting, t.note) for t in trials[7:]] == [
         (nhwc, ""),
@@ -98,7 +99,7 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     assert len(said) == 11 and said[-1].startswith("tune cifar: [again 2/2] 1 thread, data in memory: 2,950")
     assert said[7].startswith("tune cifar: [8/9] 2 threads, data in memory, NHWC: 400 samples/s")
     assert said[-1].endswith("median of its runs 2,925")
-    table = tuning.table(every)
+    table = tuning.trials_table(every)
     assert table["note"][-CONFIRM:] == [CONFIRMATION] * CONFIRM and len(table["threads"]) == 14
     assert table["compile"][-3:] == ["default", "none", "none"] and table["channels_last"][-4] is True
     tags = tuning.tags(every, chosen, 60.0)
@@ -282,7 +283,7 @@ def test_on_a_gpu_it_tries_feeding_then_nhwc_compile_and_cuda_graphs_then_precis
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     cuda = torch.device("cuda", 0)
-    first, todo = tuning.trial_plan("cifar", CifarConfig(device="cuda:0"), cuda, 16, tune_precision=True)
+    first, todo = trial_plan.trial_plan("cifar", CifarConfig(device="cuda:0"), cuda, 16, tune_precision=True)
     assert [str(s) for s in first] == [
         "data in memory",
         "DataLoader, 0 workers",
@@ -296,9 +297,9 @@ def test_on_a_gpu_it_tries_feeding_then_nhwc_compile_and_cuda_graphs_then_precis
         ("precision", "bf16"),
         ("precision", "fp16"),
     ]
-    _, plain = tuning.trial_plan("cifar", CifarConfig(device="cuda:0", channels_last=True), cuda, 16)
+    _, plain = trial_plan.trial_plan("cifar", CifarConfig(device="cuda:0", channels_last=True), cuda, 16)
     assert plain == [("compile", "default"), ("compile", "reduce-overhead")], "precision only where asked"
-    _, unet = tuning.trial_plan("unet", UNetConfig(device="cuda:0"), cuda, 16, tune_precision=True)
+    _, unet = trial_plan.trial_plan("unet", UNetConfig(device="cuda:0"), cuda, 16, tune_precision=True)
     assert unet == [("channels_last", True), ("precision", "bf16"), ("precision", "fp16")], "unet: no compile"
     graphs = dataclasses.replace(first[0], compile="reduce-overhead", precision="bf16")
     assert str(graphs) == "data in memory, compiled with CUDA graphs, bf16 autocast (reduced precision)"

@@ -157,7 +157,7 @@ def _tune(
     trials = tuning.tune(name, here, budget_s, usable_cores(), settings.data_dir, tuning.stderr, precision)
     chosen = tuning.best(trials)
     tuning.stderr(f"tune {name}: fastest on {device}: {chosen.setting}; measuring it that way")
-    return chosen.setting.applied(cfg), (tuning.tags(trials, chosen, budget_s), tuning.table(trials))
+    return chosen.setting.applied(cfg), (tuning.tags(trials, chosen, budget_s), tuning.trials_table(trials))
 
 
 TUNED_ENV = "DEVICEBENCH_TUNED_FILE"  # a tuned run's tags and trials, from `devicebench tune` to its child

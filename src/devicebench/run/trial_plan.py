@@ -1,0 +1,139 @@
+"""What a tuning tries, in order: the first stage's feeding (× threads on a CPU) and the second stage's
+changes (NHWC, compilation, reduced precision where asked), each a `Setting` of the config it tunes.
+The search that runs them within a budget is `run.tuning`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from devicebench.config.workloads import REDUCED_PRECISIONS
+from devicebench.errors import UsageError
+from devicebench.host.precision import check_precision
+
+EAGER = "none"  # a Setting's `compile` when the model is not compiled
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How the device is fed, threaded and set up in one trial. `threads` 0: as the config says (a GPU
+    side's CPU threads are not tuned); `compile`: EAGER or torch.compile's mode."""
+
+    threads: int
+    loader: str
+    num_workers: int
+    channels_last: bool = False
+    compile: str = EAGER
+    precision: str = "default"
+
+    def applied(self, cfg: Any) -> Any:
+        """`cfg` set up this way: unet has no `loader` or `compile` parameter (its settings all use the
+        DataLoader, eagerly), so only the fields the config has are set."""
+        wanted = {
+            "loader": self.loader,
+            "num_workers": self.num_workers,
+            "channels_last": self.channels_last,
+            "compile": self.compile != EAGER,
+            "compile_mode": self.compile if self.compile != EAGER else "default",
+            "precision": self.precision,
+            **({"cpu_threads": self.threads} if self.threads else {}),
+        }
+        have = {f.name for f in dataclasses.fields(cfg)}
+        return dataclasses.replace(cfg, **{k: v for k, v in wanted.items() if k in have})
+
+    @property
+    def reduced_precision(self) -> bool:
+        return self.precision in REDUCED_PRECISIONS
+
+    def __str__(self) -> str:
+        workers = f"{self.num_workers} worker{'' if self.num_workers == 1 else 's'}"
+        feed = "data in memory" if self.loader == "tensor" else f"DataLoader, {workers}"
+        words = [f"{self.threads} thread{'s' if self.threads > 1 else ''}"] if self.threads else []
+        words.append(feed)
+        if self.channels_last:
+            words.append("NHWC")
+        if self.compile != EAGER:
+            words.append("compiled" + (" with CUDA graphs" if self.compile == "reduce-overhead" else ""))
+        if self.reduced_precision:
+            words.append(f"{self.precision} autocast (reduced precision)")
+        return ", ".join(words)
+
+
+def thread_counts(cores: int) -> list[int]:
+    """1, 2, 4, ... up to `cores`, and `cores` itself, largest first (torch's default comes first)."""
+    counts = {cores}
+    n = 1
+    while n < cores:
+        counts.add(n)
+        n *= 2
+    return sorted(counts, reverse=True)
+
+
+def settings(workload: str, cores: int, in_memory: bool = False, on_gpu: bool = False) -> list[Setting]:
+    """The first stage's trials, in the order they run: feeding (× threads on the CPU), duplicates
+    removed. `in_memory`: the run's data is already on the device (the `model` workload's synthetic
+    data), so only threads vary; on a GPU the threads are left as configured (0)."""
+    out: list[Setting] = []
+    for threads in [0] if on_gpu else thread_counts(cores):
+        feeds = [("tensor", 0)] if workload == "cifar" or in_memory else []
+        spare = cores if on_gpu else cores - threads  # the loader's workers share the host's cores
+        feeds += [] if in_memory else [("dataloader", w) for w in (0, 2, spare) if w >= 0]
+        for loader, workers in dict.fromkeys(feeds):
+            out.append(Setting(threads, loader, workers))
+    return out
+
+
+Change = tuple[str, Any]  # one field of a Setting and the value a second-stage trial tries
+
+
+def changes(cfg: Any, device: torch.device, tune_precision: bool = False) -> list[Change]:
+    """The second stage: each change tried once, from the leader at that point, in this order. Only what
+    the config has (unet is never compiled) and the device can run; reduced precision only where asked
+    and where the config does not already ask for it."""
+    have = {f.name for f in dataclasses.fields(cfg)}
+    out: list[Change] = []
+    if "channels_last" in have and not cfg.channels_last:
+        out.append(("channels_last", True))
+    if "compile" in have:
+        out += [("compile", "default")] + ([("compile", "reduce-overhead")] if device.type == "cuda" else [])
+    if tune_precision and cfg.precision not in REDUCED_PRECISIONS:
+        out += [("precision", p) for p in REDUCED_PRECISIONS if _can(p, device)]
+    return out
+
+
+def _can(precision: str, device: torch.device) -> bool:
+    """Whether `device` runs `precision` natively: a CPU's bf16 without AVX512-BF16 or AMX is emulated,
+    so slow that a trial of it would only spend the budget."""
+    if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    try:
+        check_precision(precision, device)
+    except UsageError:
+        return False
+    return True
+
+
+def trial_plan(
+    workload: str, cfg: Any, device: torch.device, cores: int, tune_precision: bool = False
+) -> tuple[list[Setting], list[Change]]:
+    """(the first stage's settings, the second stage's changes): what a tuning of `cfg` on `device`
+    tries, in order, before the leaders run again. A config's own setting (NHWC, compiled, its
+    precision) is where every trial starts."""
+    in_memory = getattr(cfg, "data", "") == "synthetic" and workload == "model"
+    start = Setting(
+        0, "", 0, getattr(cfg, "channels_last", False), _compiled(cfg), getattr(cfg, "precision", "default")
+    )
+    first = [
+        dataclasses.replace(start, threads=s.threads, loader=s.loader, num_workers=s.num_workers)
+        for s in settings(workload, cores, in_memory, device.type == "cuda")
+    ]
+    todo = [c for c in changes(cfg, device, tune_precision) if getattr(start, c[0]) != c[1]]
+    return first, todo
+
+
+def _compiled(cfg: Any) -> str:
+    return getattr(cfg, "compile_mode", "default") if getattr(cfg, "compile", False) else EAGER
