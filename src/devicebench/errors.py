@@ -78,6 +78,21 @@ class Diverged(UsageError):
         super().__init__(f"diverged at step {step}")
 
 
+class ExitedInsideRun(UsageError):
+    """Code inside a run (a user's model or factory) called `sys.exit`: the run ends FAILED, exit 1.
+
+    Whatever code it asked for, 0 included: the work stopped before the run could end, so nothing it
+    logged is a result, and a plan must not count it as one."""
+
+    exit_code = 1
+
+    def __init__(self, code: object) -> None:
+        self.code = code
+        super().__init__(
+            f"the run's code called sys.exit({code!r}) before the run ended; its figures are not kept"
+        )
+
+
 class SpoolUnwritable(UsageError):
     """The spool folder cannot be written (a full disk): the run ends FAILED with the folder named.
 
