@@ -119,11 +119,18 @@ def test_a_plan_sets_time_limits_and_refuses_a_bad_one_in_one_line(tmp_path: Pat
 
 def test_a_child_past_its_time_limit_is_stopped_not_waited_for() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(100)"], stderr=subprocess.PIPE, text=True
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; print('started', file=sys.stderr, flush=True); time.sleep(100)",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     t0 = time.monotonic()
-    ended = finish(proc, 0.5)
+    ended = finish(proc, 2.0)
     assert ended.timed_out and ended.code == -signal.SIGTERM
+    assert ended.stderr == "started\n", "what it said before it was stopped is kept"
     assert time.monotonic() - t0 < 10
 
 

@@ -100,28 +100,23 @@ def finish(proc: Any, limit_s: float | None = None) -> Ended:
         try:
             _, stderr = proc.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
-            return Ended(int(_stop(proc, signal.SIGTERM)), _stderr(proc), True)
+            return Ended(*_stop(proc, signal.SIGTERM), True)
     except (Interrupted, KeyboardInterrupt) as e:
         _stop(proc, e.signum if isinstance(e, Interrupted) else signal.SIGINT)
         raise
     return Ended(int(proc.returncode), stderr or "")
 
 
-def _stop(proc: Any, signum: int) -> int:
+def _stop(proc: Any, signum: int) -> tuple[int, str]:
+    """Signal a child and wait for it (SIGKILL after STOP_GRACE_S): its exit code and all its stderr
+    (a second `communicate` returns what the first had already read, too)."""
     proc.send_signal(signum)
     try:
-        proc.communicate(timeout=STOP_GRACE_S)
+        _, stderr = proc.communicate(timeout=STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
-    return int(proc.returncode)
-
-
-def _stderr(proc: Any) -> str:
-    """What a stopped child wrote on stderr (a WarmChild keeps it; a Popen's was read by communicate)."""
-    with contextlib.suppress(Exception):
-        return proc.communicate()[1] or ""
-    return ""
+        _, stderr = proc.communicate()
+    return int(proc.returncode), stderr or ""
 
 
 @dataclass(frozen=True)
