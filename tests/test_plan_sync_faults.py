@@ -89,6 +89,37 @@ def test_an_item_is_judged_by_its_runs_status_in_the_store_not_its_exit_code(
     assert judge(item, Ended(0, ""), None).finished, "without a store, the exit code is what is known"
 
 
+def test_a_run_its_process_left_running_is_settled_by_the_suite(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """A run spooled while the store was away (exit 3) is replayed once the store answers, and counts;
+    a run whose process died before it had a journal (killed with its warm server between creating
+    the run and journalling it) was left RUNNING for good: it ends KILLED, saying why."""
+    items = load_plan(write(tmp_path, "name: t\nrepeats: 2\nruns: [{entry: matmul}]\n")).runs
+    client = MlflowClient(mlflow_server.url)
+    exp = client.create_experiment(experiment_name)
+    parent = client.create_run(exp).info.run_id
+    spooled, orphan = (
+        client.create_run(
+            exp, tags={"mlflow.parentRunId": parent, "devicebench.suite.item": i.item_id}
+        ).info.run_id
+        for i in items
+    )
+    settings = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    _journal(settings.spool_dir, spooled, mlflow_server.url, OPS).close()
+    where = Parent(settings, exp, parent)
+    assert judge(items[0], Ended(3, "results spooled"), where).finished
+    assert client.get_run(spooled).info.status == "FINISHED" and not (settings.spool_dir / spooled).exists()
+    verdict = judge(items[1], Ended(-9, ""), where)
+    assert not verdict.finished and not verdict.again
+    run = client.get_run(orphan)
+    assert run.info.status == "KILLED"
+    assert (
+        run.data.tags["devicebench.error"]
+        == "its process ended (-9, killed by SIGKILL) without ending its run"
+    )
+
+
 # ------------------------------------------------------------------ 12: every item has a time limit
 
 
@@ -376,7 +407,8 @@ def test_a_plan_goes_on_past_a_hang_a_sys_exit_and_its_warm_servers_death(
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
     assert "[1/4] model" in out and "FAILED: KILLED: ran past its time limit of 15 s" in out, out
-    assert "called sys.exit(0)" in out
+    assert "called sys.exit(0)" in out and "[3/4] model" in out
+    assert "the warm server died under it (killed by SIGKILL)" in out, out
     assert "suite faults: 1 finished, 3 failed, 0 skipped" in out, out
     assert "suite: the warm server is gone (killed by SIGKILL); the runs start cold from here" in proc.stderr
     runs = runs_of(mlflow_server.url, experiment_name)

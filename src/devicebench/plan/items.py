@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,10 @@ from devicebench.util.fmt import fmt_duration
 from devicebench.util.forkserver import ForkServer, WarmChild, module_of
 
 STOP_GRACE_S = 60.0  # SIGTERM to SIGKILL: time for a stopped run to flush its metrics and end KILLED
+# How long the suite waits for a tracking store that does not answer before it starts the next item
+# anyway (which then fails in its own words): a server restarting takes 20-40 s to answer here, and an
+# item started meanwhile failed creating its run, leaving nothing in the store.
+STORE_WAIT_S = 180.0
 
 
 class Starter:
@@ -126,6 +131,7 @@ class Verdict:
     finished: bool
     reason: str = ""  # why it did not finish
     note: str = ""  # said beside a finished item
+    again: bool = False  # it failed before its run existed, and the store says so: worth one more try
 
 
 @dataclass(frozen=True)
@@ -147,16 +153,74 @@ class Parent:
         )
         return runs[0] if runs else None
 
-    def end_stopped(self, run: Any, why: str) -> None:
-        """A run stopped at its time limit: `why` as its error; one left RUNNING (its process killed
-        before it could end it) has its journal replayed and ends KILLED, never FAILED as a crash."""
+    def wait_for_store(self, wait_s: float = STORE_WAIT_S) -> None:
+        """Return once the store answers (reading the parent run), or after `wait_s`; said once."""
+        client = MlflowClient(self.settings.tracking_uri)
+        deadline, said = time.monotonic() + wait_s, False
+        while True:
+            try:
+                client.get_run(self.run_id)
+                return
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    return
+                if not said:
+                    print(
+                        f"suite: the tracking store does not answer ({one_line(e)[:200]}); waiting up to "
+                        f"{fmt_duration(wait_s)} before the next step",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
+                time.sleep(1.0)
+
+    def settle(self, run: Any, ended: Ended, why: str) -> Any:
+        """A run its process left RUNNING, the process gone: its journal replayed as `sync` would (what
+        it logged, and its end where it wrote one: a run spooled while the store was away). One a
+        signal or the time limit stopped ends KILLED (first, so a journal without an end does not
+        read as a crash), any other FAILED; `why` is its error where it has none of its own, and
+        always for the time limit. The run as the store has it afterwards."""
         client = MlflowClient(self.settings.tracking_uri)
         run_id = run.info.run_id
-        client.set_tag(run_id, tag("error"), why)
-        if client.get_run(run_id).info.status == "RUNNING":
+        killed = ended.timed_out or ended.code < 0 or ended.code > 128
+        if killed and client.get_run(run_id).info.status == "RUNNING":
             client.set_terminated(run_id, "KILLED")
-        with contextlib.suppress(Exception):  # what it logged before the kill; `sync` tries again later
+        with contextlib.suppress(Exception):  # a journal it left; `sync` tries again later
             sync_journal(spool_root(self.settings) / run_id, self.settings.tracking_uri)
+        now = client.get_run(run_id)
+        if now.info.status == "RUNNING":
+            client.set_terminated(run_id, "FAILED")
+        if now.info.status != "FINISHED" and (ended.timed_out or not now.data.tags.get(tag("error"))):
+            client.set_tag(run_id, tag("error"), why)
+        return client.get_run(run_id)
+
+
+def run_item(
+    starter: Starter, item: PlannedRun, env: dict[str, str], parent: Parent | None
+) -> tuple[Ended, Verdict]:
+    """One item start to verdict. One that failed before its run existed (the store away as it
+    started, its warm server killed under it) is started once more: the store, asked once it answers,
+    holds no run of it, so no result can be doubled. A warm child whose server died under it says so
+    (it reads as a SIGKILL, but it was stopped with its server)."""
+    for attempt in (1, 2):
+        if parent is not None:
+            parent.wait_for_store()
+        proc = starter.start(item.argv(), env)
+        ended = finish(proc, item.time_limit_s)
+        if parent is not None:
+            parent.wait_for_store()
+        verdict = judge(item, ended, parent)
+        server = starter.server
+        if isinstance(proc, WarmChild) and server is not None and not verdict.finished and server.gone():
+            verdict = Verdict(
+                False,
+                f"the warm server died under it ({server.gone()}); {verdict.reason}",
+                again=verdict.again,
+            )
+        if not verdict.again or attempt == 2:
+            return ended, verdict
+        print(f"  it left no run in the store ({verdict.reason[:300]}); starting it once more", flush=True)
+    raise AssertionError("unreachable")
 
 
 def judge(item: PlannedRun, ended: Ended, parent: Parent | None) -> Verdict:
@@ -177,8 +241,10 @@ def judge(item: PlannedRun, ended: Ended, parent: Parent | None) -> Verdict:
         if run is not None and run.info.status == "FINISHED":  # its figures are whole; its exit hung
             return Verdict(True, note=f"its run had FINISHED, but its process {limit}: stopped")
         if run is not None and parent is not None:
-            parent.end_stopped(run, f"{limit}; stopped by the suite")
+            parent.settle(run, ended, f"{limit}; stopped by the suite")
         return Verdict(False, f"KILLED: {limit}")
+    if run is not None and run.info.status == "RUNNING" and parent is not None:
+        run = parent.settle(run, ended, f"its process ended ({_code(ended.code)}) without ending its run")
     if parent is None or unread:
         return (
             Verdict(True, note=unread)
@@ -186,7 +252,10 @@ def judge(item: PlannedRun, ended: Ended, parent: Parent | None) -> Verdict:
             else Verdict(False, f"{said}{'; ' if unread else ''}{unread}")
         )
     if run is None:
-        return Verdict(False, said if ended.code else "exit 0, but it left no run in the store")
+        # exit 2 is input refused before the run: the same again; anything else may be the moment's
+        return Verdict(
+            False, said if ended.code else "exit 0, but it left no run in the store", again=ended.code != 2
+        )
     if run.info.status == "FINISHED":
         return Verdict(
             True, note=f"its run FINISHED, but its process ended with {said}" if ended.code else ""

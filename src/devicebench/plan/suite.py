@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 from devicebench.config.settings import load_settings, preflight_store
 from devicebench.errors import UsageError
 from devicebench.plan.handoff import Handoff, child_env, store_mark
-from devicebench.plan.items import Parent, Starter, finish, judge
+from devicebench.plan.items import Parent, Starter, finish, run_item
 from devicebench.plan.spec import Plan, PlannedRun
 from devicebench.report.links import (
     PARENT_PRINTS_LINKS,
@@ -421,8 +421,7 @@ def _run_items(
                 continue
         item = dataclasses.replace(item, log_model=item.log_model or item.config_id not in modelled)
         t0 = time.monotonic()
-        ended = finish((starter or Starter(None)).start(item.argv(), env_for(item)), item.time_limit_s)
-        verdict = judge(item, ended, parent)
+        ended, verdict = run_item(starter or Starter(None), item, env_for(item), parent)
         durations.append(time.monotonic() - t0)
         left = sum(durations) / len(durations) * (total - item.index)
         eta = f", ~{fmt_duration(left)} left" if item.index < total else ""
