@@ -6,6 +6,7 @@ in one second, `sync` over a lying `sent` mark, a lost run's name, a deleted exp
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,9 +19,10 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import Settings, load_settings
 from devicebench.errors import ExitedInsideRun, UsageError
+from devicebench.plan.handoff import Handoff
 from devicebench.plan.items import Ended, Parent, Starter, finish, judge
 from devicebench.plan.spec import DEFAULT_TIME_LIMIT_S, load_plan
-from devicebench.plan.suite import next_commands
+from devicebench.plan.suite import _run_items, next_commands
 from devicebench.report.judge.judgement import judge as judge_report
 from devicebench.report.model.comparison import compare
 from devicebench.report.render.files import write_report
@@ -118,6 +120,43 @@ def test_a_run_its_process_left_running_is_settled_by_the_suite(
         run.data.tags["devicebench.error"]
         == "its process ended (-9, killed by SIGKILL) without ending its run"
     )
+
+
+def test_an_item_that_failed_before_its_run_existed_is_started_once_more(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str, capsys: pytest.CaptureFixture
+) -> None:
+    """An item started while the tracking server restarted failed creating its run: listed failed, no
+    run in the store. The store holds no run of it, so it is started again, once, and counts."""
+    plan = load_plan(
+        write(
+            tmp_path,
+            "name: t\nruns:\n  - entry: matmul\n    params: {sizes: '32', repeats: 1, warmup: 0,"
+            " backends: numpy, min_time_s: 0, isolation: none}\n",
+        )
+    )
+    client = MlflowClient(mlflow_server.url)
+    exp = client.create_experiment(experiment_name)
+    parent = client.create_run(exp).info.run_id
+    (tmp_path / "once").mkdir()  # the first start dies before its run exists, as a store away would make it
+    (tmp_path / "once" / "sitecustomize.py").write_text(
+        "import os, pathlib\nmark = pathlib.Path(__file__).with_name('died')\n"
+        "if not mark.exists():\n    mark.write_text('')\n    os._exit(1)\n"
+    )
+    base = devicebench_env(mlflow_server.url, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
+
+    def env_for(item: object) -> dict[str, str]:
+        env = Handoff(parent, exp, f"t:{parent}", plan.runs[0].item_id, "").env(base)
+        return {**env, "PYTHONPATH": f"{tmp_path / 'once'}{os.pathsep}{env['PYTHONPATH']}"}
+
+    settings = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    outcome = _run_items(plan, set(), env_for, Starter(None), Parent(settings, exp, parent))
+    assert (outcome.finished, outcome.failed) == (1, []), outcome.failed
+    assert (
+        "it left no run in the store (exit 1: no message); starting it once more" in capsys.readouterr().out
+    )
+    assert [r.info.status for r in client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent}'")] == [
+        "FINISHED"
+    ]
 
 
 # ------------------------------------------------------------------ 12: every item has a time limit
