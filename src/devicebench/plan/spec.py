@@ -73,7 +73,7 @@ class PlannedRun:
     repeat: int
     repeats: int
     tune: bool = False  # the plan's tune_cpu, for a CPU run of a workload tuning knows (tuning.py)
-    log_model: bool = True  # False for a repeat after the first where the plan logs models so
+    log_model: bool = True  # False: a later repeat of `log_models: first` (logs it while none has finished)
     time_limit_s: float = DEFAULT_TIME_LIMIT_S  # past it the suite stops the run (items.py)
 
     @property
