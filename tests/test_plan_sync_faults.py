@@ -159,6 +159,24 @@ def test_an_item_that_failed_before_its_run_existed_is_started_once_more(
     ]
 
 
+def test_a_store_away_is_waited_for_once_then_failed_fast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The suite waits for a store that does not answer before each item; once a wait has run out,
+    a plan of many items must not wait that long again for each."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    from testbed.mlflow_server import free_port
+
+    where = Parent(settings_for(f"http://127.0.0.1:{free_port()}", tmp_path, "x"), "0", "0" * 32)
+    t0 = time.monotonic()
+    where.wait_for_store(1.5)
+    waited = time.monotonic() - t0
+    where.wait_for_store(1.5)
+    assert waited >= 1.5 and time.monotonic() - t0 - waited < 1.0 and where.gone
+    assert capsys.readouterr().err.count("the tracking store does not answer") == 1
+
+
 # ------------------------------------------------------------------ 12: every item has a time limit
 
 

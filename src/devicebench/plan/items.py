@@ -134,13 +134,14 @@ class Verdict:
     again: bool = False  # it failed before its run existed, and the store says so: worth one more try
 
 
-@dataclass(frozen=True)
+@dataclass
 class Parent:
     """The suite's parent run, where each item's run is looked up by its plan item."""
 
     settings: Any
     experiment_id: str
     run_id: str
+    gone: bool = False  # a wait ran out: the store is away for good, and later items fail fast again
 
     def run_of(self, item: PlannedRun) -> Any | None:
         """The item's newest run under this parent, or None when it made none."""
@@ -154,15 +155,18 @@ class Parent:
         return runs[0] if runs else None
 
     def wait_for_store(self, wait_s: float = STORE_WAIT_S) -> None:
-        """Return once the store answers (reading the parent run), or after `wait_s`; said once."""
+        """Return once the store answers (reading the parent run), or after `wait_s`, said once; not
+        at all once a wait has run out, until the store answers again."""
         client = MlflowClient(self.settings.tracking_uri)
-        deadline, said = time.monotonic() + wait_s, False
+        deadline, said = time.monotonic() + (0.0 if self.gone else wait_s), False
         while True:
             try:
                 client.get_run(self.run_id)
+                self.gone = False
                 return
             except Exception as e:
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
+                    self.gone = True
                     return
                 if not said:
                     print(
