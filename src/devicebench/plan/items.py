@@ -32,8 +32,8 @@ from devicebench.util.forkserver import ForkServer, WarmChild, module_of
 
 STOP_GRACE_S = 60.0  # SIGTERM to SIGKILL: time for a stopped run to flush its metrics and end KILLED
 # How long the suite waits for a tracking store that does not answer before it starts the next item
-# anyway (which then fails in its own words): a server restarting takes 20-40 s to answer here, and an
-# item started meanwhile failed creating its run, leaving nothing in the store.
+# anyway (which then fails in its own words): a tracking server restarting takes tens of seconds to
+# answer, and an item started meanwhile failed creating its run, leaving nothing in the store.
 STORE_WAIT_S = 180.0
 
 
