@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             [str(VENV_BIN / "devicebench"), "sync"], env=env, cwd=work, capture_output=True, text=True
         )
         print(f"suite exit {code} in {elapsed:.0f} s; faults: {'; '.join(faults.done)}")
+        again = sum("starting it once more" in ln for ln in lines)
+        print(f"items started once more (they failed before their run existed): {again}")
         print(f"sync exit {sync.returncode}: {sync.stdout.strip()} {sync.stderr.strip()}")
         found = [SUMMARY.match(ln) for ln in lines]
         got = next((m for m in found if m), None)
