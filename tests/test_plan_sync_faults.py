@@ -260,6 +260,26 @@ def test_a_dead_warm_server_makes_the_plan_go_on_cold_and_say_so(
     assert said == ["suite: the warm server is gone (killed by SIGKILL); the runs start cold from here"]
 
 
+# ------------------------------------------------------- 7: log_models: first, on a later launch
+
+
+def test_a_resumed_plan_logs_no_second_model_for_a_config_an_earlier_launch_finished(tmp_path: Path) -> None:
+    """The first repeat to finish logs the config's model; on `--resume`, a config that an earlier
+    launch finished (whichever repeat) has it, and one that none finished logs it with its next run."""
+    plan = load_plan(write(tmp_path, "name: t\nrepeats: 2\nlog_models: first\nruns: [{entry: matmul}]\n"))
+    second = plan.runs[1]
+    seen: list[bool] = []
+
+    def record(item: object) -> dict[str, str]:
+        seen.append(item.log_model)  # type: ignore[attr-defined]
+        raise RuntimeError("no process here")
+
+    for done in ({second.item_id}, set()):
+        with pytest.raises(RuntimeError):
+            _run_items(plan, done, record)
+    assert seen == [False, True]
+
+
 # ------------------------------------------------------------------ 6: two reports in one second
 
 

@@ -115,6 +115,7 @@ class Plan:
     threshold: float = 0.10
     report: bool = True
     description: str = ""
+    log_models: str = "all"  # LOG_MODELS: `first` is decided as the plan runs (suite.py)
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -247,7 +248,7 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
                 planned.append(
                     PlannedRun(len(planned) + 1, spec["entry"], values, 1, 1, tune=True, time_limit_s=limit)
                 )
-    return Plan(path=path, runs=planned, skip_unavailable=skip, **header, **report)
+    return Plan(path=path, runs=planned, skip_unavailable=skip, log_models=log_models, **header, **report)
 
 
 def _one_process(values: dict[str, Any]) -> bool:

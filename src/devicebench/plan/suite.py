@@ -401,8 +401,8 @@ def _run_items(
     its run's status in the store (`parent`); one progress line per item, with an ETA."""
     outcome, capacity, durations, total = Outcome(), {}, [], len(plan.runs)
     # configs whose model a finished run logged: with `log_models: first`, the repeats after a failed
-    # first one log it until one finishes
-    modelled = {item.config_id for item in plan.runs if item.item_id in done and item.log_model}
+    # first one log it until one finishes; a config an earlier launch finished has it (its first to finish)
+    modelled = {item.config_id for item in plan.runs if item.item_id in done}
     for item in plan.runs:
         prefix = f"[{item.index}/{total}] {item.label}"
         if item.item_id in done:
@@ -419,7 +419,8 @@ def _run_items(
                 print(f"{prefix} ... skipped: {reason}", flush=True)
                 outcome.skipped.append(item)
                 continue
-        item = dataclasses.replace(item, log_model=item.log_model or item.config_id not in modelled)
+        logs = plan.log_models != "first" or item.config_id not in modelled
+        item = dataclasses.replace(item, log_model=logs)
         t0 = time.monotonic()
         ended, verdict = run_item(starter or Starter(None), item, env_for(item), parent)
         durations.append(time.monotonic() - t0)
