@@ -181,20 +181,8 @@ def test_a_store_away_is_waited_for_once_then_failed_fast(
 
 
 def test_a_plan_sets_time_limits_and_refuses_a_bad_one_in_one_line(tmp_path: Path) -> None:
-    plan = load_plan(
-        write(
-            tmp_path,
-            """
-            name: t
-            time_limit_s: 600
-            runs:
-              - entry: matmul
-              - entry: matmul
-                params: {sizes: '64'}
-                time_limit_s: 2.5
-            """,
-        )
-    )
+    runs = "[{entry: matmul}, {entry: matmul, params: {sizes: '64'}, time_limit_s: 2.5}]"
+    plan = load_plan(write(tmp_path, f"name: t\ntime_limit_s: 600\nruns: {runs}\n"))
     assert [r.time_limit_s for r in plan.runs] == [600.0, 2.5]
     assert load_plan(write(tmp_path, "name: t\nruns: [{entry: matmul}]\n")).runs[0].time_limit_s == (
         DEFAULT_TIME_LIMIT_S
