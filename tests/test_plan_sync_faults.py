@@ -338,41 +338,38 @@ def test_a_journal_whose_end_never_arrived_ends_its_run(
     assert client.get_run(run_id).info.status == "FINISHED"
 
 
-def test_a_lost_run_is_made_again_under_its_own_name(tmp_path: Path) -> None:
+def test_a_lost_run_is_made_again_under_its_own_name(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
     """Item 8: `sync --recreate-lost` gave the run MLflow's random name, which every report showed.
     The name is journalled when the run starts and the run made again under it."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    settings = settings_for(uri, tmp_path, "lost")
+    settings = settings_for(mlflow_server.url, tmp_path, experiment_name)
     with run_context(settings, "cifar", {"epochs": "1"}, run_name="cifar · cpu · bs 8") as t:
-        lost = t.run_id
         t.log_metrics({"time/train_s": 2.0})
         ops = [json.loads(line) for line in (t.journal.dir / "ops.jsonl").read_text().splitlines()]
-    assert any(
-        op["op"] == "tags" and op["values"].get("mlflow.runName") == "cifar · cpu · bs 8" for op in ops
-    )
-    # the database made anew: the same journal, never acknowledged by it
-    spool = tmp_path / "spool" / lost
-    new_uri = f"sqlite:///{tmp_path / 'new.db'}"
-    _journal(tmp_path / "spool", lost, new_uri, [op for op in ops if op["op"] != "end"]).close()
-    settings = settings_for(new_uri, tmp_path, "lost")
-    assert sync_spool(settings, recreate_lost=True).replayed == 1 and not spool.exists()
-    client = MlflowClient(new_uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("lost").experiment_id])
-    assert run.info.run_name == "cifar · cpu · bs 8" and run.data.tags["devicebench.replayed_from"] == lost
+    named = [op for op in ops if op["op"] == "tags" and "mlflow.runName" in op["values"]]
+    assert [op["values"]["mlflow.runName"] for op in named] == ["cifar · cpu · bs 8"]
+    # the same journal, of a run the store no longer has (its database made anew)
+    lost = "0123456789abcdef0123456789abcdef"
+    _journal(settings.spool_dir, lost, mlflow_server.url, [op for op in ops if op["op"] != "end"]).close()
+    assert sync_spool(settings, recreate_lost=True).replayed == 1
+    client = MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name(experiment_name).experiment_id
+    (run,) = client.search_runs([exp], f"tags.`devicebench.replayed_from` = '{lost}'")
+    assert run.info.run_name == "cifar · cpu · bs 8"
 
 
 def test_recreating_into_a_deleted_experiment_says_what_to_do(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str, capsys: pytest.CaptureFixture
 ) -> None:
     """It stayed "not replayed yet" for good with MLflow's raw message."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    client.delete_experiment(client.create_experiment("gone"))
-    _journal(tmp_path / "spool", "0123456789abcdef0123456789abcdef", uri, OPS).close()
-    out = sync_spool(settings_for(uri, tmp_path, "gone"), recreate_lost=True)
+    client = MlflowClient(mlflow_server.url)
+    client.delete_experiment(client.create_experiment(experiment_name))
+    _journal(tmp_path / "spool", "0123456789abcdef0123456789abcdef", mlflow_server.url, OPS).close()
+    out = sync_spool(settings_for(mlflow_server.url, tmp_path, experiment_name), recreate_lost=True)
     assert out.pending == 1
     line = capsys.readouterr().err.strip()
-    assert "its experiment 'gone' is deleted; restore it (`mlflow experiments restore" in line, line
+    assert f"its experiment {experiment_name!r} is deleted; restore it (`mlflow experiments restore" in line
     assert "\n" not in line
 
 
