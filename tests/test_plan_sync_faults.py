@@ -68,6 +68,22 @@ def test_sys_exit_0_inside_a_run_ends_it_failed_and_the_command_exits_1(
     assert "called sys.exit(0)" in run.data.tags["devicebench.error"]
 
 
+def test_sys_exit_0_while_the_model_is_checked_is_one_line_and_exit_1(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """A factory that calls sys.exit(0) as it builds (checked before the run exists) ended the command
+    silently with exit 0."""
+    (tmp_path / "quits.py").write_text("import sys\n\ndef build(num_classes=10):\n    sys.exit(0)\n")
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
+    proc = run_cli(
+        ["model", "--model", "quits.py:build", "--input", "3x8x8"], env, cwd=tmp_path, timeout_s=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "called sys.exit(0) before its run ended" in lines[0], proc.stderr
+    assert runs_of(mlflow_server.url, experiment_name) == []
+
+
 def test_an_item_is_judged_by_its_runs_status_in_the_store_not_its_exit_code(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
 ) -> None:

@@ -79,7 +79,8 @@ class Diverged(UsageError):
 
 
 class ExitedInsideRun(UsageError):
-    """Code inside a run (a user's model or factory) called `sys.exit`: the run ends FAILED, exit 1.
+    """Code a command ran (a user's model or factory) called `sys.exit`: its run, if it has one, ends
+    FAILED, and the command exits 1.
 
     Whatever code it asked for, 0 included: the work stopped before the run could end, so nothing it
     logged is a result, and a plan must not count it as one."""
@@ -89,7 +90,8 @@ class ExitedInsideRun(UsageError):
     def __init__(self, code: object) -> None:
         self.code = code
         super().__init__(
-            f"the run's code called sys.exit({code!r}) before the run ended; its figures are not kept"
+            f"code the command ran (a model or factory) called sys.exit({code!r}) before its run ended; "
+            "nothing of it is a result"
         )
 
 
