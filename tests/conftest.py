@@ -35,6 +35,7 @@ SLOWEST_FIRST = (
     "test_matmul.py",  # 87
     "test_faults.py",  # 82
     "test_suite.py",  # 69
+    "test_plan_sync_faults.py",  # a real suite of four model runs, one stopped at its 15 s time limit
     "test_cifar_mlflow.py",  # 65
     "test_bad_input.py",  # 59
     "test_report_store.py",  # 42

@@ -124,13 +124,14 @@ def test_a_plan_asks_a_warm_child_what_devices_this_host_has(server, tmp_path: P
     """The suite's skip check forks `devicebench.host.capacity` from its warm server rather than import
     torch itself; the child's one JSON line is the answer `capacity` gives in-process."""
     from devicebench.host.capacity import capacity
+    from devicebench.plan.items import Starter
     from devicebench.plan.suite import _capacity
 
     child = server.start("devicebench.host.capacity", ["cpu"], server.env, tmp_path, stdout=True)
     _, out = child.communicate(timeout=120)
     assert child.returncode == 0 and out.strip().splitlines()[-1] == json.dumps(list(capacity("cpu")))
-    assert _capacity("cpu", server) == capacity("cpu")
-    assert _capacity("cuda:7", server) is None  # no such device here: skipped, not failed
+    assert _capacity("cpu", Starter(server)) == capacity("cpu")
+    assert _capacity("cuda:7", Starter(server)) is None  # no such device here: skipped, not failed
 
 
 def test_a_child_inherits_the_servers_objects_frozen(server, modules: Path, tmp_path: Path) -> None:

@@ -261,7 +261,6 @@ NOTEBOOK_COMMENTS = {
 }
 SHARED_NAMES = {
     "Point",  # report/model/pairs.py and scaling.py: the lead clears this
-    "_finish",  # the lead clears this
     "_open_run",  # the lead clears this
     "_price_performance",  # the lead clears this
     "_print_links",  # the lead clears this

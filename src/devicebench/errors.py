@@ -78,6 +78,23 @@ class Diverged(UsageError):
         super().__init__(f"diverged at step {step}")
 
 
+class ExitedInsideRun(UsageError):
+    """Code a command ran (a user's model or factory) called `sys.exit`: its run, if it has one, ends
+    FAILED, and the command exits 1.
+
+    Whatever code it asked for, 0 included: the work stopped before the run could end, so nothing it
+    logged is a result, and a plan must not count it as one."""
+
+    exit_code = 1
+
+    def __init__(self, code: object) -> None:
+        self.code = code
+        super().__init__(
+            f"code the command ran (a model or factory) called sys.exit({code!r}) before its run ended; "
+            "nothing of it is a result"
+        )
+
+
 class SpoolUnwritable(UsageError):
     """The spool folder cannot be written (a full disk): the run ends FAILED with the folder named.
 

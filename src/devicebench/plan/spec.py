@@ -37,13 +37,18 @@ PLAN_KEYS = {
     "tune",
     "tune_precision",
     "log_models",
+    "time_limit_s",
     "runs",
     "report",
 }
 # Which repeats of an item log their model: `all`, or `first` (each model ~1.5-2.5 s of a short run,
 # and repeats of one config train the same network; the figures are logged for every repeat)
 LOG_MODELS = ("all", "first")
-RUN_KEYS = {"entry", "params", "matrix", "repeats", "name"}
+RUN_KEYS = {"entry", "params", "matrix", "repeats", "name", "time_limit_s"}
+# How long one run of a plan may take, start to exit, before the suite stops it (its run ends KILLED and
+# the plan goes on): a run that hangs (a user's thread the exit waits for) must not hold a nightly plan
+# for good. Generous, since a CPU side on real data can take hours; a plan or one of its runs sets its own.
+DEFAULT_TIME_LIMIT_S = 4 * 3600.0
 REPORT_KEYS = {"baseline", "threshold"}
 # Plans are a page of YAML; these caps turn a hostile or mistyped one into one line instead of minutes of
 # CPU and gigabytes of memory (a billion-laughs alias tree, `repeats: 1000000000`).
@@ -70,7 +75,8 @@ class PlannedRun:
     repeats: int
     tune: bool = False  # the plan's `tune`, for a run of a workload tuning knows (tuning.py)
     tune_precision: bool = False  # the plan's `tune_precision`: its tuning may try reduced precision
-    log_model: bool = True  # False for a repeat after the first where the plan logs models so
+    log_model: bool = True  # False: a later repeat of `log_models: first` (logs it while none has finished)
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S  # past it the suite stops the run (items.py)
 
     @property
     def item_id(self) -> str:
@@ -78,6 +84,12 @@ class PlannedRun:
         blob = json.dumps(
             [self.entry, sorted(self.params.items()), self.repeat, *(["tune"] if self.tune else [])]
         )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def config_id(self) -> str:
+        """What its repeats share: the item but for which repeat it is (`log_models: first`)."""
+        blob = json.dumps([self.entry, sorted(self.params.items()), *(["tune"] if self.tune else [])])
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
@@ -106,6 +118,7 @@ class Plan:
     threshold: float = 0.10
     report: bool = True
     description: str = ""
+    log_models: str = "all"  # LOG_MODELS: `first` is decided as the plan runs (suite.py)
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -210,20 +223,39 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
     if not isinstance(specs, list) or not specs:
         raise _err(path, "runs", "required, a non-empty list of {entry, params, matrix, repeats}")
     _count_runs(specs, default_repeats, path)
+    plan_limit = _time_limit(doc.get("time_limit_s", DEFAULT_TIME_LIMIT_S), path, "time_limit_s")
     planned: list[PlannedRun] = []
     for i, spec in enumerate(specs):
         for values, repeats in _expand(spec, f"runs[{i}]", default_repeats, data, path):
+            limit = _time_limit(spec.get("time_limit_s", plan_limit), path, f"runs[{i}].time_limit_s")
             for r in range(1, repeats + 1):
                 logs = log_models == "all" or r == 1
                 planned.append(
-                    PlannedRun(len(planned) + 1, spec["entry"], values, r, repeats, log_model=logs)
+                    PlannedRun(
+                        len(planned) + 1,
+                        spec["entry"],
+                        values,
+                        r,
+                        repeats,
+                        log_model=logs,
+                        time_limit_s=limit,
+                    )
                 )
             if tune and spec["entry"] in TUNABLE and _one_process(values):
                 # beside the side as configured, once: the same work on this device at its best (tuning
                 # measures one process, so a job of several has no tuned item)
-                item = PlannedRun(len(planned) + 1, spec["entry"], values, 1, 1, True, precise)
+                item = PlannedRun(
+                    len(planned) + 1,
+                    spec["entry"],
+                    values,
+                    1,
+                    1,
+                    tune=True,
+                    tune_precision=precise,
+                    time_limit_s=limit,
+                )
                 planned.append(item)
-    return Plan(path=path, runs=planned, skip_unavailable=skip, **header, **report)
+    return Plan(path=path, runs=planned, skip_unavailable=skip, log_models=log_models, **header, **report)
 
 
 def _one_process(values: dict[str, Any]) -> bool:
@@ -356,3 +388,18 @@ def _positive_int(value: Any, path: Path, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _err(path, where, f"must be a whole number >= 1, not {value!r}")
     return value
+
+
+MAX_TIME_LIMIT_S = 7 * 86400.0  # a week: past that a limit is a typo (seconds for minutes), not a plan
+
+
+def _time_limit(value: Any, path: Path, where: str) -> float:
+    """A run's time limit in seconds: a number above 0 and at most a week."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= MAX_TIME_LIMIT_S
+    if not ok:
+        raise _err(
+            path,
+            where,
+            f"must be a number of seconds above 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {value!r}",
+        )
+    return float(value)

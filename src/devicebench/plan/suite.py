@@ -12,8 +12,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -27,11 +25,13 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from devicebench.config.settings import load_settings, preflight_store
-from devicebench.errors import Interrupted, UsageError
+from devicebench.errors import UsageError
 from devicebench.plan.handoff import Handoff, child_env, store_mark
+from devicebench.plan.items import Parent, Starter, finish, run_item
 from devicebench.plan.spec import Plan, PlannedRun
 from devicebench.report.links import (
     PARENT_PRINTS_LINKS,
+    is_server,
     read_report_run,
     settings_link_lines,
     ui_start_command,
@@ -43,22 +43,23 @@ from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.runs import run_context
 from devicebench.tracking.store import check_store, configure_mlflow_client, ensure_experiment
-from devicebench.util.children import death_signal, python_argv
+from devicebench.util.children import python_argv
+from devicebench.util.files import new_folder
 from devicebench.util.fmt import fmt_duration
-from devicebench.util.forkserver import ForkServer, module_of
-from devicebench.util.redact import redact
+from devicebench.util.forkserver import ForkServer
+from devicebench.util.redact import MASK, redact
 
 
-def _capacity(device: str, server: ForkServer | None) -> tuple[str, int] | None:
+def _capacity(device: str, starter: Starter | None) -> tuple[str, int] | None:
     """What `device` resolves to here and how many data-parallel processes it takes on this node, or
     None when this host has no such device: asked of a child of the warm server where there is one
     (host/capacity.py says why), else here."""
     env = child_env(os.environ)
-    if server is not None and server.serves(env):
-        module = "devicebench.host.capacity"
-        code, out = _finish(server.start(module, [device], env, os.getcwd(), stdout=True))
-        lines = out.strip().splitlines()
-        if code == 0 and lines:
+    child = starter.fork("devicebench.host.capacity", [device], env, stdout=True) if starter else None
+    if child is not None:
+        ended = finish(child)
+        lines = ended.stderr.strip().splitlines()
+        if ended.code == 0 and lines:
             got = json.loads(lines[-1])  # [type, processes] or null
             return None if got is None else (str(got[0]), int(got[1]))
     # lazy: torch (~1.5 s), which the suite's own process needs only to skip what this host lacks
@@ -177,50 +178,6 @@ def usable(server: ForkServer | None) -> ForkServer | None:
     return server
 
 
-def _start(argv: list[str], env: dict[str, str], server: ForkServer | None, inherit: bool = False) -> Any:
-    """The item's process: forked from the warm server where it can run the command, else a fresh
-    interpreter. Its stderr is piped back, or (`inherit`) its stdout and stderr are the suite's own."""
-    target = module_of(argv) if server is not None else None
-    if inherit:
-        sys.stdout.flush()  # the suite's lines before the child's
-    if server is not None and target is not None and server.serves(env):
-        return server.start(*target, env, os.getcwd(), inherit=inherit)
-    # SIGTERM when the suite dies (even by SIGKILL): the child ends its run KILLED instead of training on
-    return subprocess.Popen(
-        argv,
-        env=env,
-        stdout=None if inherit else subprocess.DEVNULL,
-        stderr=None if inherit else subprocess.PIPE,
-        text=True,
-        preexec_fn=death_signal(signal.SIGTERM),
-    )
-
-
-def _run_child(
-    argv: list[str], env: dict[str, str], server: ForkServer | None = None
-) -> subprocess.CompletedProcess:
-    """Run one plan item; when the suite itself is stopped, stop the child the same way and wait for it,
-    so its run ends KILLED with its metrics flushed instead of being left RUNNING by a SIGKILL."""
-    code, stderr = _finish(_start(argv, env, server))
-    return subprocess.CompletedProcess(argv, code, None, stderr)
-
-
-def _finish(proc: Any) -> tuple[int, str]:
-    """A child's exit code and stderr; when the suite itself is stopped, stop the child the same way
-    and wait for it, so its run ends KILLED with its metrics flushed."""
-    try:
-        _, stderr = proc.communicate()
-    except (Interrupted, KeyboardInterrupt) as e:
-        proc.send_signal(e.signum if isinstance(e, Interrupted) else signal.SIGINT)
-        try:
-            proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        raise
-    return int(proc.returncode), stderr or ""
-
-
 def tuning_summary(item: PlannedRun, stderr: str) -> list[str]:
     """A tuned item's own account under its line: the setting it chose, and how many trials the budget
     skipped (each trial's line stays in the child's stderr; a plan shows the outcome, not the search)."""
@@ -281,13 +238,14 @@ def _run_plan(
             flush=True,
         )
         done = _finished_items(settings, parent.run_id) if resume else set()
-        warm = usable(server)
+        starter = Starter(usable(server))
         with alive(settings, parent.run_id):
             outcome = _run_items(
                 plan,
                 done,
                 lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item, store),
-                warm,
+                starter,
+                Parent(settings, experiment_id, parent.run_id),
             )
         parent.log_metrics(
             {
@@ -299,7 +257,7 @@ def _run_plan(
         parent.log_dict(outcome.as_dict(), "suite.json")
         report_code, report_out = 0, None
         if plan.report and outcome.finished:
-            report_code, report_out = _report(plan, settings, suite_tag, warm)
+            report_code, report_out = _report(plan, settings, suite_tag, starter)
     _print_summary(plan, outcome, time.monotonic() - started, settings.tracking_uri)
     _print_links(settings, experiment_id, report_out)
     return 1 if outcome.failed or report_code else 0
@@ -435,12 +393,16 @@ def _run_items(
     plan: Plan,
     done: set[str],
     env_for: Callable[[PlannedRun], dict[str, str]],
-    server: ForkServer | None = None,
+    starter: Starter | None = None,
+    parent: Parent | None = None,
 ) -> Outcome:
     """Each item in turn: kept if an earlier launch finished it, skipped if the plan allows that and this
-    host lacks its device or the devices for its nproc, otherwise run in its own process; one progress
-    line per item, with an ETA."""
+    host lacks its device or the devices for its nproc, otherwise run in its own process and judged by
+    its run's status in the store (`parent`); one progress line per item, with an ETA."""
     outcome, capacity, durations, total = Outcome(), {}, [], len(plan.runs)
+    # configs whose model a finished run logged: with `log_models: first`, the repeats after a failed
+    # first one log it until one finishes; a config an earlier launch finished has it (its first to finish)
+    modelled = {item.config_id for item in plan.runs if item.item_id in done}
     for item in plan.runs:
         prefix = f"[{item.index}/{total}] {item.label}"
         if item.item_id in done:
@@ -450,28 +412,30 @@ def _run_items(
         if plan.skip_unavailable:
             device = item.params.get("device", "cpu")
             if device not in capacity:
-                capacity[device] = _capacity(device, server)
+                capacity[device] = _capacity(device, starter)
             # load_plan checked nproc against the workload's config; matmul has none (one process)
             reason = unavailable_reason(device, int(item.params.get("nproc", "1")), capacity[device])
             if reason:
                 print(f"{prefix} ... skipped: {reason}", flush=True)
                 outcome.skipped.append(item)
                 continue
+        logs = plan.log_models != "first" or item.config_id not in modelled
+        item = dataclasses.replace(item, log_model=logs)
         t0 = time.monotonic()
-        proc = _run_child(item.argv(), env_for(item), server)
+        ended, verdict = run_item(starter or Starter(None), item, env_for(item), parent)
         durations.append(time.monotonic() - t0)
         left = sum(durations) / len(durations) * (total - item.index)
         eta = f", ~{fmt_duration(left)} left" if item.index < total else ""
-        if proc.returncode == 0:
+        if verdict.finished:
             outcome.finished += 1
-            print(f"{prefix} ... ok in {fmt_duration(durations[-1])}{eta}", flush=True)
-            for line in tuning_summary(item, proc.stderr) if item.tune else []:
+            modelled |= {item.config_id} if item.log_model else set()
+            note = f" ({verdict.note})" if verdict.note else ""
+            print(f"{prefix} ... ok in {fmt_duration(durations[-1])}{note}{eta}", flush=True)
+            for line in tuning_summary(item, ended.stderr) if item.tune else []:
                 print(f"  {line}", flush=True)
         else:
-            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-            reason = lines[-1].removeprefix("devicebench: error: ") if lines else f"exit {proc.returncode}"
-            outcome.failed.append((item, reason))
-            print(f"{prefix} ... FAILED (exit {proc.returncode}): {reason}{eta}", flush=True)
+            outcome.failed.append((item, verdict.reason))
+            print(f"{prefix} ... FAILED: {verdict.reason}{eta}", flush=True)
     return outcome
 
 
@@ -508,16 +472,20 @@ def next_commands(tracking_uri: str) -> list[str]:
     above the links that open in it."""
     uri = redact(tracking_uri)
     compare = f"compare all runs again: {venv_command('devicebench')} compare"
-    if not tracking_uri.startswith("sqlite:"):
+    if is_server(tracking_uri):
         return [compare, f"open the MLflow UI: {uri}"]
-    return [compare, f"open the MLflow UI on these runs: {ui_start_command(tracking_uri, uri)}"]
+    # any other store (SQLite, PostgreSQL, files) has no UI until one is started on it
+    start = ui_start_command(tracking_uri, uri)
+    hidden = f" (the store's password in place of {MASK})" if uri != tracking_uri else ""
+    return [compare, f"open the MLflow UI on these runs: {start}{hidden}"]
 
 
-def _report(plan: Plan, settings: Any, suite_tag: str, server: ForkServer | None) -> tuple[int, Path]:
+def _report(plan: Plan, settings: Any, suite_tag: str, starter: Starter) -> tuple[int, Path]:
     """The compare report over this launch's runs, in a process of its own (forked from the warm server
     where there is one: a cold one spends ~3 s importing MLflow and matplotlib again); its exit code and
     the folder it wrote. Its output is the suite's own."""
-    out = Path("reports") / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # a folder of this launch's own: another launch of the plan may reach its report in the same second
+    out = new_folder(Path("reports") / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     cmd = [
         *python_argv("-m", "devicebench"),
         "compare",
@@ -533,7 +501,9 @@ def _report(plan: Plan, settings: Any, suite_tag: str, server: ForkServer | None
         str(out),
     ]
     env = child_env({**os.environ, PARENT_PRINTS_LINKS: "1"})  # the suite prints them last
-    code, _ = _finish(_start(cmd, env, server, inherit=True))
+    code = finish(starter.start(cmd, env, inherit=True)).code
+    with contextlib.suppress(OSError):  # a report that failed before writing leaves no empty folder
+        out.rmdir()
     if code not in (0, 1):
         print(f"suite {plan.name}: the report failed (exit {code})", file=sys.stderr)
     return code, out

@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     workloads = parse_workloads(args.workload)
     if args.since.strip():
         parse_since(args.since)
+    fresh = not args.out.strip()  # the default name is the second's: another compare may share it
     out = Path(args.out.strip() or f"reports/{time.strftime('%Y%m%d-%H%M%S')}")
     check_out_dir(out)
     query = Query(
@@ -173,4 +174,4 @@ def run(args: argparse.Namespace) -> int:
 
     # a namespace built without --budget (an older caller) asks for no budget; a deadline asks for one
     budget = getattr(args, "budget", False) or deadline is not None
-    return compare_and_report(query, baseline, threshold, out, args.no_log, budget, deadline)
+    return compare_and_report(query, baseline, threshold, out, args.no_log, budget, deadline, fresh)

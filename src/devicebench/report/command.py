@@ -45,8 +45,10 @@ def compare_and_report(
     no_log: bool,
     budget: bool,
     deadline: float | None = None,
+    fresh: bool = False,
 ) -> int:
-    """Read, compare, judge, write, print, log; 1 when regression mode found a regression, else 0."""
+    """Read, compare, judge, write, print, log; 1 when regression mode found a regression, else 0.
+    `fresh`: `out` is a default name, and the report goes into a folder of its own beside it."""
     settings = load_settings()
     preflight_store(settings, read_only=no_log)
     configure_mlflow_client(settings)
@@ -56,7 +58,8 @@ def compare_and_report(
     print(f"compare: {selection.read_line()}")
     judged = judge(compare(selection.runs, baseline=baseline, threshold=threshold, earlier_runs=earlier))
     try:
-        files = write_report(judged, out, _meta(settings, selection, query, baseline))
+        files = write_report(judged, out, _meta(settings, selection, query, baseline), fresh)
+        out = files[0].parent
     except OSError as e:  # the folder became unwritable while the runs were read
         raise UsageError(f"cannot write the report into {out} ({e.strerror or e})", param="out") from None
     print(terminal_table(judged))

@@ -27,7 +27,7 @@ from devicebench import __version__
 from devicebench.config.fields import add_config_arguments, config_from_args
 from devicebench.config.settings import Settings, load_settings, preflight_store
 from devicebench.config.workloads import CONFIGS, WorkloadConfig
-from devicebench.errors import Interrupted, SpooledError, UsageError
+from devicebench.errors import ExitedInsideRun, Interrupted, SpooledError, UsageError
 from devicebench.host.job import record_failure, worker_rank
 from devicebench.pricing.prices import Pricing, pricing_for
 from devicebench.schema import (
@@ -349,7 +349,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if handler is None:
             parser.print_help(sys.stderr)
             return 2
-        return handler(args)
+        return _handled(handler, args)
     except UsageError as e:
         _explain_mlflow_run(str(e), argv)
         return _fail(str(e), e.exit_code, e)
@@ -366,6 +366,15 @@ def _main(argv: Sequence[str] | None) -> int:
         if worker_rank() is not None:
             return _fail(one_line(e), 1, e)
         return _fail(f"{one_line(e)} (DEVICEBENCH_DEBUG=1 shows the traceback)", 1, e)
+
+
+def _handled(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """The command's work. Code it runs that calls `sys.exit` (a user's factory, as its model is checked
+    before the run exists) is a failure in one line, exit 1: `sys.exit(0)` there exited 0 over no work."""
+    try:
+        return handler(args)
+    except SystemExit as e:
+        raise ExitedInsideRun(e.code) from None
 
 
 def console() -> NoReturn:

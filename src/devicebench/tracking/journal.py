@@ -189,6 +189,7 @@ class Journal:
         since = 0 if from_start else sent
         ops = []
         ended = False
+        last = 0
         path = run_dir / "ops.jsonl"
         if path.exists():
             for line in path.open(encoding="utf-8"):
@@ -196,6 +197,11 @@ class Journal:
                     with contextlib.suppress(json.JSONDecodeError):  # a torn last line from a kill
                         op = json.loads(line)
                         ended = ended or op["op"] == "end"
+                        last = max(last, op["seq"])
                         if op["seq"] > since:
                             ops.append(op)
+        # an operation is journalled before it is sent, so a mark past the last one was not written by
+        # an acknowledgement: trusting it would drop the operations it claims were sent
+        if not 0 <= sent <= last:
+            raise ValueError(f"its `sent` mark ({sent}) is past its last operation ({last})")
         return sent, ops, ended

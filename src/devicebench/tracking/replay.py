@@ -102,6 +102,18 @@ def _end_dead_run(client: Any, run_id: str, run_dir: Path) -> bool:
     return True
 
 
+def _end_again(client: Any, run_id: str, run_dir: Path) -> bool:
+    """A journal that holds its run's end, marked sent, over a run the store shows RUNNING: the mark
+    said more than the store got (a store restored from a backup). The end is sent again rather than
+    the journal removed over a run left RUNNING. Always False: the run did not die unended."""
+    if client.get_run(run_id).info.status != "RUNNING":
+        return False
+    _, ops, _ = Journal.read(run_dir, from_start=True)
+    end = [op for op in ops if op["op"] == "end"][-1]
+    client.set_terminated(run_id, end["status"], end_time=end.get("ts"))
+    return False
+
+
 def sync_spool(settings: Settings, recreate_lost: bool = False) -> SyncOutcome:
     """Replay every spooled run whose process is gone to its store, exactly once.
 
@@ -143,6 +155,10 @@ def _sync_journal(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment
     """Replay one journal folder if its writer is gone; count what happened in `out`."""
     try:
         fd = try_lock(run_dir / "lock")
+    except FileNotFoundError:
+        if not run_dir.exists():  # another `sync` replayed it and removed it since we listed the spool
+            return
+        raise
     except OSError as e:
         print(f"devicebench: {run_dir} not replayed: cannot lock it ({e.strerror or e})", file=sys.stderr)
         out.pending += 1
@@ -159,7 +175,8 @@ def _sync_journal(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment
     try:
         if (run_dir / "run.json").is_file():
             _replay(run_dir, out, tracking_uri, experiment)
-        elif run_dir.name.startswith(Journal.NEW_PREFIX):  # its process died before its run existed
+        # a process that died before its run existed, or our lock made in a journal another sync removed
+        elif run_dir.name.startswith(Journal.NEW_PREFIX) or {p.name for p in run_dir.iterdir()} <= {"lock"}:
             shutil.rmtree(run_dir, ignore_errors=True)
     finally:
         release(fd)
@@ -198,9 +215,24 @@ def _recreated(
         raise RunLost(run_id)
     _, ops, _ = Journal.read(run_dir, from_start=True)
     exp = client.get_experiment_by_name(experiment)
+    if exp is not None and exp.lifecycle_stage == "deleted":
+        raise UsageError(
+            f"its experiment {experiment!r} is deleted; restore it (`mlflow experiments restore "
+            f"--experiment-id {exp.experiment_id}`) or set DEVICEBENCH_EXPERIMENT to another, then sync again"
+        )
     experiment_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
     start = next((op["ts"] for op in ops if "ts" in op), None)
-    new = client.create_run(experiment_id, start_time=start, tags={tag("replayed_from"): run_id})
+    names = [
+        op["values"]["mlflow.runName"]
+        for op in ops
+        if op["op"] == "tags" and "mlflow.runName" in op["values"]
+    ]
+    new = client.create_run(
+        experiment_id,
+        start_time=start,
+        tags={tag("replayed_from"): run_id},
+        run_name=names[-1] if names else None,
+    )
     meta = json.loads((run_dir / "run.json").read_text())
     write_text_atomic(
         run_dir / "run.json", json.dumps({**meta, "run_id": new.info.run_id, "replayed_from": run_id})
@@ -253,7 +285,7 @@ def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment: str)
         for op in ops:  # one at a time so `sent` advances with each acknowledged operation
             send_ops(client, run_id, [op], run_dir)
             Journal.mark_sent(run_dir, op["seq"])
-        died = not ended and _end_dead_run(client, run_id, run_dir)
+        died = _end_dead_run(client, run_id, run_dir) if not ended else _end_again(client, run_id, run_dir)
     except Exception as e:
         print(f"devicebench: run {run_id} not replayed yet: {one_line(e)}", file=sys.stderr)
         out.pending += 1

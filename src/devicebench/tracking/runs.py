@@ -22,7 +22,7 @@ from mlflow.tracking.context.registry import resolve_tags
 
 from devicebench.config.naming import is_generated
 from devicebench.config.settings import Settings
-from devicebench.errors import Interrupted, SpooledError, StoreUnavailable
+from devicebench.errors import ExitedInsideRun, Interrupted, SpooledError, StoreUnavailable
 from devicebench.schema import END_S, START_S, STORE_S, WORKLOADS, is_tag, tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
@@ -67,7 +67,7 @@ def run_context(
     # The journal exists (and is locked by this process) before the run does: a run that could not be
     # journalled would have no local trace if the store went away or the process were killed.
     journal = Journal.create(settings)
-    run_id = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
+    run_id, name = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
     try:
         tracker = MlflowTracker(settings, run_id, journal, log_models)
     except BaseException as e:  # the journal could not be bound (a full disk): end the run here
@@ -75,20 +75,18 @@ def run_context(
         journal.remove()
         raise
     try:
-        tracker.set_tags(start_tags)
+        # its name journalled too: a run the store loses is made again under it (`sync --recreate-lost`)
+        tracker.set_tags({**start_tags, "mlflow.runName": name} if name else start_tags)
         tracker.log_params(params)
         if workload in WORKLOADS:  # a measurement's fixed cost; a report run's metrics are its answers
             tracker.log_metrics({STORE_S: time.perf_counter() - store_t0, START_S: process_age_s()})
         yield tracker
-    except Interrupted as e:
-        _finish(tracker, "KILLED", str(e))
-        raise
-    except KeyboardInterrupt:
-        _finish(tracker, "KILLED", "interrupted by Ctrl-C (SIGINT)")
-        raise
     except BaseException as e:
-        _finish(tracker, "FAILED", one_line(e))
-        raise
+        status, error, raised = _ended_by(e)
+        _finish(tracker, status, error)
+        if raised is e:
+            raise
+        raise raised from None
     else:
         swallowed = received()
         if swallowed is not None:  # its exception was dropped on the way up: the figures are not a result
@@ -101,6 +99,19 @@ def run_context(
             raise _spooled_error(settings, tracker)
 
 
+def _ended_by(e: BaseException) -> tuple[str, str, BaseException]:
+    """(status, error, what to raise) for a run an exception ended: a signal ends it KILLED; anything
+    else FAILED, `sys.exit` too, whatever its code (the command must not exit 0 over a failed run)."""
+    if isinstance(e, Interrupted):
+        return "KILLED", str(e), e
+    if isinstance(e, KeyboardInterrupt):
+        return "KILLED", "interrupted by Ctrl-C (SIGINT)", e
+    if isinstance(e, SystemExit):
+        exited = ExitedInsideRun(e.code)
+        return "FAILED", str(exited), exited
+    return "FAILED", one_line(e), e
+
+
 def _open_run(
     client: Any,
     settings: Settings,
@@ -109,20 +120,20 @@ def _open_run(
     start_tags: dict[str, str],
     run_name: str | None,
     run_id: str | None,
-) -> str:
-    """The id of the run to write: the explicit `run_id`, else `MLFLOW_RUN_ID` (tagged with its
-    workload), else a new run's. When that fails the journal goes: no run, nothing to replay."""
+) -> tuple[str, str]:
+    """The id and name of the run to write: the explicit `run_id`, else `MLFLOW_RUN_ID` (tagged with
+    its workload), else a new run's. When that fails the journal goes: no run, nothing to replay."""
     run_id = run_id or os.environ.get("MLFLOW_RUN_ID")
     try:
         if run_id:
             client.set_tag(run_id, tag("workload"), workload)
-            _name_attached_run(client, run_id, run_name)
-            return run_id
+            return run_id, _name_attached_run(client, run_id, run_name)
         given = os.environ.get("MLFLOW_EXPERIMENT_ID", "").strip()
         experiment_id = given_experiment(settings, given) if given else ensure_experiment(settings)
         with contextlib.redirect_stderr(sys.stderr):
             all_tags = resolve_tags({k: v for k, v in start_tags.items() if is_tag(k)})  # facts: params
-        return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+        info = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info
+        return info.run_id, info.run_name or ""
     except BaseException as e:
         journal.remove()
         hint = store_error_hint(settings.tracking_uri, one_line(e))
@@ -139,11 +150,14 @@ def _end_without_journal(client: Any, run_id: str, error: str) -> None:
         client.set_terminated(run_id, "FAILED")
 
 
-def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> None:
+def _name_attached_run(client: Any, run_id: str, run_name: str | None) -> str:
     """`mlflow run` creates its run under a random name (`capable-squid-859`); give it the scheme every
-    other launch path uses, unless a person chose the name (`mlflow run --run-name`)."""
-    if run_name and is_generated(client.get_run(run_id).info.run_name):
+    other launch path uses, unless a person chose the name (`mlflow run --run-name`). Its name after."""
+    name = client.get_run(run_id).info.run_name or ""
+    if run_name and is_generated(name):
         client.set_tag(run_id, "mlflow.runName", run_name)
+        return run_name
+    return name
 
 
 def _spooled_error(settings: Settings, tracker: MlflowTracker) -> SpooledError:

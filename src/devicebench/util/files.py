@@ -11,6 +11,7 @@ does not follow it) and leaves the old file whole if the write fails half-way.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import tempfile
 from pathlib import Path
@@ -28,6 +29,20 @@ def write_text_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def new_folder(base: Path) -> Path:
+    """A folder this call made, named `base`, else `base-2`, `base-3`...: never one another process
+    made first (mkdir is atomic), so two reports named for the same second each get their own."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def _umask() -> int:

@@ -185,7 +185,13 @@ class WarmChild:
         self.returncode: int | None = None
         self._err: list[bytes] = []
         self._buf = b""
-        self.pid = int(self._line().split()[1])
+        first = self._line()
+        if not first.startswith("pid "):  # the server died before it forked: no pid to signal, ever
+            answer.close()
+            if stderr is not None:
+                os.close(stderr)
+            raise OSError("the fork server died before it started the command")
+        self.pid = int(first.split()[1])
 
     def _line(self, timeout: float | None = None) -> str:
         """The next line of the server's answer; a server that died answers `exit -9`."""
@@ -279,6 +285,16 @@ class ForkServer:
                 raise OSError(f"the fork server died while loading (exit {self.proc.poll()})")
             self._ready = int(line.split()[1])
         return self._ready
+
+    def gone(self) -> str | None:
+        """Why the server can start nothing more (`killed by SIGKILL`), or None while it runs."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exited {code}"
 
     def serves(self, env: Mapping[str, str]) -> bool:
         """Whether a command with `env` runs here as it would cold: a fork keeps the server's `sys.path`,

@@ -17,15 +17,36 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from typing import NoReturn
+
+# How long the exit waits for what shutdown joins: a thread a user's model or factory started and never
+# ends (not a daemon) held a FINISHED run's process, and the plan behind it, for good.
+EXIT_WAIT_S = 30.0
 
 
 def leave(code: object) -> NoReturn:
     """Exit with `code` (an int; anything else is 1, as `sys.exit` would print it and exit 1)."""
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
+    exit_code = code if isinstance(code, int) else 1
+    _bounded(exit_code, EXIT_WAIT_S)
     shut_down()
-    os._exit(code if isinstance(code, int) else 1)
+    os._exit(exit_code)
+
+
+def _bounded(code: int, wait_s: float) -> None:
+    """Exit with `code` anyway once `wait_s` has passed, saying which threads were still running."""
+
+    def expire() -> None:
+        time.sleep(wait_s)
+        names = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+        line = f"devicebench: left {wait_s:.0f} s after the command ended; thread(s) still running: {names}\n"
+        with contextlib.suppress(OSError):
+            os.write(2, line.encode())
+        os._exit(code)
+
+    threading.Thread(target=expire, name="exit-bound", daemon=True).start()
 
 
 def shut_down() -> None:

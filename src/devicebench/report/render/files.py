@@ -17,19 +17,21 @@ from devicebench.report.render.charts import write_charts
 from devicebench.report.render.content import build_doc
 from devicebench.report.render.document import to_html, to_markdown
 from devicebench.report.render.runs_csv import write_csv
-from devicebench.util.files import UMASK
+from devicebench.util.files import UMASK, new_folder
 
 
-def write_report(judged: Judgement, out: Path, meta: dict[str, str]) -> list[Path]:
+def write_report(judged: Judgement, out: Path, meta: dict[str, str], fresh: bool = False) -> list[Path]:
     """All files into `out`; returns their paths (what the report run logs as artifacts).
 
     The report is written into a temporary folder beside `out` and renamed into place, so a failure (a
     full disk left a folder holding one chart) leaves no half-written report, and an earlier report in
-    `out` is replaced whole files at a time."""
+    `out` is replaced whole files at a time. `fresh` (a name the user did not choose): never into a
+    folder another report has, but `out-2`, `out-3`... (util.files.new_folder)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
         names = _write_all(judged, tmp, meta)
+        out = new_folder(out) if fresh else out
         _into_place(tmp, out, names)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
