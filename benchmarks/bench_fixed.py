@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 
 from benchmarks import BadArgument, check_ran, exit_with
 from devicebench.plan.handoff import Handoff, store_mark
-from devicebench.plan.suite import WARM_MODULES
+from devicebench.plan.warm import WARM_MODULES
 from devicebench.util.forkserver import ForkServer
 
 TARGET_S = 3.0

@@ -31,7 +31,7 @@ from benchmarks import check_ran, deviation, exit_with
 from devicebench.config.fields import build_config, to_params
 from devicebench.config.settings import load_settings
 from devicebench.host.context import Context
-from devicebench.plan.suite import warm_server
+from devicebench.plan.warm import warm_server
 from devicebench.tracking.protocol import null_tracker
 from devicebench.tracking.runs import run_context
 from devicebench.util.forkserver import ForkServer

@@ -43,7 +43,7 @@ from devicebench.data.synthetic import make_split
 from devicebench.host.context import Context
 from devicebench.host.timing import device_sync
 from devicebench.models.cifar_net import build_model
-from devicebench.plan.suite import warm_server
+from devicebench.plan.warm import warm_server
 from devicebench.tracking.protocol import null_tracker
 from devicebench.util.forkserver import ForkServer
 from devicebench.workloads.cifar import CifarResult, Config, run

@@ -29,7 +29,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from devicebench.plan.suite import WARM_MODULES
+from devicebench.plan.warm import WARM_MODULES
 from devicebench.util.leave import shut_down
 
 

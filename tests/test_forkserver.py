@@ -80,10 +80,12 @@ def test_a_caller_that_never_asked_for_ready_closes_a_quiet_server() -> None:
 
 
 def test_the_plan_runs_cold_when_asked(tmp_path: Path) -> None:
-    from devicebench.plan import suite  # lazy: MLflow, for this test alone
+    from devicebench.plan import warm
 
-    env = {**os.environ, suite.WARM_ENV: "0"}
-    code = "import os; from devicebench.plan import suite\nwith suite.warm_server(dict(os.environ)) as s: print(s)"
+    env = {**os.environ, warm.WARM_ENV: "0"}
+    code = (
+        "import os; from devicebench.plan import warm\nwith warm.warm_server(dict(os.environ)) as s: print(s)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "None", out.stderr
 
@@ -172,7 +174,7 @@ def test_a_plans_warm_server_loads_gitpython_even_where_no_git_is_installed(
     against 13 ms once the server has it (tracking/git_source.py). Where no git executable is on PATH
     (a slim image) and nothing set GIT_PYTHON_REFRESH, GitPython's import raises unless told to be
     quiet, and the whole plan would then have started cold."""
-    from devicebench.plan.suite import WARM_MODULES
+    from devicebench.plan.warm import WARM_MODULES
 
     assert "devicebench.tracking.git_source" in WARM_MODULES
     (modules / "git_probe.py").write_text("import sys\nprint('git' in sys.modules, file=sys.stderr)\n")

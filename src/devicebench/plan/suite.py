@@ -29,6 +29,7 @@ from devicebench.errors import UsageError
 from devicebench.plan.handoff import Handoff, child_env, store_mark
 from devicebench.plan.items import Parent, Starter, finish, run_item
 from devicebench.plan.spec import Plan, PlannedRun
+from devicebench.plan.warm import usable, warm_server
 from devicebench.report.links import (
     PARENT_PRINTS_LINKS,
     is_server,
@@ -115,69 +116,6 @@ def _child_env(
     return handoff.env(os.environ)
 
 
-# What a warm server imports once for all of a plan's runs (util/forkserver.py): the run's own module
-# (torch, MLflow), every workload, and torchvision whole (its models and torch._dynamo, ~2.3 s a process).
-# The entry, GitPython and the last group are what every run still imported after the server had loaded
-# the rest (86 modules, ~120 ms of each run): with them bench_fixed's warm fixed cost read 1.35 s twice,
-# against 1.46-1.56 s (2026-11-25), and bench_matmul's warm fidelity did not move (alternating, fresh
-# processes). All are imports only: none starts a thread or opens anything.
-WARM_MODULES = (
-    "devicebench.run.cli",  # `python -m devicebench`'s entry
-    "devicebench.run.workload",
-    "devicebench.workloads.matmul",
-    "devicebench.workloads.cifar",
-    "devicebench.workloads.unet",
-    "devicebench.workloads.model",
-    "devicebench.workloads.infer",
-    "torchvision.models",
-    "mlflow.pytorch",
-    "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
-    "devicebench.tracking.git_source",  # GitPython, for each new run's commit tag (~50 ms of each run)
-    "devicebench.report.command",  # the plan's report, forked from here too
-    "mlflow.pyfunc",  # what log_model writes the model with (~70 ms)
-    "mlflow.tracing.processor.otel",  # what set_tracking_uri resets MLflow's tracer with (~55 ms)
-    "sqlalchemy.dialects.sqlite",  # the embedded store's engine (~15 ms)
-    "mlflow.tracking.request_header.registry",  # each request's headers, with a tracking server (~15 ms)
-    "matplotlib.backends.backend_agg",  # the figures' renderer (~10 ms)
-)
-WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
-# A server costs what one cold run's imports cost (about 8 CPU-s here), paid beside the suite's own
-# start: a plan of one or two runs gains nothing from it, and one refused before it runs (a bad
-# `--resume`) only burns it on a 2-core host.
-WARM_MIN_RUNS = 3
-
-
-@contextmanager
-def warm_server(env: dict[str, str], runs: int = WARM_MIN_RUNS) -> Iterator[ForkServer | None]:
-    """A fork server for the plan's `runs`, loading while the suite prepares the store; None where
-    WARM_ENV=0 asks for cold starts, or for fewer than WARM_MIN_RUNS runs. A run started from it
-    measures as a cold one (benchmarks/)."""
-    if os.environ.get(WARM_ENV, "1").strip() == "0" or runs < WARM_MIN_RUNS:
-        yield None
-        return
-    server = ForkServer(WARM_MODULES, child_env(env))
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-def usable(server: ForkServer | None) -> ForkServer | None:
-    """The server once it has loaded and is safe to fork from (one thread); None, said once on stderr,
-    when it is not: the plan's runs then start cold, as they always could."""
-    if server is None:
-        return None
-    try:
-        threads = server.ready()
-    except OSError as e:
-        print(f"suite: no warm server ({one_line(e)}); the runs start cold", file=sys.stderr)
-        return None
-    if threads != 1:
-        print(f"suite: the warm server runs {threads} threads; the runs start cold", file=sys.stderr)
-        return None
-    return server
-
-
 def tuning_summary(item: PlannedRun, stderr: str) -> list[str]:
     """A tuned item's own account under its line: the setting it chose, and how many trials the budget
     skipped (each trial's line stays in the child's stderr; a plan shows the outcome, not the search)."""
@@ -259,7 +197,7 @@ def _run_plan(
         if plan.report and outcome.finished:
             report_code, report_out = _report(plan, settings, suite_tag, starter)
     _print_summary(plan, outcome, time.monotonic() - started, settings.tracking_uri)
-    _print_links(settings, experiment_id, report_out)
+    _print_plan_links(settings, experiment_id, report_out)
     return 1 if outcome.failed or report_code else 0
 
 
@@ -378,7 +316,7 @@ def check_resumable(settings: Any, plan: Plan, run_id: str) -> None:
         raise UsageError(f"run {run_id} is deleted; restore it or start the plan afresh", param="resume")
 
 
-def _print_links(settings: Any, experiment_id: str, report_out: Path | None) -> None:
+def _print_plan_links(settings: Any, experiment_id: str, report_out: Path | None) -> None:
     """The plan's last lines: links to its report run and to its runs list, in the UI's
     machine-learning view, printed here alone (its compare prints none: PARENT_PRINTS_LINKS); the
     report run's id is what its compare left beside the report."""

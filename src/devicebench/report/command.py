@@ -79,7 +79,7 @@ def compare_and_report(
         report_id = log_report(home, files, judged, selection.read_line(), params, report_scope(selection))
         print(f"report run: {report_id} -> {redact(settings.tracking_uri)} (experiment {home.experiment})")
         if report_id:
-            _print_links(home, out, report_id)
+            _print_report_links(home, out, report_id)
     return _regression_exit(judged, threshold)
 
 
@@ -204,7 +204,7 @@ def _regression_exit(judged: Judgement, threshold: float) -> int:
     return 0
 
 
-def _print_links(home: Settings, out: Path, report_id: str) -> None:
+def _print_report_links(home: Settings, out: Path, report_id: str) -> None:
     """Links straight to the report run and its runs list (links.py), and the run's id beside the
     report for a suite to print the same."""
     try:  # the run's own experiment: under `mlflow run`, MLflow chose it before this process started

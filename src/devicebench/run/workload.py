@@ -39,7 +39,7 @@ from devicebench.run.work import join, work
 from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, TOTAL_S, tag
 from devicebench.tracking.artifacts import load_logged_model
 from devicebench.tracking.protocol import Tracker
-from devicebench.tracking.runs import process_age_s, run_context
+from devicebench.tracking.runs import FromPlan, process_age_s, run_context
 from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.children import death_signal, python_argv
 from devicebench.util.redact import redact
@@ -251,9 +251,11 @@ def _open_run(
         params,
         tags=tags,
         run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
-        parent_run_id=(handoff and handoff.parent_run_id) or None,
-        log_models=handoff.log_model if handoff else True,
-        store_checked=bool(handoff and handoff.store_is_checked(settings.tracking_uri)),
+        plan=FromPlan(
+            parent_run_id=(handoff and handoff.parent_run_id) or None,
+            log_models=handoff.log_model if handoff else True,
+            store_checked=bool(handoff and handoff.store_is_checked(settings.tracking_uri)),
+        ),
     )
 
 

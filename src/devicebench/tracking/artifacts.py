@@ -118,7 +118,7 @@ def model_options() -> Iterator[dict[str, Any]]:
     Pickle (not MLflow's graph export) keeps the batch dimension free. `code_paths` ships the part of
     devicebench the pickle can need (`model_code`), so the model loads where devicebench is not
     installed. Explicit requirements spare MLflow's inference of them, which starts a subprocess
-    and took ~10 s a run on a 2-core VM.
+    and took seconds of every run (docs/measured.md).
     """
     seed_requirements_map()
     reqs = []
@@ -186,8 +186,8 @@ def seed_requirements_map() -> None:
 
     Before it saves a model, MLflow checks the pinned requirements against this environment, and for
     that it first maps every installed distribution's files to its modules
-    (`importlib.metadata.packages_distributions()`: torch's and CUDA's file lists, 0.8-1.4 s of each
-    cold run that logs a model here, 2026-11-25). The check looks a version up by the distribution's
+    (`importlib.metadata.packages_distributions()`: torch's and CUDA's file lists, about a second of
+    each cold run that logs a model). The check looks a version up by the distribution's
     name and needs a module name only where that fails; the requirements are `PINNED`, whose module
     names are their own. So the map starts as exactly those, unless MLflow has already built its own
     (or renamed the attribute in a later version: then it scans, as before).

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -38,6 +39,16 @@ from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.redact import redact
 
 
+@dataclass(frozen=True)
+class FromPlan:
+    """What a plan that started the run hands it (plan/handoff.py): its parent run, whether this repeat
+    logs its model, and whether the plan checked and prepared this store moments ago."""
+
+    parent_run_id: str | None = None
+    log_models: bool = True
+    store_checked: bool = False
+
+
 @contextmanager
 def run_context(
     settings: Settings,
@@ -45,31 +56,29 @@ def run_context(
     params: Mapping[str, Any],
     tags: Mapping[str, str] | None = None,
     run_name: str | None = None,
-    parent_run_id: str | None = None,
     run_id: str | None = None,
-    log_models: bool = True,
-    store_checked: bool = False,
+    plan: FromPlan = FromPlan(),
 ) -> Iterator[MlflowTracker]:
     """Start (or attach to) a run; end it FINISHED, FAILED or KILLED.
 
     `run_id` attaches to a run that already exists; without it, `MLFLOW_RUN_ID` does (that is how
     `mlflow run` hands its run over), and without either a new run is created. The store is checked
-    before anything else, so an unreachable server costs seconds, not a training run; `store_checked`:
-    the plan that started this run checked and prepared this store moments ago (plan/handoff.py)."""
+    before anything else, so an unreachable server costs seconds, not a training run, unless the plan
+    that started this run has just checked it (`plan`)."""
     install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
     store_t0 = time.perf_counter()
-    if not store_checked:
+    if not plan.store_checked:
         check_store(settings)
     configure_mlflow_client(settings)
     client = MlflowClient(settings.tracking_uri)
     start_tags = {tag("workload"): workload, **(tags or {})}
-    start_tags.update({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})
+    start_tags.update({"mlflow.parentRunId": plan.parent_run_id} if plan.parent_run_id else {})
     # The journal exists (and is locked by this process) before the run does: a run that could not be
     # journalled would have no local trace if the store went away or the process were killed.
     journal = Journal.create(settings)
     run_id, name = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
     try:
-        tracker = MlflowTracker(settings, run_id, journal, log_models)
+        tracker = MlflowTracker(settings, run_id, journal, plan.log_models)
     except BaseException as e:  # the journal could not be bound (a full disk): end the run here
         _end_without_journal(client, run_id, one_line(e))
         journal.remove()
@@ -174,8 +183,8 @@ def process_age_s() -> float:
     """Seconds since this process started (a run forked from a plan's warm server: since the fork).
 
     On Linux both ends are read on the kernel's clock since boot: psutil's `create_time` adds the boot
-    time, which /proc/stat gives in whole seconds, so an age taken from it was up to a second too long
-    (0.95 s for a process 0.01 s old on this VM), and every run's `time/start_s` with it."""
+    time, which /proc/stat gives in whole seconds, so an age taken from it was up to a second too long,
+    and every run's `time/start_s` with it."""
     try:
         with open("/proc/self/stat", "rb") as f:
             after_name = f.read().rsplit(b")", 1)[1].split()  # a process's name may hold spaces

@@ -30,7 +30,7 @@ from devicebench.tracking.locks import file_lock
 from devicebench.tracking.protocol import one_line
 from devicebench.util.redact import redact
 
-SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store (2-15 s on a 2-core VM)
+SQLITE_CREATE_TIMEOUT_S = 120.0  # creating + migrating a fresh embedded store: seconds, more on a loaded host
 
 
 # What a user who ran into SQLite's one-writer limit should use instead.

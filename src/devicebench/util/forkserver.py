@@ -40,7 +40,7 @@ from devicebench.util.children import death_signal, python_argv
 from devicebench.util.leave import leave
 from devicebench.util.resident import Ranges, map_again, resident_file_pages
 
-READY_TIMEOUT_S = 300.0  # importing torch, torchvision and MLflow: 5-20 s on a loaded 2-core VM
+READY_TIMEOUT_S = 300.0  # importing torch, torchvision and MLflow: seconds, tens on a loaded small host
 _MAX_REQUEST = 4 * 1024 * 1024  # one JSON request: an environment and a command line
 _POLL_S = 0.02  # how often the server looks for children that ended
 

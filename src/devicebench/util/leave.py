@@ -1,8 +1,8 @@
 """Leave the process the quick way once a command has returned: what shutdown must do, then `os._exit`.
 
 After a run has ended and printed its line, CPython's finalisation still tears down every module a
-run imported (torch, MLflow, SQLAlchemy: ~2,000 of them) one dictionary at a time: 1.5-1.7 s of a tiny
-cifar run's 8 s here (2026-11-25, measured as the time between the run's last line and its exit).
+run imported (torch, MLflow, SQLAlchemy: ~2,000 of them) one dictionary at a time, a fifth of a tiny
+cifar run's process (docs/measured.md).
 Nothing of a result is in that work. What shutdown does that matters is done first, in its order:
 non-daemon threads are joined, `atexit` handlers run (MLflow's, `logging.shutdown`), stdout and stderr
 are flushed. The warm fork server's children leave the same way. Under a profiler or a debugger

@@ -2,8 +2,8 @@
 process's.
 
 A fork shares its parent's pages. The private ones it inherits stay mapped and count in its resident
-set; file-backed ones (the code and read-only data of torch, MLflow and their libraries: about 380 MB of
-a plan's warm server on the 2-core VM) are left out of the child's page tables and come back one fault
+set; file-backed ones (the code and read-only data of torch, MLflow and their libraries: hundreds of MB
+in a plan's warm server) are left out of the child's page tables and come back one fault
 at a time, only as the child touches them. A tiny cifar run forked from the warm server logged
 `memory/peak_rss_bytes` 616 MiB where the same run in a fresh process, which touched those pages while
 importing, logged 945 MiB; a report shows that figure and a CPU side is priced for it. So the server
