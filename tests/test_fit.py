@@ -79,3 +79,16 @@ def test_a_distributed_sampler_is_told_each_epoch(tmp_path: Path) -> None:
         mp.setattr(DistributedSampler, "set_epoch", record)
         _fit(tmp_path, MemoryTracker())
     assert seen == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("device", "mode", "graphs"),
+    [("cuda", "reduce-overhead", True), ("cuda", "default", False), ("cpu", "reduce-overhead", False)],
+)
+def test_only_a_model_compiled_with_cuda_graphs_marks_where_each_step_begins(
+    device: str, mode: str, graphs: bool
+) -> None:
+    """reduce-overhead replays CUDA graphs, whose outputs a next step may overwrite unless each step is
+    marked as begun; eager and default-compiled models pay no such call, and a CPU has no CUDA graphs."""
+    opts = setup.Options(torch.device(device), 1, 4, 0, None, False, False, compile=True, compile_mode=mode)
+    assert opts.step.cuda_graphs is graphs

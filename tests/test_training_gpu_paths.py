@@ -275,7 +275,16 @@ def test_a_fused_fp16_step_on_cuda_never_syncs() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("extra", [{}, {"compile": "true"}, {"precision": "fp16"}, {"loader": "tensor"}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"compile": "true"},
+        {"compile": "true", "compile_mode": "reduce-overhead", "loader": "tensor"},  # CUDA graphs
+        {"precision": "fp16"},
+        {"loader": "tensor"},
+    ],
+)
 def test_cifar_on_cuda_warms_up_and_compiles_before_timing(
     extra: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

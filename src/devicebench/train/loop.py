@@ -231,6 +231,8 @@ def train_step(learner: Learner, x: torch.Tensor, y: torch.Tensor, step: StepSet
     """One optimizer step (through the GradScaler for fp16); the loss stays on the device."""
     optimizer, scaler = learner.optimizer, learner.scaler
     optimizer.zero_grad(set_to_none=True)
+    if step.cuda_graphs:  # a new step: the graphs' outputs of the last one may be overwritten now
+        torch.compiler.cudagraph_mark_step_begin()
     with autocast(step.device, step.amp_dtype):
         loss = learner.loss_fn(learner.model(x), y)
     if scaler is not None:

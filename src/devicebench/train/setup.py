@@ -108,12 +108,14 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 @dataclass(frozen=True)
 class StepSettings:
     """What every step does beside its model and batch: the device, autocast's dtype (None: no
-    autocast), NHWC inputs, and whether fp16 needs a GradScaler."""
+    autocast), NHWC inputs, whether fp16 needs a GradScaler, and whether the model replays CUDA graphs
+    (torch.compile's reduce-overhead), which must be told where each step begins."""
 
     device: torch.device
     amp_dtype: torch.dtype | None = None
     channels_last: bool = False
     fp16_scaler: bool = False
+    cuda_graphs: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,8 @@ class Options:
     @property
     def step(self) -> StepSettings:
         """What every loop and the warm-up do beside the model, from these options."""
-        return StepSettings(self.device, self.amp_dtype, self.channels_last, self.fp16)
+        graphs = self.compile and self.compile_mode == "reduce-overhead" and self.device.type == "cuda"
+        return StepSettings(self.device, self.amp_dtype, self.channels_last, self.fp16, graphs)
 
 
 def setup(
