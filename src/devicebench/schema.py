@@ -12,13 +12,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from devicebench.errors import UsageError
 
-WORKLOADS = ("matmul", "cifar", "unet", "model", "infer")
-# the ones that train: CPU tuning, FLOPs, the best-CPU speedup (`model`: any torchvision or user's model)
-TRAINING_WORKLOADS = ("cifar", "unet", "model")
-SERVING_WORKLOADS = ("infer",)  # the ones that serve a model: latency percentiles, throughput per batch
 TAG_PREFIX = "devicebench."
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
@@ -96,6 +93,73 @@ GLANCE = "at_a_glance"
 MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
 MAX_RUN_NAME = 250  # MLflow's run name limit
 MAX_EXPERIMENT = 500  # MLflow's experiment name limit
+
+
+# ---- the kinds of work: every place that treats workloads differently asks a workload's kind ----
+@dataclass(frozen=True)
+class Kind:
+    """One kind of work, declared once: its unit of work, the figures that answer it, how a verdict says
+    what it does. A workload is one of these (`KIND_OF`); code reads the kind, never the workload's
+    name, so a new workload of a known kind needs no branch anywhere (tests/test_layout.py looks)."""
+
+    name: str  # product, training, serving
+    unit: str  # what its cost is per (report.model.cost)
+    time_metric: str  # the headline time of a run (a product's: one product at its headline point)
+    rate_metric: str  # the headline rate
+    rate_unit: str  # that rate as the run line spells it
+    cost_metric: str  # its cost per unit, as pricing.costs logs it
+    speedup: str  # which speedup is its headline (report.model.pairs.Figures)
+    does: str  # a verdict's verb: "the A10 trains this 3× faster"
+    to_do: str  # the same after "must": "a GPU must train this 2× faster"
+    tunable: bool  # `devicebench tune` searches its setting (threads, feeding, compilation)
+
+
+PRODUCT = Kind(
+    name="product",
+    unit="GFLOP",
+    time_metric="",
+    rate_metric="",
+    rate_unit="GFLOP/s",
+    cost_metric=GFLOP_PER_USD,
+    speedup="matmul",
+    does="computes this product",
+    to_do="compute this product",
+    tunable=False,
+)
+TRAINING = Kind(
+    name="training",
+    unit="epoch",
+    time_metric=TRAIN_S,
+    rate_metric=TRAIN_RATE,
+    rate_unit="img/s",
+    cost_metric=COST_PER_EPOCH,
+    speedup="train",
+    does="trains this",
+    to_do="train this",
+    tunable=True,
+)
+SERVING = Kind(
+    name="serving",
+    unit="M predictions",
+    time_metric=SERVE_P50,
+    rate_metric=SERVE_RATE,
+    rate_unit="predictions/s",
+    cost_metric=COST_PER_MILLION,
+    speedup="latency",
+    does="serves this model",
+    to_do="serve this model",
+    tunable=False,
+)
+# Every workload and its kind: the one declaration (the CLI's subcommands, the report's choices)
+KIND_OF: dict[str, Kind] = {
+    "matmul": PRODUCT,  # NumPy against torch: GFLOP/s per matrix size and dtype
+    "cifar": TRAINING,
+    "unet": TRAINING,
+    "model": TRAINING,  # any torchvision or user's model
+    "infer": SERVING,  # a model served: latency percentiles, throughput per batch
+}
+WORKLOADS = tuple(KIND_OF)
+TRAINING_WORKLOADS = tuple(name for name, kind in KIND_OF.items() if kind is TRAINING)
 
 # The words MLproject passes for a command option that is not set, and the CLI's defaults too: `mlflow run`
 # logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The CLI turns

@@ -20,7 +20,17 @@ from devicebench.report.model.best_cpu import reduced_precision, setting_of, thr
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.report.read.records import RunRecord
-from devicebench.schema import ACCURACY, COMPILE_S, MIOU, PEAK_FRACTION, SERVE_P99, TRAIN_S
+from devicebench.schema import (
+    ACCURACY,
+    COMPILE_S,
+    MIOU,
+    PEAK_FRACTION,
+    PRODUCT,
+    SERVE_P99,
+    SERVING,
+    TRAIN_S,
+    TRAINING,
+)
 from devicebench.util.fmt import fmt_money, fmt_percent, fmt_quality, fmt_s, fmt_share, fmt_x
 from devicebench.util.gpu_caveat import held_down, host_bound
 from devicebench.util.stats import Stat
@@ -178,15 +188,16 @@ def loader_hint(side: Side) -> str:
     """What to change about a loader-bound side, said only in parameters its workload takes: advice to
     set a parameter the command rejects is worse than none.
 
-    cifar has `loader` (`tensor` keeps the data in memory). unet has no such option: it decodes and
-    resizes every image in `num_workers` processes, so the hint follows the run's own figures: more
+    A run with a `loader` param can keep its data in memory (`tensor`, cifar's). One with an `image_size`
+    (unet's) has no such option: it decodes and resizes every image in `num_workers` processes, so the
+    hint follows the run's own figures: more
     workers where it ran with fewer than its cores could feed (one core left to training), else smaller
     images (less resizing per sample), else `devicebench tune`, which measures the host's best setting.
     """
     params = side.params
-    if side.workload == "cifar" or "loader" in params:
-        return "; try loader=tensor" if params.get("loader", "dataloader") != "tensor" else ""
-    if side.workload != "unet":
+    if "loader" in params:
+        return "; try loader=tensor" if params["loader"] != "tensor" else ""
+    if "image_size" not in params:  # no loader to choose, and no images resized on the CPU
         return ""
     workers = _int(params.get("num_workers", ""))
     cores = _cores(side.runs[0])
@@ -213,7 +224,7 @@ def price_performance(pair: Pair) -> str | None:
     """Is the faster side worth its price (below); a verdict bought with a made-up price says so. A
     served model is answered by `serving`: its cost is per prediction at full throughput, not per the
     request time its headline speedup compares."""
-    text = _serving(pair) if pair.workload == "infer" else _price_performance(pair)
+    text = _serving(pair) if pair.kind is SERVING else _price_performance(pair)
     if text and (pair.base.price.illustrative or pair.other.price.illustrative):
         return text + MADE_UP
     return text
@@ -232,9 +243,8 @@ def price_said(side: Side) -> str:
 
 
 def _verb(pair: Pair) -> str:
-    return {"matmul": "computes this product", "infer": "serves this model"}.get(
-        pair.workload, "trains this" if pair.is_cpu_gpu else "runs this"
-    )
+    kind = pair.kind or TRAINING
+    return "runs this" if kind is TRAINING and not pair.is_cpu_gpu else kind.does
 
 
 def _p99(side: Side) -> str:
@@ -270,7 +280,7 @@ def break_even(side: Side) -> str | None:
     p = side.price
     if not side.is_cpu or p.hourly is None or p.hourly.median <= 0 or p.gpu_hourly is None:
         return None
-    verb = {"matmul": "compute this product", "infer": "serve this model"}.get(side.workload, "train this")
+    verb = (side.kind or TRAINING).to_do
     line = (
         f"break-even: a GPU of {p.gpu_shape} ({fmt_money(p.gpu_hourly, p.currency)}/h) must {verb} "
         f"{fmt_x(p.gpu_hourly / p.hourly.median)} faster than this CPU ({price_said(side)}) to cost less"
@@ -514,7 +524,7 @@ def strict_fp32_on_tf32_gpu(pair: Pair) -> str | None:
     PyTorch's own default, which runs cuDNN convolutions in TF32 (ResNet-18 bs 128 on an H100: ~7,000
     img/s IEEE against ~11,300 with the defaults): users' unchanged code gets more than this speedup."""
     for side in (pair.base, pair.other):
-        if side.is_cpu or side.workload == "matmul" or side.params.get("precision") != "fp32":
+        if side.is_cpu or side.kind is PRODUCT or side.params.get("precision") != "fp32":
             continue
         runs = [r for r in side.runs if r.tag("fp32_math") == "ieee" and has_tf32(r)]
         if runs:
@@ -536,7 +546,7 @@ def thread_mismatch(pair: Pair) -> str | None:
     The CPU timing of a pair lives on its CPU sides, and for matmul on every side (NumPy runs on the
     host's CPU beside the GPU too).
     """
-    sides = [s for s in (pair.base, pair.other) if s.is_cpu or s.workload == "matmul"]
+    sides = [s for s in (pair.base, pair.other) if s.is_cpu or s.kind is PRODUCT]
     counts = {s.device: sorted({_threads(r) for r in s.runs}) for s in sides}
     if len({c for cs in counts.values() for c in cs}) <= 1:
         return None

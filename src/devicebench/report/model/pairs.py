@@ -23,6 +23,7 @@ from devicebench.schema import (
     TRAIN_RATE,
     TRAIN_S,
     TRAINING_WORKLOADS,
+    Kind,
     headline_point,
 )
 
@@ -149,6 +150,10 @@ class Pair:
     @property
     def workload(self) -> str:
         return self.base.workload
+
+    @property
+    def kind(self) -> Kind | None:
+        return self.base.kind
 
     @property
     def config_key(self) -> str:

@@ -37,6 +37,7 @@ from devicebench.schema import (
     GPU_THERMAL_CAPPED_S,
     HOST_LOAD_1M,
     HOST_OTHERS_SHARE,
+    KIND_OF,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
@@ -50,6 +51,7 @@ from devicebench.schema import (
     TRAIN_RATE,
     TRAIN_S,
     TRAIN_TFLOPS,
+    Kind,
 )
 from devicebench.util.busy_host import is_busy
 from devicebench.util.stats import Stat
@@ -124,6 +126,11 @@ class Side:
     price: SidePrice = field(default_factory=SidePrice)  # an hour of what its runs used (price.py)
     # `$0.5/h set by hand` where runs of its config on its device were priced two ways (price.by_hand)
     priced_by_hand: str = ""
+
+    @property
+    def kind(self) -> Kind | None:
+        """What kind of work its workload is (schema.KIND_OF); None for a name no workload has."""
+        return KIND_OF.get(self.workload)
 
     @property
     def label(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from devicebench.schema import MATMUL_POINT_RE, matmul_key
+from devicebench.schema import MATMUL_POINT_RE, PRODUCT, matmul_key
 
 if TYPE_CHECKING:
     from devicebench.report.read.records import RunRecord
@@ -43,7 +43,7 @@ def split_history(run: RunRecord) -> tuple[dict[str, dict[int, float]], list[str
     GFLOP/s is derived from the time (2n³/t), so only `time_s` and `unsynced_time_s` are fetched:
     half the round trips of fetching GFLOP/s too.
     """
-    if run.workload != "matmul":
+    if run.kind is not PRODUCT:
         return {}, []
     keys = [k for k in run.metrics if _MATMUL_TIME.match(k)]
     flat = flat_points(run)

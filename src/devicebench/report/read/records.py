@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from devicebench.schema import KIND_OF, Kind, run_facts
 from devicebench.schema import TAG_PREFIX as TAG
-from devicebench.schema import run_facts
 from devicebench.util.text import visible
 
 
@@ -33,6 +33,11 @@ class RunRecord:
     @property
     def workload(self) -> str:
         return self.tag("workload")
+
+    @property
+    def kind(self) -> Kind | None:
+        """What kind of work its workload is (schema.KIND_OF); None for a name no workload has."""
+        return KIND_OF.get(self.workload)
 
     @property
     def config_key(self) -> str:

@@ -46,6 +46,7 @@ from devicebench.report.render.tables import (
     regression_why,
     shown,
 )
+from devicebench.schema import SERVING
 from devicebench.util.fmt import fmt_share
 
 BEST_CPU_WHICH = "any threads or data feeding, e.g. a devicebench tune run"
@@ -196,7 +197,7 @@ def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) ->
 def _serving(doc: list[Block], comp: Comparison, varying: Varying) -> None:
     """Every served side: a request's latency at batch 1 (p50, p90, p99 over its runs), the most
     predictions a second and at which batch, and what a million cost there."""
-    sides = [s for s in comp.all_sides if s.workload == "infer"]
+    sides = [s for s in comp.all_sides if s.kind is SERVING]
     if not sides:
         return
     heading(doc, 2, "Serving (batch-1 requests, end to end)")
