@@ -240,17 +240,9 @@ OVER_8_PARAMETERS = {
 }
 OVER_500_LINES = {
     "plan/suite.py",  # the lead clears this
-    "report/judge/pair_rules.py",  # the lead clears this
 }
 NOTEBOOK_COMMENTS = {
     "plan/suite.py",  # the lead clears this
-    "report/judge/pair_rules.py",  # the lead clears this
-    "report/model/scaling.py",  # the lead clears this
-    "report/model/sides.py",  # the lead clears this
-    "report/read/query.py",  # the lead clears this
-    "run/run_line.py",  # the lead clears this
-    "run/workload.py",  # the lead clears this
-    "schema.py",  # the lead clears this
     "tracking/artifacts.py",  # the lead clears this
     "tracking/git_source.py",  # the lead clears this
     "tracking/runs.py",  # the lead clears this

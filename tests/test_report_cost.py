@@ -16,7 +16,7 @@ import pytest
 
 from devicebench.errors import UsageError
 from devicebench.report.command import budget_text
-from devicebench.report.judge import pair_rules as verdicts
+from devicebench.report.judge import price_rules
 from devicebench.report.judge.judgement import judge
 from devicebench.report.judge.pair_rules import explain
 from devicebench.report.model.comparison import compare
@@ -138,7 +138,7 @@ def test_a_side_without_a_price_shows_a_dash_and_gets_no_cost_verdict() -> None:
     assert p.price_ratio is None and p.cost_ratio is None
     row = pair_cells(p)
     assert (row["price_ratio"], row["cost_ratio"], row["cost"]) == ("–", "–", "–")
-    assert verdicts.price_performance(p) is None
+    assert price_rules.price_performance(p) is None
     assert not any("cheaper" in v or "dearer" in v for v in explain(p))
     metrics = headline_metrics(comp)
     assert "speedup/cifar cpu vs cuda_0" in metrics and not any(k.startswith("cost_ratio/") for k in metrics)
@@ -152,7 +152,7 @@ def test_prices_in_different_currencies_make_no_ratio() -> None:
     eur = run("cuda:0", 1.0, 8.0)
     eur.tags["devicebench.price.currency"] = "EUR"
     (p,) = compare([run("cpu", 12.0, 1.0), eur]).pairs
-    assert p.price_ratio is None and p.cost_ratio is None and verdicts.price_performance(p) is None
+    assert p.price_ratio is None and p.cost_ratio is None and price_rules.price_performance(p) is None
 
 
 def test_headline_metrics_carry_the_cost_ratio_beside_the_speedup() -> None:

@@ -184,8 +184,7 @@ def tag(name: str) -> str:
 
 # ---- where a run's facts live: a few tags, every other fact a param of the same name ----
 # The MLflow UI lists a run's tags above its description: a CPU run's 42 `devicebench.*` tags (its host
-# fingerprint, price detail, how it computed) pushed its one-line answer below the first screen at
-# 1440x900 (issue 41). So a workload run carries as tags only what people filter and pair on; every
+# fingerprint, price detail, how it computed) pushed its one-line answer below the first screen. So a workload run carries as tags only what people filter and pair on; every
 # other `devicebench.<name>` fact is logged as a param of the same name (tracking/tracker.py splits
 # them). Params, not a JSON tag or an artifact: they come back with the search that finds the run (the
 # report reads 2,000 runs without one request per run), `params.`devicebench.host.gpu_name`` filters

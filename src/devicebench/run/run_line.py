@@ -117,8 +117,8 @@ def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> di
 
 def oversubscribed(device: str, budget: Mapping[str, str]) -> str:
     """`oversubscribed: 4 busy threads on 2 cores` for a CPU run whose torch threads and loader
-    processes (host/cpu.cpu_budget) outnumbered its cores: its figures measure contention, and a lone
-    run said nothing of it (issue 41). "" otherwise, and on a GPU, whose torch threads mostly wait."""
+    processes (host/cpu.cpu_budget) outnumbered its cores: its figures measure contention, which a lone
+    run would otherwise say nowhere. "" otherwise, and on a GPU, whose torch threads mostly wait."""
     if not device.startswith("cpu") or budget.get("cpu.oversubscribed") != "true":
         return ""
     busy, cores = budget.get("cpu.busy_threads", "?"), budget.get("cpu.usable_cores", "?")

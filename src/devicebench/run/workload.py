@@ -166,9 +166,9 @@ TUNED_ENV = "DEVICEBENCH_TUNED_FILE"  # a tuned run's tags and trials, from `dev
 def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
     """The measured side of a tuning, in a fresh process with the fastest setting as its flags.
 
-    Not in the process that ran the trials: on this 2-core VM a 2-thread run measured there, after seven
-    trials had resized torch's thread pools and forked DataLoader workers, trained at 0.77-0.83 of its
-    trial's rate, where the same flags in a fresh `devicebench cifar` ran at 0.97-0.99 of it. The child
+    Not in the process that ran the trials: after the trials have resized torch's thread pools and
+    forked DataLoader workers, a run measured there trains measurably slower than the same flags in a
+    fresh process (docs/measured.md). The child
     logs the trials (TUNED_ENV) into its own run; its exit code is the command's.
     """
 

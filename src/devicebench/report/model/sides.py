@@ -72,7 +72,7 @@ UTIL_METRICS = (
     TRAIN_TFLOPS,
     FORWARD_FLOPS,
 )  # the share of the device's peak; the model's size
-# what the run side logs where it knew a price (issue 17); absent: no price, never a zero
+# what the run side logs where it knew a price; absent: no price, never a zero
 COST_METRICS = (
     COST_USD,
     COST_PER_HOUR,

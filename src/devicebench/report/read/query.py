@@ -33,7 +33,7 @@ from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 from devicebench.util.text import visible
 
 NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workload
-# 664 history requests to a local server on a 2-core VM took 33 s with 1 worker, 4.9 s with 8, 3.5 s with 16
+# history requests in flight at once: they wait on the server, not on this process (docs/measured.md)
 HISTORY_WORKERS = 16
 # A server's search is cut into workload x start-time streams (time_slices), this many in flight at once
 SEARCH_STREAMS = 4
@@ -94,9 +94,8 @@ def time_slices(
 
     A server's worker processes share one listening socket, and the client keeps its connections
     alive: the few searches a report started at once landed on one worker, which answered them all
-    while the other sat idle (2,000 runs, 2 workers, 2-core VM: 5.5-6.3 of 6.4 server CPU-s on one).
-    More, shorter streams, each page on a new connection (rest.search_page), spread the pages over the
-    workers: one stream of pages took 5.2-6.4 s there, 32 streams four at a time 3.4-4.0 s.
+    while the other sat idle. More, shorter streams, each page on a new connection (rest.search_page),
+    spread the pages over the workers (docs/measured.md, reading 2,000 runs back).
 
     Two one-run searches find the oldest and the newest matching run, and `slice_clauses` cuts the
     span between them. An embedded store gains nothing from threads that share one interpreter, and
@@ -258,9 +257,8 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
     """Resolve experiments, page through runs, fetch matmul histories. No runs is a usage error.
 
     The search runs as streams by workload and start time (time_slices), a few at once, and history
-    requests start as soon as their page arrives, so they overlap the remaining search (2,000 runs,
-    local server, 2-core VM: one stream of search pages took 8.7 s and the 664 history requests 5 s
-    when run one after the other).
+    requests start as soon as their page arrives, so they overlap the remaining search rather than
+    follow it.
     """
     t0 = time.perf_counter()
     if query.since:
