@@ -252,16 +252,8 @@ NOTEBOOK_COMMENTS = {
     "util/resident.py",  # the lead clears this
 }
 SHARED_NAMES = {
-    "Point",  # report/model/pairs.py and scaling.py: the lead clears this
     "_finish",  # the lead clears this
-    "_open_run",  # the lead clears this
-    "_price_performance",  # the lead clears this
     "_print_links",  # the lead clears this
-    "_serving",  # the lead clears this
-    "_table",  # the lead clears this
-    "oversubscribed",  # the lead clears this
-    "shown",  # the lead clears this
-    "work_key",  # the lead clears this
 }
 
 

@@ -115,7 +115,7 @@ def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> di
     return {glance_key(k): float(v) for k, v in out.items() if _finite(v)}
 
 
-def oversubscribed(device: str, budget: Mapping[str, str]) -> str:
+def oversubscription(device: str, budget: Mapping[str, str]) -> str:
     """`oversubscribed: 4 busy threads on 2 cores` for a CPU run whose torch threads and loader
     processes (host/cpu.cpu_budget) outnumbered its cores: its figures measure contention, which a lone
     run would otherwise say nowhere. "" otherwise, and on a GPU, whose torch threads mostly wait."""
@@ -183,7 +183,7 @@ def summary_line(
     parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))
     busy = busy_caveat(host or {})
     for caveat in (
-        oversubscribed(device, budget or {}),
+        oversubscription(device, budget or {}),
         f"{busy}: {RERUN}" if busy else "",
         gpu_caveat(gpu or {}, g.get("train_s", math.nan)),
     ):

@@ -18,7 +18,7 @@ def price_performance(pair: Pair) -> str | None:
     """Is the faster side worth its price (below); a verdict bought with a made-up price says so. A
     served model is answered by `serving`: its cost is per prediction at full throughput, not per the
     request time its headline speedup compares."""
-    text = _serving(pair) if pair.kind is SERVING else _price_performance(pair)
+    text = _where_to_serve(pair) if pair.kind is SERVING else _worth_its_price(pair)
     if text and (pair.base.price.illustrative or pair.other.price.illustrative):
         return text + MADE_UP
     return text
@@ -46,7 +46,7 @@ def _p99(side: Side) -> str:
     return f"p99 {fmt_s(s.median if s else None)}"
 
 
-def _serving(pair: Pair) -> str | None:
+def _where_to_serve(pair: Pair) -> str | None:
     """Where to serve this model: the side that costs less per million predictions (each at its best
     batch size, kept busy), and what a caller waits on each (p99 of a batch-1 request), e.g. "serve on
     the CPU: p99 3.80 ms against 1.20 ms on the A10, at 0.10× its cost per million predictions"."""
@@ -82,7 +82,7 @@ def break_even(side: Side) -> str | None:
     return line + MADE_UP if p.illustrative else line
 
 
-def _price_performance(pair: Pair) -> str | None:
+def _worth_its_price(pair: Pair) -> str | None:
     """The user's first question, answered with both sides' prices: is the faster side worth its price?
     Only where both sides' runs carry a price: the cost of the same work against the hourly price ratio,
     which is the speedup at which the two cost the same (the break-even). Where a CPU side faster than

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from devicebench.report.model.price import number
-from devicebench.report.model.sides import Side, param_order, work_key
+from devicebench.report.model.sides import Side, param_order
 from devicebench.schema import (
     COST_PER_1K,
     COST_PER_EPOCH,
@@ -195,7 +195,7 @@ def ranked(sides: Iterable[Side]) -> list[list[Side]]:
     the work-per-money table and `compare --budget` both read this, so they cannot disagree."""
     groups: dict[tuple[str, str], list[Side]] = defaultdict(list)
     for s in sides:
-        groups[(s.workload, work_key(s))].append(s)
+        groups[(s.workload, s.work_key)].append(s)
     order = sorted(groups, key=lambda k: (k[0], param_order(groups[k][0].params), k[1]))
     return [sorted(groups[k], key=work_per_money) for k in order]
 

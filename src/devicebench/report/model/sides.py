@@ -133,6 +133,12 @@ class Side:
         return KIND_OF.get(self.workload)
 
     @property
+    def work_key(self) -> str:
+        """The work its runs did, however the CPU was threaded and fed (its config key for runs logged
+        before work keys existed)."""
+        return self.runs[0].tag("work_key") or self.config_key
+
+    @property
     def label(self) -> str:
         job = f"{self.world_size} processes" if self.world_size > 1 else ""
         tuned = "tuned" if self.tuned else ""
@@ -286,8 +292,3 @@ def param_order(params: dict[str, str]) -> tuple:
         except ValueError:
             out.append((k, 1, 0.0, v))
     return tuple(out)
-
-
-def work_key(side: Side) -> str:
-    """The side's work key (its config key for runs logged before work keys existed)."""
-    return side.runs[0].tag("work_key") or side.config_key

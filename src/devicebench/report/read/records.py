@@ -99,7 +99,7 @@ class RunRecord:
         return sorted(set(out))
 
 
-def shown(values: dict[str, str]) -> dict[str, str]:
+def visible_values(values: dict[str, str]) -> dict[str, str]:
     """A run's params or tags as every output may show them (util.text.visible): applied once, as a
     run is read, so no writer has to remember it."""
     return {k: visible(str(v)) for k, v in values.items()}
@@ -111,6 +111,6 @@ def tags_and_params(tags: dict[str, str], params: dict[str, str]) -> dict[str, d
     (schema.RUN_TAGS), and its params its config's alone (what labels, varying params and runs.csv read).
     Old and new runs in one store are then paired, priced and explained alike."""
     return {
-        "tags": shown(run_facts(tags, params)),
-        "params": shown({k: v for k, v in params.items() if not k.startswith(TAG)}),
+        "tags": visible_values(run_facts(tags, params)),
+        "params": visible_values({k: v for k, v in params.items() if not k.startswith(TAG)}),
     }
