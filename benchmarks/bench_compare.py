@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devicebench.config.fields import key_of
+from devicebench.config.fields import SETTING, key_of
 from devicebench.config.workloads import not_work
 from devicebench.data import voc
-from devicebench.schema import matmul_point_key
+from devicebench.schema import SCHEMA_VERSION, matmul_point_key
 
 ROOT = Path(__file__).resolve().parents[1]
 N_RUNS = 2000
@@ -88,6 +88,11 @@ class Spec:
         """The CLI's key, computed from the params as they are logged."""
         return key_of(self.workload, {k: v for k, v in self.params.items() if k not in not_work()})
 
+    def work_key(self) -> str:
+        """The config key without the setting fields, as a run logs it (config.fields.work_key)."""
+        work = {k: v for k, v in self.params.items() if k not in not_work() and k not in SETTING}
+        return key_of(self.workload, work)
+
     def tags(self) -> dict[str, str]:
         name = self.device_name or (
             self.host.get("host.cpu_model", "")
@@ -96,11 +101,13 @@ class Spec:
         )
         t = {
             "workload": self.workload,
+            "schema": str(SCHEMA_VERSION),
             "device": self.device.split(":")[0] if self.device != "cpu" else "cpu",
             "device.resolved": self.device,
             "device.name": name,
             "data": self.data,
             "config_key": self.config_key(),
+            "work_key": self.work_key(),
             **self.host,
         }
         if self.suite:

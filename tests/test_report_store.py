@@ -202,6 +202,25 @@ def test_since_host_and_filter_select_runs(store, experiment_name: str) -> None:
     assert len(read_runs(client, flt).runs) == 1
 
 
+def test_a_run_logged_in_an_older_form_is_named_and_left_out(store, experiment_name: str) -> None:
+    """The report knows one form of run (schema.SCHEMA_VERSION): an older one is named in the read line
+    and left out, never read by a path kept for it; a selection of older runs alone is a usage error."""
+    client, exp_id = store
+    now = int(time.time() * 1000)
+    new, old = log_runs(client, exp_id, [timed(1.0, now - DAY_MS), timed(2.0, now)])
+    client.delete_tag(old, "devicebench.schema")
+    got = read_runs(client, Query(experiments=(experiment_name,)))
+    assert [r.run_id for r in got.runs] == [new]
+    assert got.read_line().endswith(
+        "; left out 1 run logged by an older devicebench (cifar-cuda:0): rerun them to compare them"
+    )
+    client.delete_tag(new, "devicebench.schema")
+    with pytest.raises(
+        UsageError, match=r"^--experiment: no runs to compare: left out 2 runs logged by an old"
+    ):
+        read_runs(client, Query(experiments=(experiment_name,)))
+
+
 def test_empty_unknown_and_bad_selections_are_usage_errors(store, experiment_name: str) -> None:
     client, _ = store
     with pytest.raises(UsageError, match=r"^--experiment: no runs match \(experiment t-"):

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from devicebench.errors import UsageError
 
 TAG_PREFIX = "devicebench."
+# The form of what a run logs, logged by every workload run (`devicebench.schema`). The report knows this
+# one form: a run logged in an older one is named and left out, rather than read by a path kept for it.
+SCHEMA_VERSION = 1
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 
@@ -189,8 +192,7 @@ def tag(name: str) -> str:
 # them). Params, not a JSON tag or an artifact: they come back with the search that finds the run (the
 # report reads 2,000 runs without one request per run), `params.`devicebench.host.gpu_name`` filters
 # them, and the UI's compare view sets two runs' params side by side (the host that changed). A param is
-# written once: a fact is set once per run. Runs logged before carry every fact as a tag; `run_facts`
-# reads either form.
+# written once: a fact is set once per run; `run_facts` reads a run's facts from both.
 RUN_TAGS = tuple(
     tag(name)
     for name in (
@@ -224,8 +226,8 @@ def is_tag(key: str) -> bool:
 
 
 def run_facts(tags: Mapping[str, str], params: Mapping[str, str]) -> dict[str, str]:
-    """A run's tags with its `devicebench.*` facts added from its params, wherever they were logged: a
-    run logged before RUN_TAGS has them all as tags, a newer one most as params. A tag wins."""
+    """A run's tags with its `devicebench.*` facts added from its params (RUN_TAGS says which are tags):
+    every fact in one place, whichever way it was logged. A tag wins."""
     return {**{k: v for k, v in params.items() if k.startswith(TAG_PREFIX)}, **tags}
 
 

@@ -37,7 +37,7 @@ from devicebench.run import tuning
 from devicebench.run.launch import check_job, launch
 from devicebench.run.run_line import glance_metrics, summary_line
 from devicebench.run.work import join_world, run_module
-from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, TOTAL_S, tag
+from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, SCHEMA_VERSION, TOTAL_S, tag
 from devicebench.tracking.artifacts import load_logged_model
 from devicebench.tracking.protocol import Tracker
 from devicebench.tracking.runs import process_age_s, run_context
@@ -243,6 +243,7 @@ def _workload_run(
         tag("device"): cfg.device,
         tag("config_key"): config_key(name, cfg),
         tag("work_key"): work_key(name, cfg),
+        tag("schema"): str(SCHEMA_VERSION),
     }
     tags[tag("data")] = getattr(cfg, "data", module.DATA)
     if hasattr(cfg, "nproc"):

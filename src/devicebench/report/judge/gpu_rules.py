@@ -7,7 +7,6 @@ orders them); the thresholds are module constants so a test (or a reader) can se
 from __future__ import annotations
 
 import math
-import re
 
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
@@ -197,16 +196,10 @@ def unsynced_underreport(pair: Pair) -> str | None:
     )
 
 
-# Ampere and newer data-centre and workstation GPUs, for runs logged before `host.gpu_capability` was.
-_TF32_NAMES = re.compile(r"\b(A\d{2,3}|A[1-9]\d{3}|H\d{3}|GH\d{3}|L\d{1,2}S?|B\d{3}|RTX [345]0\d0)\b")
-
-
 def has_tf32(run: RunRecord) -> bool:
     """Whether the run's GPU has TF32 (compute capability 8.0 or newer), from its fingerprint."""
-    capability = run.tag("host.gpu_capability")
-    if capability:
-        return capability.split(".")[0].isdigit() and int(capability.split(".")[0]) >= 8
-    return bool(_TF32_NAMES.search(run.tag("host.gpu_name")))
+    major = run.tag("host.gpu_capability").split(".")[0]
+    return major.isdigit() and int(major) >= 8
 
 
 def strict_fp32_on_tf32_gpu(pair: Pair) -> str | None:

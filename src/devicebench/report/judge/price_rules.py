@@ -29,8 +29,6 @@ def price_said(side: Side) -> str:
     `as if on VM.Standard.E5.Flex: 1 OCPU + 2 GB, $0.0340/h`, `$1.00/h set by hand`."""
     p = side.price
     hourly = f"{fmt_money(p.hourly.median if p.hourly else None, p.currency)}/h"
-    if p.whole_host:
-        return f"{p.shape}, the whole host, {hourly}" if p.shape else f"the whole host, {hourly}"
     if not p.shape:
         return f"{hourly} set by hand"
     return f"{priced_as(p.shape, p.units, p.as_if)}, {hourly}"

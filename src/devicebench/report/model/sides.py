@@ -134,9 +134,8 @@ class Side:
 
     @property
     def work_key(self) -> str:
-        """The work its runs did, however the CPU was threaded and fed (its config key for runs logged
-        before work keys existed)."""
-        return self.runs[0].tag("work_key") or self.config_key
+        """The work its runs did, however the CPU was threaded and fed."""
+        return self.runs[0].tag("work_key")
 
     @property
     def label(self) -> str:

@@ -26,7 +26,7 @@ from devicebench.errors import UsageError
 from devicebench.report.read.experiments import active_experiments, read_line, resolve_experiments
 from devicebench.report.read.options import Query, parse_since
 from devicebench.report.read.points import fetch_history, split_history
-from devicebench.report.read.records import RunRecord, tags_and_params
+from devicebench.report.read.records import RunRecord, left_out_line, older_schema, tags_and_params
 from devicebench.report.read.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
@@ -230,10 +230,13 @@ class Selection:
     history_calls: int = 0
     read_s: float = 0.0
     every_experiment: bool = False  # read every active experiment, not named ones
+    left_out: str = ""  # the runs logged in an older form, named (records.left_out_line)
 
     def read_line(self) -> str:
-        """Which experiments the runs came from, with counts: printed once, and in the selection table."""
-        return read_line(self.experiments, [r.experiment_id for r in self.runs], self.every_experiment)
+        """Which experiments the runs came from, with counts, and what was left out: printed once, and in
+        the selection table."""
+        line = read_line(self.experiments, [r.experiment_id for r in self.runs], self.every_experiment)
+        return f"{line}; {self.left_out}" if self.left_out else line
 
 
 def _nothing_matched(query: Query, experiments: dict[str, str], every: bool) -> UsageError:
@@ -291,9 +294,15 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
             else r
             for r, known, fetch in pending
         ]
-    runs = sorted(whole, key=lambda r: r.start_time, reverse=True)
+    read = sorted(whole, key=lambda r: r.start_time, reverse=True)
+    older = [r for r in read if older_schema(r)]
+    runs = [r for r in read if not older_schema(r)]
     if not runs:
-        raise _nothing_matched(query, experiments, every)
+        raise (
+            UsageError(f"no runs to compare: {left_out_line(older)}", param="experiment")
+            if older
+            else _nothing_matched(query, experiments, every)
+        )
     return Selection(
         runs,
         experiments,
@@ -301,4 +310,5 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
         sum(len(fetch) for _, _, fetch in pending),
         time.perf_counter() - t0,
         every_experiment=every,
+        left_out=left_out_line(older),
     )
