@@ -26,7 +26,7 @@ from devicebench.report.model.pairs import make_pair
 from devicebench.report.model.regressions import find_regressions, is_regression
 from devicebench.report.model.sides import summarise
 from devicebench.report.read.options import Query, parse_since, split_list
-from devicebench.report.read.points import split_history
+from devicebench.report.read.points import flat_points
 from devicebench.report.read.query import build_filter, partitions, slice_clauses
 from devicebench.report.read.records import RunRecord
 from devicebench.report.render.files import write_report
@@ -187,21 +187,11 @@ def test_matmul_pairs_use_history_per_size_and_dtype() -> None:
     assert any("unsynchronised timing under-reports" in v for v in explain(p))
 
 
-def test_single_size_matmul_needs_no_history_request() -> None:
-    r = rec("cpu", workload="matmul", params={"sizes": "8000"}, metrics={"matmul/numpy/float64/time_s": 9.0})
-    assert split_history(r) == ({"matmul/numpy/float64/time_s": {8000: 9.0}}, [])
-    r2 = rec(
-        "cpu", workload="matmul", params={"sizes": "64,128"}, metrics={"matmul/numpy/float64/time_s": 1.0}
-    )
-    assert split_history(r2) == ({}, ["matmul/numpy/float64/time_s"])
-
-
-def test_flat_matmul_points_need_no_history_request_and_old_series_still_do() -> None:
-    """A run that logged its points as flat keys is whole from its search result; a series without
-    them (a run logged before they existed) is still fetched."""
+def test_flat_matmul_points_make_a_run_whole() -> None:
+    """A matmul run's points come from its flat per-size keys, the times alone (GFLOP/s is derived);
+    any other workload's run has none."""
     metrics = {
         "matmul/torch/float32/time_s": 8.0,
-        "matmul/torch/float32/unsynced_time_s": 0.1,
         matmul_point_key("torch", "float32", 64, "time_s"): 1.0,
         matmul_point_key("torch", "float32", 128, "time_s"): 8.0,
         matmul_point_key("torch", "float32", 64, "unsynced_time_s"): 0.2,
@@ -209,18 +199,11 @@ def test_flat_matmul_points_need_no_history_request_and_old_series_still_do() ->
         matmul_point_key("torch", "float32", 128, "gflops"): 0.0005,  # derived from time: not read
     }
     r = rec("cuda:0", workload="matmul", params={"sizes": "64,128"}, metrics=metrics)
-    flat = {
+    assert flat_points(r) == {
         "matmul/torch/float32/time_s": {64: 1.0, 128: 8.0},
         "matmul/torch/float32/unsynced_time_s": {64: 0.2, 128: 0.1},
     }
-    assert split_history(r) == (flat, [])
-    old = rec(
-        "cpu",
-        workload="matmul",
-        params={"sizes": "64,128"},
-        metrics={**metrics, "matmul/numpy/float64/time_s": 3.0},
-    )
-    assert split_history(old) == (flat, ["matmul/numpy/float64/time_s"])
+    assert flat_points(rec("cuda:0", workload="cifar", metrics=metrics)) == {}
 
 
 # --------------------------------------------------------------------------------------------- verdicts
