@@ -3,11 +3,8 @@
 The store is generated here with the run schema's tags, params and metrics, logged directly with
 `MlflowClient.log_batch` (three requests a run) into a real `mlflow server` on SQLite; then the same code
 the `compare` command runs reads, pairs and renders it. Target: <= 5 s for 2,000 runs. The figure is
-printed with the time per 1,000 runs and the part spent fetching matmul histories, the one per-run call.
-
-The matmul runs carry their per-size points as flat keys, as the workload logs them; `--old-matmul` fills
-the store with matmul runs as logged before those keys existed (stepped histories only), which the report
-still reads, one history request per run and key: the figure to set beside the default one.
+printed with the time per 1,000 runs and the part spent reading. The matmul runs carry their per-size
+points as flat keys, as the workload logs them: no request per run.
 
 Each figure is the median of 3 rounds after a warm-up search, and each round is set beside the floor:
 one stream of plain REST search pages for the same runs, with nothing done with them. That ratio is the
@@ -41,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devicebench.config.fields import key_of
+from devicebench.config.fields import SETTING, key_of
 from devicebench.config.workloads import not_work
 from devicebench.data import voc
-from devicebench.schema import matmul_point_key
+from devicebench.schema import SCHEMA_VERSION, matmul_point_key
 
 ROOT = Path(__file__).resolve().parents[1]
 N_RUNS = 2000
@@ -88,6 +85,11 @@ class Spec:
         """The CLI's key, computed from the params as they are logged."""
         return key_of(self.workload, {k: v for k, v in self.params.items() if k not in not_work()})
 
+    def work_key(self) -> str:
+        """The config key without the setting fields, as a run logs it (config.fields.work_key)."""
+        work = {k: v for k, v in self.params.items() if k not in not_work() and k not in SETTING}
+        return key_of(self.workload, work)
+
     def tags(self) -> dict[str, str]:
         name = self.device_name or (
             self.host.get("host.cpu_model", "")
@@ -96,11 +98,13 @@ class Spec:
         )
         t = {
             "workload": self.workload,
+            "schema": str(SCHEMA_VERSION),
             "device": self.device.split(":")[0] if self.device != "cpu" else "cpu",
             "device.resolved": self.device,
             "device.name": name,
             "data": self.data,
             "config_key": self.config_key(),
+            "work_key": self.work_key(),
             **self.host,
         }
         if self.suite:
@@ -208,9 +212,9 @@ def unet_spec(rng: random.Random, device: str, batch: int, start: int, night: in
     return Spec("unet", device, params, m, host=HOSTS[device], start_time=start, suite=f"nightly-{night}")
 
 
-def matmul_spec(rng: random.Random, device: str, start: int, night: int, flat: bool = True) -> Spec:
-    """A CPU-vs-GPU matmul sweep over three sizes; `flat=False` logs it as runs were logged before the
-    flat per-size keys (schema.matmul_point_key) existed: stepped histories only."""
+def matmul_spec(rng: random.Random, device: str, start: int, night: int) -> Spec:
+    """A CPU-vs-GPU matmul sweep over three sizes, its points also as flat per-size keys
+    (schema.matmul_point_key), as the workload logs them."""
     sizes = (1024, 2048, 4096)
     gpu = device != "cpu"
     hist: dict[str, dict[int, float]] = {}
@@ -246,7 +250,7 @@ def matmul_spec(rng: random.Random, device: str, start: int, night: int, flat: b
         "matmul",
         device,
         params,
-        {"time/total_s": _noise(rng, 20), **(flat_keys if flat else {})},
+        {"time/total_s": _noise(rng, 20), **flat_keys},
         history=hist,
         data="random",
         host=HOSTS[device],
@@ -255,9 +259,9 @@ def matmul_spec(rng: random.Random, device: str, start: int, night: int, flat: b
     )
 
 
-def generate(n_runs: int = N_RUNS, seed: int = 0, matmul_share: float = 0.1, flat: bool = True) -> list[Spec]:
+def generate(n_runs: int = N_RUNS, seed: int = 0, matmul_share: float = 0.1) -> list[Spec]:
     """A nightly-style store: a CIFAR width × batch grid, UNet batches and matmul sweeps on cpu and cuda:0,
-    three repeats a night, as many nights as it takes to reach `n_runs` (`flat`: see matmul_spec)."""
+    three repeats a night, as many nights as it takes to reach `n_runs`."""
     rng = random.Random(seed)
     now = int(time.time() * 1000)
     specs: list[Spec] = []
@@ -275,7 +279,7 @@ def generate(n_runs: int = N_RUNS, seed: int = 0, matmul_share: float = 0.1, fla
                 for bs in (4, 16):
                     batch.append(unet_spec(rng, device, bs, t, night))
                 if sum(s.workload == "matmul" for s in specs + batch) < n_matmul:
-                    batch.append(matmul_spec(rng, device, t, night, flat))
+                    batch.append(matmul_spec(rng, device, t, night))
         specs.extend(batch)
         night += 1
     return specs[:n_runs]
@@ -284,7 +288,7 @@ def generate(n_runs: int = N_RUNS, seed: int = 0, matmul_share: float = 0.1, fla
 # --------------------------------------------------------------------------------------------- bench
 
 
-def _timed_report(uri: str, experiment: str, out: Path) -> tuple[float, int, int, float]:
+def _timed_report(uri: str, experiment: str, out: Path) -> tuple[float, int, float]:
     from mlflow.tracking import MlflowClient
 
     from devicebench.report.judge.judgement import judge
@@ -296,7 +300,7 @@ def _timed_report(uri: str, experiment: str, out: Path) -> tuple[float, int, int
     t0 = time.perf_counter()
     sel = read_runs(MlflowClient(uri), Query(experiments=(experiment,)))
     write_report(judge(compare(sel.runs, baseline="previous")), out, {"experiments": experiment})
-    return time.perf_counter() - t0, len(sel.runs), sel.history_calls, sel.read_s
+    return time.perf_counter() - t0, len(sel.runs), sel.read_s
 
 
 def bare_search_s(uri: str, experiment: str) -> float:
@@ -319,7 +323,7 @@ def bare_search_s(uri: str, experiment: str) -> float:
             body["page_token"] = page["next_page_token"]
 
 
-def build_store(d: Path, n_runs: int = N_RUNS, flat: bool = True) -> tuple[Any, float]:
+def build_store(d: Path, n_runs: int = N_RUNS) -> tuple[Any, float]:
     """A server on a SQLite file filled with `n_runs` runs; returns (started server, seconds to fill).
 
     The runs are written through the embedded store into the server's own SQLite file while the server
@@ -347,7 +351,7 @@ def build_store(d: Path, n_runs: int = N_RUNS, flat: bool = True) -> tuple[Any, 
     starter = threading.Thread(target=start)
     starter.start()
     t0 = time.perf_counter()
-    log_runs(writer, exp, generate(n_runs, flat=flat), workers=1)
+    log_runs(writer, exp, generate(n_runs), workers=1)
     fill_s = time.perf_counter() - t0
     starter.join()
     if failure:
@@ -358,23 +362,18 @@ def build_store(d: Path, n_runs: int = N_RUNS, flat: bool = True) -> tuple[Any, 
 def main(argv: Sequence[str] = ()) -> int:
     """Generate the store, then time read + report through the HTTP server; 0 when within the target."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_compare")
-    parser.add_argument(
-        "--old-matmul",
-        action="store_true",
-        help="matmul runs without the flat per-size keys, as logged before them (read by history requests)",
-    )
-    args = parser.parse_args(list(argv))
+    parser.parse_args(list(argv))
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     with tempfile.TemporaryDirectory() as tmp:
-        server, fill_s = build_store(Path(tmp), flat=not args.old_matmul)
+        server, fill_s = build_store(Path(tmp))
         try:
             bare_search_s(server.url, EXPERIMENT)  # warm-up: a nightly compare meets a running server
             rounds, floors = [], []
             for i in range(ROUNDS):  # alternated, so that both see the same machine
                 rounds.append(_timed_report(server.url, EXPERIMENT, Path(tmp) / f"report{i}"))
                 floors.append(bare_search_s(server.url, EXPERIMENT))
-            total_s, n, calls, read_s = sorted(rounds)[len(rounds) // 2]
+            total_s, n, read_s = sorted(rounds)[len(rounds) // 2]
             floor_s = statistics.median(floors)
         finally:
             server.stop()
@@ -383,11 +382,7 @@ def main(argv: Sequence[str] = ()) -> int:
         f"compare: {n} runs read+reported in {total_s:.1f} s ({per_1000:.1f} s per 1000 runs, median of "
         f"{ROUNDS} after a warm-up) [target <= {TARGET_S:.0f} s]"
     )
-    print(
-        f"compare: of which reading {read_s:.1f} s, incl. {calls} matmul history requests"
-        f"{' (old-style matmul runs)' if args.old_matmul else ''}; "
-        f"filling the store took {fill_s:.0f} s (not timed)"
-    )
+    print(f"compare: of which reading {read_s:.1f} s; filling the store took {fill_s:.0f} s (not timed)")
     print(
         f"compare: {total_s / floor_s:.2f}x the server's own search of the same runs "
         f"(one stream of REST pages, nothing else: {floor_s:.1f} s) [target <= {TARGET_FLOOR:.2f}x]"
@@ -401,7 +396,7 @@ def specs_for(workload: str, devices: Sequence[str], **kw: Any) -> list[Spec]:
     out = []
     for dev in devices:
         if workload == "matmul":
-            out.append(matmul_spec(rng, dev, kw.get("start", 0), 0, kw.get("flat", True)))
+            out.append(matmul_spec(rng, dev, kw.get("start", 0), 0))
         elif workload == "unet":
             out.append(unet_spec(rng, dev, kw.get("batch", 4), kw.get("start", 0), 0))
         else:

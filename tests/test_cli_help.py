@@ -22,7 +22,7 @@ from devicebench.report.judge.judgement import judge
 from devicebench.report.model.comparison import compare
 from devicebench.report.read.records import RunRecord
 from devicebench.run.cli import build_parser, main
-from devicebench.schema import COST_PER_MILLION, SERVE_P99, SERVE_RATE, TRAINING_WORKLOADS
+from devicebench.schema import COST_PER_MILLION, SERVE_P99, SERVE_RATE, TRAINING_WORKLOADS, WORKLOADS
 
 
 @pytest.fixture(autouse=True)
@@ -124,7 +124,7 @@ def test_every_flag_of_every_command_takes_both_spellings() -> None:
 
 def test_compare_help_names_every_workload_and_every_unit(capsys: pytest.CaptureFixture[str]) -> None:
     out = " ".join(_help(["compare", "--help"], capsys).split())
-    assert "matmul, cifar, unet, model, infer, suite, report (comma-separated)" in out
+    assert f"{', '.join(WORKLOADS)}, suite, report (comma-separated)" in out
     budget = out.partition("--budget")[2]
     for unit in ("epochs", "GFLOP", "million predictions", "runs"):
         assert unit in budget, unit

@@ -16,7 +16,7 @@ import pytest
 
 from devicebench.errors import UsageError
 from devicebench.report.command import budget_text
-from devicebench.report.judge import pair_rules as verdicts
+from devicebench.report.judge import price_rules
 from devicebench.report.judge.judgement import judge
 from devicebench.report.judge.pair_rules import explain
 from devicebench.report.model.comparison import compare
@@ -138,7 +138,7 @@ def test_a_side_without_a_price_shows_a_dash_and_gets_no_cost_verdict() -> None:
     assert p.price_ratio is None and p.cost_ratio is None
     row = pair_cells(p)
     assert (row["price_ratio"], row["cost_ratio"], row["cost"]) == ("–", "–", "–")
-    assert verdicts.price_performance(p) is None
+    assert price_rules.price_performance(p) is None
     assert not any("cheaper" in v or "dearer" in v for v in explain(p))
     metrics = headline_metrics(comp)
     assert "speedup/cifar cpu vs cuda_0" in metrics and not any(k.startswith("cost_ratio/") for k in metrics)
@@ -152,7 +152,7 @@ def test_prices_in_different_currencies_make_no_ratio() -> None:
     eur = run("cuda:0", 1.0, 8.0)
     eur.tags["devicebench.price.currency"] = "EUR"
     (p,) = compare([run("cpu", 12.0, 1.0), eur]).pairs
-    assert p.price_ratio is None and p.cost_ratio is None and verdicts.price_performance(p) is None
+    assert p.price_ratio is None and p.cost_ratio is None and price_rules.price_performance(p) is None
 
 
 def test_headline_metrics_carry_the_cost_ratio_beside_the_speedup() -> None:
@@ -181,9 +181,8 @@ def test_the_same_gpu_in_two_shapes_is_two_sides_with_a_cost_ratio() -> None:
     assert "cuda:0 (A10, VM.GPU.A10.1)" in labels and "cuda:0 (A10, VM.GPU.A10.2)" in labels
     a10s = next(p for p in comp.pairs if "A10.1" in p.base.label and "A10.2" in p.other.label)
     assert (a10s.headline, a10s.price_ratio, a10s.cost_ratio) == pytest.approx((1.0, 2.0, 2.0))
-    assert explain(a10s)[0] == (  # runs logged before per-use pricing: priced as the whole host, and said so
-        "A10 (VM.GPU.A10.2, the whole host, $4.00/h) runs this 1.00× faster than A10 (VM.GPU.A10.1, the whole "
-        "host, $2.00/h) and costs 2.00× more per epoch: not worth its price (break-even at 2.00× faster)"
+    assert explain(a10s)[0] == (
+        "A10 (VM.GPU.A10.2, $4.00/h) runs this 1.00× faster than A10 (VM.GPU.A10.1, $2.00/h) and costs 2.00× more per epoch: not worth its price (break-even at 2.00× faster)"
     )
 
 
@@ -197,14 +196,11 @@ def test_the_shape_table_and_budget_name_the_most_work_per_dollar() -> None:
         "cuda:0 (H100, BM.GPU.H100.8)",  # $40/h × 0.25 s: 360
     ]
     assert rows[0][6] == "3,600 epochs per USD" and rows[1][7] == "0.50×" and rows[3][7] == "0.10×"
-    assert (
-        rows[1][2] == "$2.00 (table:prices.yaml VM.GPU.A10.1; the whole host, priced before per-use pricing)"
-    )
+    assert rows[1][2] == "$2.00 (VM.GPU.A10.1; table:prices.yaml)"
     first, ranks = budget_text(judge(comp)).splitlines()
     assert first == (
         "budget: cifar · bs 128: cheapest cpu (EPYC, VM.Standard.E4.Flex): 3,600 epochs per USD "
-        "($0.000278 per epoch at $0.100 (table:prices.yaml VM.Standard.E4.Flex; the whole host, priced before "
-        "per-use pricing); 3 other priced side(s))"
+        "($0.000278 per epoch at $0.100 (VM.Standard.E4.Flex; table:prices.yaml); 3 other priced side(s))"
     )
     assert ranks.startswith(
         "  ranked by cost per epoch: 1. cpu (EPYC, VM.Standard.E4.Flex) $0.000278, 10.00 s per epoch; 2. "
@@ -343,21 +339,13 @@ def as_if_cpu(t: float, usd: float) -> RunRecord:
     return r
 
 
-def test_an_as_if_price_never_names_the_side_and_two_pricings_are_never_averaged() -> None:
+def test_an_as_if_price_never_names_the_side() -> None:
     """A CPU side priced as if on VM.Standard.E5.Flex ran on its H100 host: its label and its side key
-    are the host's. Its runs priced before per-use pricing (the whole $80/h host) are repeats of the
-    same side, whose price is then refused rather than averaged with the per-use one."""
+    are the host's."""
     gpu = run("cuda:0", 1.0, 10.0, shape="BM.GPU.H100.8")
     gpu.tags["devicebench.price.units"] = "1 of its 8 GPUs"
     new = compare([as_if_cpu(20.0, 0.034), as_if_cpu(21.0, 0.034), gpu])
     cpu = next(s for s in new.all_sides if s.is_cpu)
-    assert cpu.label == "cpu (EPYC, BM.GPU.H100.8)" and cpu.price.as_if and not cpu.price.whole_host
+    assert cpu.label == "cpu (EPYC, BM.GPU.H100.8)" and cpu.price.as_if
     (p,) = new.pairs
     assert p.price_ratio == pytest.approx(10.0 / 0.034) and p.cost_ratio != pytest.approx(1 / p.headline)
-    old = run("cpu", 20.5, 80.0, shape="BM.GPU.H100.8")  # logged before per-use pricing
-    mixed = compare([as_if_cpu(20.0, 0.034), old, gpu])
-    (cpu,) = [s for s in mixed.all_sides if s.is_cpu]
-    assert len(cpu.runs) == 2 and cpu.price.hourly is None
-    assert "priced two ways" in cpu.price.none_reason
-    (p,) = mixed.pairs
-    assert p.cost_ratio is None and p.price_ratio is None

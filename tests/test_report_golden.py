@@ -86,8 +86,8 @@ class Planted:
 
 
 def priced(shape: str, usd: float, source: str = "table:prices.yaml", units: str = "") -> dict[str, str]:
-    """A run's price tags as a run logs them: per use (`units`, "as if" for a CPU side off a CPU shape),
-    or, without units, as a run logged before per-use pricing (its whole host)."""
+    """A run's price tags as a run logs them: per use (`units`, "as if" for a CPU side off a CPU shape);
+    a price set by hand has no shape and no units."""
     tags = {
         "price.usd_per_hour": f"{usd}",
         "price.currency": "USD",
@@ -203,15 +203,15 @@ def matmul(p: Planted) -> None:
 def scaling(p: Planted) -> None:
     """One config at 1, 2 and 4 GPUs, and at 2 CPU processes beside a CPU run of 1."""
     for n, rate, comm in ((1, 1000.0, None), (2, 1500.0, 0.05), (4, 1800.0, 0.3)):
-        m = train(50000 / rate, rate, usd=8.0)
+        m = train(50000 / rate, rate, usd=2.0 * n)
         if comm is not None:
             m["dist/comm_share"] = comm
+        used = priced("BM.GPU.A10.4", 2.0 * n, units=f"{n} of its 4 GPUs")
         p.add("cuda:0", "cifar-ddp", m, params={"batch_size": "128", "width": "8"},
-              tags={"world_size": str(n), "host.gpu_count": "4", **priced("BM.GPU.A10.4", 8.0)},
-              host="B")  # fmt: skip
-    # priced before per-use pricing: the whole BM.GPU.A10.4 host for the CPU side too
-    p.add("cpu", "cifar-ddp", train(500.0, 100.0, usd=8.0), params={"batch_size": "128", "width": "8"},
-          tags=priced("BM.GPU.A10.4", 8.0), host="B")  # fmt: skip
+              tags={"world_size": str(n), "host.gpu_count": "4", **used}, host="B")  # fmt: skip
+    # the CPU side on the same host, priced as the CPU shape that gives it its cores
+    p.add("cpu", "cifar-ddp", train(500.0, 100.0, usd=CPU_AS_IF[1]), params={"batch_size": "128", "width": "8"},
+          tags=priced(*CPU_AS_IF), host="B")  # fmt: skip
 
 
 def nights(p: Planted) -> None:

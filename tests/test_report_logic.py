@@ -17,6 +17,7 @@ import pytest
 
 from devicebench.errors import UsageError
 from devicebench.report.cli import parse_baseline, parse_threshold, parse_workloads
+from devicebench.report.judge import best_rules, cpu_rules, gpu_rules, reliability
 from devicebench.report.judge import pair_rules as verdicts
 from devicebench.report.judge.judgement import judge
 from devicebench.report.judge.pair_rules import explain
@@ -25,7 +26,7 @@ from devicebench.report.model.pairs import make_pair
 from devicebench.report.model.regressions import find_regressions, is_regression
 from devicebench.report.model.sides import summarise
 from devicebench.report.read.options import Query, parse_since, split_list
-from devicebench.report.read.points import split_history
+from devicebench.report.read.points import flat_points
 from devicebench.report.read.query import build_filter, partitions, slice_clauses
 from devicebench.report.read.records import RunRecord
 from devicebench.report.render.files import write_report
@@ -186,21 +187,11 @@ def test_matmul_pairs_use_history_per_size_and_dtype() -> None:
     assert any("unsynchronised timing under-reports" in v for v in explain(p))
 
 
-def test_single_size_matmul_needs_no_history_request() -> None:
-    r = rec("cpu", workload="matmul", params={"sizes": "8000"}, metrics={"matmul/numpy/float64/time_s": 9.0})
-    assert split_history(r) == ({"matmul/numpy/float64/time_s": {8000: 9.0}}, [])
-    r2 = rec(
-        "cpu", workload="matmul", params={"sizes": "64,128"}, metrics={"matmul/numpy/float64/time_s": 1.0}
-    )
-    assert split_history(r2) == ({}, ["matmul/numpy/float64/time_s"])
-
-
-def test_flat_matmul_points_need_no_history_request_and_old_series_still_do() -> None:
-    """A run that logged its points as flat keys is whole from its search result; a series without
-    them (a run logged before they existed) is still fetched."""
+def test_flat_matmul_points_make_a_run_whole() -> None:
+    """A matmul run's points come from its flat per-size keys, the times alone (GFLOP/s is derived);
+    any other workload's run has none."""
     metrics = {
         "matmul/torch/float32/time_s": 8.0,
-        "matmul/torch/float32/unsynced_time_s": 0.1,
         matmul_point_key("torch", "float32", 64, "time_s"): 1.0,
         matmul_point_key("torch", "float32", 128, "time_s"): 8.0,
         matmul_point_key("torch", "float32", 64, "unsynced_time_s"): 0.2,
@@ -208,18 +199,11 @@ def test_flat_matmul_points_need_no_history_request_and_old_series_still_do() ->
         matmul_point_key("torch", "float32", 128, "gflops"): 0.0005,  # derived from time: not read
     }
     r = rec("cuda:0", workload="matmul", params={"sizes": "64,128"}, metrics=metrics)
-    flat = {
+    assert flat_points(r) == {
         "matmul/torch/float32/time_s": {64: 1.0, 128: 8.0},
         "matmul/torch/float32/unsynced_time_s": {64: 0.2, 128: 0.1},
     }
-    assert split_history(r) == (flat, [])
-    old = rec(
-        "cpu",
-        workload="matmul",
-        params={"sizes": "64,128"},
-        metrics={**metrics, "matmul/numpy/float64/time_s": 3.0},
-    )
-    assert split_history(old) == (flat, ["matmul/numpy/float64/time_s"])
+    assert flat_points(rec("cuda:0", workload="cifar", metrics=metrics)) == {}
 
 
 # --------------------------------------------------------------------------------------------- verdicts
@@ -228,14 +212,14 @@ def test_flat_matmul_points_need_no_history_request_and_old_series_still_do() ->
 def test_loader_bound_rule() -> None:
     p = pair([rec("cpu", metrics=train(10.0, 0.1))], [rec("cuda:0", metrics=train(2.0, 1.56))])
     assert (
-        verdicts.loader_bound(p)
+        gpu_rules.loader_bound(p)
         == "cuda:0 run waited for data 78% of the time: loader-bound; try loader=tensor"
     )
     p = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 0.4))])
-    assert verdicts.loader_bound(p) is None
+    assert gpu_rules.loader_bound(p) is None
     tensor = {"loader": "tensor"}
     p = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 1.8), params=tensor)])
-    assert verdicts.loader_bound(p).endswith("loader-bound")
+    assert gpu_rules.loader_bound(p).endswith("loader-bound")
 
 
 def unet_run(device: str, wait: float, cores: str | None = None, **params: str):
@@ -252,27 +236,27 @@ def test_loader_bound_advice_names_only_what_unet_takes() -> None:
     feed, else a smaller image_size, else the tuning; never loader=tensor."""
     cpu = [unet_run("cpu", 0.1, cores="16", num_workers="2", image_size="256")]
     few = pair(cpu, [unet_run("cuda:0", 1.6, cores="16", num_workers="2", image_size="256")])
-    assert verdicts.loader_bound(few) == (
+    assert gpu_rules.loader_bound(few) == (
         "cuda:0 run waited for data 80% of the time: loader-bound; try num_workers=15 (ran with 2 on 16 cores)"
     )
     busy = pair(cpu, [unet_run("cuda:0", 1.6, cores="2", num_workers="2", image_size="256")])
-    assert verdicts.loader_bound(busy).endswith(
+    assert gpu_rules.loader_bound(busy).endswith(
         "loader-bound; try a smaller image_size (ran at 256: every image is resized on the CPU)"
     )
     unknown = pair(cpu, [unet_run("cuda:0", 1.6, num_workers="2", image_size="512")])  # no core count
-    assert "try a smaller image_size (ran at 512" in verdicts.loader_bound(unknown)
+    assert "try a smaller image_size (ran at 512" in gpu_rules.loader_bound(unknown)
     small = pair(cpu, [unet_run("cuda:0", 1.6, cores="2", num_workers="4", image_size="64")])
-    assert verdicts.loader_bound(small).endswith(
+    assert gpu_rules.loader_bound(small).endswith(
         "loader-bound; run devicebench tune unet to measure the num_workers this host runs fastest"
     )
     host = {"devicebench.host.cpu_count": "8"}  # no cpu.* tags: the fingerprint's count
     fingerprint = unet_run("cuda:0", 1.6, num_workers="0", image_size="256")
     fingerprint.tags.update(host)
-    assert "try num_workers=7 (ran with 0 on 8 cores)" in verdicts.loader_bound(pair(cpu, [fingerprint]))
+    assert "try num_workers=7 (ran with 0 on 8 cores)" in gpu_rules.loader_bound(pair(cpu, [fingerprint]))
     for p in (few, busy, unknown, small):
         assert "loader=" not in " ".join(explain(p))
     cifar = pair([rec("cpu", metrics=train(10.0))], [rec("cuda:0", metrics=train(2.0, 1.6))])
-    assert verdicts.loader_bound(cifar).endswith("try loader=tensor")  # cifar takes it
+    assert gpu_rules.loader_bound(cifar).endswith("try loader=tensor")  # cifar takes it
 
 
 def test_launch_bound_rule() -> None:
@@ -281,29 +265,29 @@ def test_launch_bound_rule() -> None:
         [rec("cpu", metrics=train(10.0), params=small)], [rec("cuda:0", metrics=train(8.0), params=small)]
     )
     assert (
-        verdicts.launch_bound(p)
+        gpu_rules.launch_bound(p)
         == "batch 4: GPU launch-bound; speedup grows with batch size (try a larger batch_size)"
     )
     p = dataclasses.replace(p, in_crossover=True)  # as build_pairs makes a pair that stands in a grid
-    assert verdicts.launch_bound(p).endswith("(see crossover)")
+    assert gpu_rules.launch_bound(p).endswith("(see crossover)")
     big = {"batch_size": "512"}
     p = pair([rec("cpu", metrics=train(10.0), params=big)], [rec("cuda:0", metrics=train(8.0), params=big)])
-    assert verdicts.launch_bound(p) is None
+    assert gpu_rules.launch_bound(p) is None
     p = pair(
         [rec("cpu", metrics=train(10.0), params=small)], [rec("cuda:0", metrics=train(1.0), params=small)]
     )
-    assert verdicts.launch_bound(p) is None  # 10x at batch 4 is not launch-bound
+    assert gpu_rules.launch_bound(p) is None  # 10x at batch 4 is not launch-bound
 
 
 def test_gpu_slower_rule_defers_to_the_specific_reasons() -> None:
     big = {"batch_size": "512"}
     p = pair([rec("cpu", metrics=train(1.0), params=big)], [rec("cuda:0", metrics=train(2.0), params=big)])
-    assert verdicts.gpu_slower(p).startswith("cuda:0 slower than CPU (0.50×)")
+    assert gpu_rules.gpu_slower(p).startswith("cuda:0 slower than CPU (0.50×)")
     small = {"batch_size": "4"}
     p = pair(
         [rec("cpu", metrics=train(1.0), params=small)], [rec("cuda:0", metrics=train(2.0), params=small)]
     )
-    assert verdicts.gpu_slower(p) is None and verdicts.launch_bound(p) is not None
+    assert gpu_rules.gpu_slower(p) is None and gpu_rules.launch_bound(p) is not None
 
 
 def test_quality_mismatch_rule_needs_a_clear_gap_beyond_spread() -> None:
@@ -329,14 +313,14 @@ def test_oversubscribed_cpu_baseline_is_named_as_the_cause() -> None:
         "devicebench.cpu.oversubscribed": "true",
     }
     p = pair([rec("cpu", metrics=train(10.0), tags=over)], [rec("cuda:0", metrics=train(1.0))])
-    assert verdicts.oversubscribed(p) == (
+    assert cpu_rules.oversubscribed(p) == (
         "cpu baseline oversubscribed: 2 torch threads + 2 loader workers on 2 cores (1/1 runs); it "
         "measures contention, so the speedup is overstated: rerun with num_workers=0 or fewer threads"
     )
-    assert verdicts.explain(p)[0] == verdicts.oversubscribed(p), "it is the headline verdict"
+    assert verdicts.explain(p)[0] == cpu_rules.oversubscribed(p), "it is the headline verdict"
     fits = {**over, "devicebench.cpu.oversubscribed": "false"}
     p = pair([rec("cpu", metrics=train(10.0), tags=fits)], [rec("cuda:0", metrics=train(1.0), tags=over)])
-    assert verdicts.oversubscribed(p) is None, "only a CPU side's contention skews the baseline"
+    assert cpu_rules.oversubscribed(p) is None, "only a CPU side's contention skews the baseline"
 
 
 def test_thread_count_mismatch_is_said_for_cpu_timings_only() -> None:
@@ -348,16 +332,16 @@ def test_thread_count_mismatch_is_said_for_cpu_timings_only() -> None:
         rec("cpu", metrics=train(5.0), tags=threads("8", "8")),
     ]
     p = pair(cpu, [rec("cuda:0", metrics=train(1.0), tags=threads("16", "16"))])
-    assert verdicts.thread_mismatch(p) == (
+    assert cpu_rules.thread_mismatch(p) == (
         "thread counts differ (cpu: 2 torch / 2 BLAS threads, 8 torch / 8 BLAS threads): "
         "the CPU figures are not like for like"
     )
     same = [rec("cpu", metrics=train(10.0), tags=threads("2", "2"))]
     p = pair(same, [rec("cuda:0", metrics=train(1.0), tags=threads("16", "16"))])
-    assert verdicts.thread_mismatch(p) is None, "a GPU host's threads do not time a training step"
+    assert cpu_rules.thread_mismatch(p) is None, "a GPU host's threads do not time a training step"
     mm = [rec("cpu", workload="matmul", tags=threads("2", "2"))]
     p = pair(mm, [rec("cuda:0", workload="matmul", tags=threads("16", "16"))])
-    assert "cuda:0: 16 torch / 16 BLAS threads" in verdicts.thread_mismatch(p), "NumPy ran on its CPU"
+    assert "cuda:0: 16 torch / 16 BLAS threads" in cpu_rules.thread_mismatch(p), "NumPy ran on its CPU"
 
 
 def test_strict_fp32_on_a_gpu_with_tf32_says_what_default_would_change() -> None:
@@ -368,24 +352,21 @@ def test_strict_fp32_on_a_gpu_with_tf32_says_what_default_would_change() -> None
         [rec("cpu", metrics=train(10.0), params=fp32, tags=ieee)],
         [rec("cuda:0", metrics=train(1.0), params=fp32, tags=ieee)],
     )
-    assert verdicts.strict_fp32_on_tf32_gpu(p) == (
+    assert gpu_rules.strict_fp32_on_tf32_gpu(p) == (
         "cuda:0 ran strict IEEE fp32 on a GPU with TF32: precision=default (PyTorch's own math, TF32 "
         "convolutions) is what users' code runs and is typically faster, so this understates their speedup"
     )
-    assert verdicts.strict_fp32_on_tf32_gpu(p) in verdicts.explain(p)
+    assert gpu_rules.strict_fp32_on_tf32_gpu(p) in verdicts.explain(p)
     v100 = {**ieee, "devicebench.host.gpu_capability": "7.0"}
     p = pair([rec("cpu", params=fp32, tags=ieee)], [rec("cuda:0", params=fp32, tags=v100)])
-    assert verdicts.strict_fp32_on_tf32_gpu(p) is None, "a V100 has no TF32: IEEE is all it runs"
+    assert gpu_rules.strict_fp32_on_tf32_gpu(p) is None, "a V100 has no TF32: IEEE is all it runs"
     tf32_conv = {"devicebench.fp32_math": "tf32-conv", "devicebench.host.gpu_capability": "9.0"}
     p = pair([rec("cpu", tags=ieee)], [rec("cuda:0", params={"precision": "default"}, tags=tf32_conv)])
-    assert verdicts.strict_fp32_on_tf32_gpu(p) is None
-    # Runs logged before host.gpu_capability existed: the GPU's name tells.
-    old = {"devicebench.fp32_math": "ieee", "devicebench.host.gpu_name": "NVIDIA H100 80GB HBM3"}
-    p = pair([rec("cpu", params=fp32)], [rec("cuda:0", params=fp32, tags=old)])
-    assert verdicts.strict_fp32_on_tf32_gpu(p) is not None
-    old_v100 = {**old, "devicebench.host.gpu_name": "Tesla V100-SXM2-16GB"}
-    p = pair([rec("cpu", params=fp32)], [rec("cuda:0", params=fp32, tags=old_v100)])
-    assert verdicts.strict_fp32_on_tf32_gpu(p) is None
+    assert gpu_rules.strict_fp32_on_tf32_gpu(p) is None
+    # a GPU name alone is not read for TF32: every run logs its capability (older runs are left out)
+    named = {"devicebench.fp32_math": "ieee", "devicebench.host.gpu_name": "NVIDIA H100 80GB HBM3"}
+    p = pair([rec("cpu", params=fp32)], [rec("cuda:0", params=fp32, tags=named)])
+    assert gpu_rules.strict_fp32_on_tf32_gpu(p) is None
 
 
 def test_synthetic_data_rule() -> None:
@@ -403,7 +384,7 @@ def test_unsynced_underreport_rule() -> None:
     }
     cpu = [rec("cpu", workload="matmul", history={"matmul/torch/float32/time_s": {8000: 5.0}})]
     p = pair(cpu, [rec("cuda:0", workload="matmul", history=gpu_hist)])
-    assert verdicts.unsynced_underreport(p) == (
+    assert gpu_rules.unsynced_underreport(p) == (
         "unsynchronised timing under-reports cuda:0 matmul 500× at n=8000 (float32): "
         "it measures the kernel launch, not the product"
     )
@@ -412,18 +393,18 @@ def test_unsynced_underreport_rule() -> None:
         "matmul/torch/float32/unsynced_time_s": {8000: 0.04},
     }
     p = pair(cpu, [rec("cuda:0", workload="matmul", history=honest)])
-    assert verdicts.unsynced_underreport(p) is None
+    assert gpu_rules.unsynced_underreport(p) is None
 
 
 def test_compute_bound_noisy_and_single_repeat_rules() -> None:
     p = pair([rec("cpu", metrics=train(100.0))], [rec("cuda:0", metrics=train(5.0))])
-    assert verdicts.compute_bound(p) == "compute-bound: cuda:0 20.0× faster"
-    assert verdicts.single_repeat(p) is not None
+    assert gpu_rules.compute_bound(p) == "compute-bound: cuda:0 20.0× faster"
+    assert reliability.single_repeat(p) is not None
     cpu = [rec("cpu", metrics=train(t)) for t in (10.0, 20.0, 11.0)]
     gpu = [rec("cuda:0", metrics=train(t)) for t in (1.0, 1.01)]
     p = pair(cpu, gpu)
-    assert verdicts.noisy(p) == "noisy: cpu repeats spread 91% of their median; add repeats"
-    assert verdicts.single_repeat(p) is None
+    assert reliability.noisy(p) == "noisy: cpu repeats spread 91% of their median; add repeats"
+    assert reliability.single_repeat(p) is None
 
 
 def test_explain_lists_rules_in_order() -> None:
@@ -766,7 +747,7 @@ def test_two_speedups_per_pair_against_the_cpu_as_configured_and_at_its_best(tmp
     )
     own = compare([tuned, alone])
     (p,) = [p for p in own.pairs if p.is_cpu_gpu]
-    assert p.best_cpu is p.base and verdicts.against_best_cpu(p) is None
+    assert p.best_cpu is p.base and best_rules.against_best_cpu(p) is None
     assert report_name(own, "t") == "report · t · 1 CPU/GPU pair · best 1.15×", "one answer, said once"
     # Runs logged before work keys: only their own config's CPU is a candidate.
     old = [rec("cpu", key="k9", metrics=_tp(40.0)), rec("cuda:0", key="k9", metrics=_tp(4.0))]
@@ -843,8 +824,8 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
     p = next(p for p in comp.pairs if p.is_cpu_gpu)
     assert p.headline == 10.0 and p.cost_speedup == pytest.approx(1.25) and p.cost_ratio == pytest.approx(2.4)
     assert (
-        "A10 (the whole host, $3.00/h) trains this 1.25× faster than this CPU at its best (the whole host, "
-        "$1.00/h) and costs 2.40× more per epoch: worth it only when time matters more than money (break-even "
+        "A10 ($3.00/h set by hand) trains this 1.25× faster than this CPU at its best ($1.00/h set by hand) "
+        "and costs 2.40× more per epoch: worth it only when time matters more than money (break-even "
         "at 3.00× faster)"
     ) in explain(p)
     row = pair_cells(p)
@@ -859,7 +840,7 @@ def test_the_cost_against_the_best_cpu_goes_with_the_speedup_over_it(tmp_path: P
     (own,) = compare([r for r in runs if r.tag("tuned") != "true" and r.params["batch_size"] == "4"]).pairs
     assert own.cost_base is own.base and own.cost_speedup == 10.0
     assert (
-        "A10 (the whole host, $3.00/h) trains this 10.0× faster than this CPU (the whole host, $1.00/h) and "
+        "A10 ($3.00/h set by hand) trains this 10.0× faster than this CPU ($1.00/h set by hand) and "
         "costs 3.33× less per epoch: worth its price (break-even at 3.00× faster)"
     ) in explain(own)
 
@@ -870,26 +851,29 @@ def test_a_gpu_side_that_waited_on_its_host_or_its_own_limits_is_said_so() -> No
     absent, nor host-bound where the loader already explains the wait."""
     cpu = [rec("cpu", metrics=train(20.0))]
     bound = rec("cuda:0", metrics={**train(4.0), "gpu/busy_share": 0.41, "gpu/sm_clock_share": 0.98})
-    assert verdicts.host_bound_gpu(pair(cpu, [bound])) == (
+    assert gpu_rules.host_bound_gpu(pair(cpu, [bound])) == (
         "cuda:0 host-bound: GPU busy 41% of its epochs: the step waits on this host's CPU (Python, kernel "
         "launches, copies), so the figure moves with that CPU; a larger batch, CUDA graphs or compile gains"
     )
-    assert verdicts.gpu_held_down(pair(cpu, [bound])) is None
+    assert gpu_rules.gpu_held_down(pair(cpu, [bound])) is None
     hot = {**train(4.0), "gpu/busy_share": 0.97, "gpu/power_capped_s": 1.2, "gpu/sm_clock_share": 0.72}
     held = pair(cpu, [rec("cuda:0", metrics=hot), rec("cuda:0", metrics=hot)])
-    assert verdicts.host_bound_gpu(held) is None
-    assert verdicts.gpu_held_down(held) == (
+    assert gpu_rules.host_bound_gpu(held) is None
+    assert gpu_rules.gpu_held_down(held) == (
         "cuda:0 slowed by its own limits (power-capped 30% of training, SM clock at 72% of max): below what "
         "this GPU does; check its power limit and cooling before comparing"
     )
     fine = rec("cuda:0", metrics={**train(4.0), "gpu/busy_share": 0.97, "gpu/sm_clock_share": 0.99})
     for quiet in (fine, rec("cuda:0", metrics=train(4.0))):
         assert (
-            verdicts.host_bound_gpu(pair(cpu, [quiet])) is verdicts.gpu_held_down(pair(cpu, [quiet])) is None
+            gpu_rules.host_bound_gpu(pair(cpu, [quiet]))
+            is gpu_rules.gpu_held_down(pair(cpu, [quiet]))
+            is None
         )
     starved = rec("cuda:0", metrics={**train(4.0, wait=3.0), "gpu/busy_share": 0.2})
     assert (
-        verdicts.loader_bound(pair(cpu, [starved])) and verdicts.host_bound_gpu(pair(cpu, [starved])) is None
+        gpu_rules.loader_bound(pair(cpu, [starved]))
+        and gpu_rules.host_bound_gpu(pair(cpu, [starved])) is None
     )
     assert any("host-bound" in line for line in explain(pair(cpu, [bound])))
 
@@ -919,13 +903,13 @@ def test_a_gpu_side_far_below_its_peak_is_called_launch_bound_by_its_share() -> 
     gpu_tags = {"devicebench.util.dtype": "tf32"}
     low = rec("cuda:0", metrics={**train(1.0), "util/peak_fraction": 0.003}, tags=gpu_tags)
     p = pair([rec("cpu", metrics=train(1.2))], [low])
-    assert verdicts.peak_share(p) == (
+    assert gpu_rules.peak_share(p) == (
         "0.30% of A10's tf32 peak: launch-bound; a larger batch or model will gain, a larger GPU will not"
     )
     busy = rec("cuda:0", metrics={**train(1.0), "util/peak_fraction": 0.4}, tags=gpu_tags)
-    assert verdicts.peak_share(pair([rec("cpu", metrics=train(9.0))], [busy])) is None
+    assert gpu_rules.peak_share(pair([rec("cpu", metrics=train(9.0))], [busy])) is None
     assert (
-        verdicts.peak_share(pair([rec("cpu", metrics=train(9.0))], [rec("cuda:0", metrics=train(1.0))]))
+        gpu_rules.peak_share(pair([rec("cpu", metrics=train(9.0))], [rec("cuda:0", metrics=train(1.0))]))
         is None
     )
 
@@ -995,12 +979,12 @@ def test_compute_bound_is_not_said_beside_a_sliver_of_peak_or_a_tuned_cpu_that_c
     """5.3x over a contended CPU is not "compute-bound" when the GPU used 0.00076 % of its peak, nor when
     the CPU at its best is within 5x; each guard on its own."""
     sliver = _h100_pair({**_tp(8.5), "util/peak_fraction": 7.6e-6}, tuned_s=46.0)  # no faster CPU
-    assert sliver.best_cpu is sliver.base and verdicts.compute_bound(sliver) is None
-    assert "0.00076% of A10's" in (verdicts.peak_share(sliver) or "")
+    assert sliver.best_cpu is sliver.base and gpu_rules.compute_bound(sliver) is None
+    assert "0.00076% of A10's" in (gpu_rules.peak_share(sliver) or "")
     closed = _h100_pair(_tp(8.5))  # no peak figure; the tuned CPU at 0.59x
-    assert verdicts.peak_share(closed) is None and verdicts.compute_bound(closed) is None
+    assert gpu_rules.peak_share(closed) is None and gpu_rules.compute_bound(closed) is None
     busy = _h100_pair({**_tp(8.5), "util/peak_fraction": 0.4}, tuned_s=46.0)
-    assert verdicts.compute_bound(busy) == "compute-bound: cuda:0 5.33× faster"
+    assert gpu_rules.compute_bound(busy) == "compute-bound: cuda:0 5.33× faster"
 
 
 def test_a_share_of_peak_never_prints_as_zero() -> None:

@@ -79,7 +79,7 @@ def test_the_fastest_two_run_again_and_the_median_chooses(monkeypatch: pytest.Mo
     every = tuning.tune("cifar", CifarConfig(device="cpu"), 60.0, 2, Path("."), say=said.append)
     trials = [t for t in every if t.note != SIZING]
 
-    assert [t.setting for t in trials[:7]] == trial_plan.settings("cifar", 2)
+    assert [t.setting for t in trials[:7]] == trial_plan.settings(True, 2)
     nhwc = dataclasses.replace(TWO_TENSOR, channels_last=True)
     assert [(t.setting, t.note) for t in trials[7:]] == [
         (nhwc, ""),
@@ -283,7 +283,7 @@ def test_on_a_gpu_it_tries_feeding_then_nhwc_compile_and_cuda_graphs_then_precis
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     cuda = torch.device("cuda", 0)
-    first, todo = trial_plan.trial_plan("cifar", CifarConfig(device="cuda:0"), cuda, 16, tune_precision=True)
+    first, todo = trial_plan.trial_plan(CifarConfig(device="cuda:0"), cuda, 16, tune_precision=True)
     assert [str(s) for s in first] == [
         "data in memory",
         "DataLoader, 0 workers",
@@ -297,9 +297,9 @@ def test_on_a_gpu_it_tries_feeding_then_nhwc_compile_and_cuda_graphs_then_precis
         ("precision", "bf16"),
         ("precision", "fp16"),
     ]
-    _, plain = trial_plan.trial_plan("cifar", CifarConfig(device="cuda:0", channels_last=True), cuda, 16)
+    _, plain = trial_plan.trial_plan(CifarConfig(device="cuda:0", channels_last=True), cuda, 16)
     assert plain == [("compile", "default"), ("compile", "reduce-overhead")], "precision only where asked"
-    _, unet = trial_plan.trial_plan("unet", UNetConfig(device="cuda:0"), cuda, 16, tune_precision=True)
+    _, unet = trial_plan.trial_plan(UNetConfig(device="cuda:0"), cuda, 16, tune_precision=True)
     assert unet == [("channels_last", True), ("precision", "bf16"), ("precision", "fp16")], "unet: no compile"
     graphs = dataclasses.replace(first[0], compile="reduce-overhead", precision="bf16")
     assert str(graphs) == "data in memory, compiled with CUDA graphs, bf16 autocast (reduced precision)"

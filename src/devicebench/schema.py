@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from devicebench.errors import UsageError
 
-WORKLOADS = ("matmul", "cifar", "unet", "model", "infer")
-# the ones that train: CPU tuning, FLOPs, the best-CPU speedup (`model`: any torchvision or user's model)
-TRAINING_WORKLOADS = ("cifar", "unet", "model")
-SERVING_WORKLOADS = ("infer",)  # the ones that serve a model: latency percentiles, throughput per batch
 TAG_PREFIX = "devicebench."
+# The form of what a run logs, logged by every workload run (`devicebench.schema`). The report knows this
+# one form: a run logged in an older one is named and left out, rather than read by a path kept for it.
+SCHEMA_VERSION = 1
 MAX_TAG_VALUE = 8000  # MLflow's tag value limit
 NOTE_TAG = "mlflow.note.content"  # what the MLflow UI shows (and edits) as a run's description
 
@@ -97,6 +97,73 @@ MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
 MAX_RUN_NAME = 250  # MLflow's run name limit
 MAX_EXPERIMENT = 500  # MLflow's experiment name limit
 
+
+# ---- the kinds of work: every place that treats workloads differently asks a workload's kind ----
+@dataclass(frozen=True)
+class Kind:
+    """One kind of work, declared once: its unit of work, the figures that answer it, how a verdict says
+    what it does. A workload is one of these (`KIND_OF`); code reads the kind, never the workload's
+    name, so a new workload of a known kind needs no branch anywhere (tests/test_layout.py looks)."""
+
+    name: str  # product, training, serving
+    unit: str  # what its cost is per (report.model.cost)
+    time_metric: str  # the headline time of a run (a product's: one product at its headline point)
+    rate_metric: str  # the headline rate
+    rate_unit: str  # that rate as the run line spells it
+    cost_metric: str  # its cost per unit, as pricing.costs logs it
+    speedup: str  # which speedup is its headline (report.model.pairs.Figures)
+    does: str  # a verdict's verb: "the A10 trains this 3× faster"
+    to_do: str  # the same after "must": "a GPU must train this 2× faster"
+    tunable: bool  # `devicebench tune` searches its setting (threads, feeding, compilation)
+
+
+PRODUCT = Kind(
+    name="product",
+    unit="GFLOP",
+    time_metric="",
+    rate_metric="",
+    rate_unit="GFLOP/s",
+    cost_metric=GFLOP_PER_USD,
+    speedup="matmul",
+    does="computes this product",
+    to_do="compute this product",
+    tunable=False,
+)
+TRAINING = Kind(
+    name="training",
+    unit="epoch",
+    time_metric=TRAIN_S,
+    rate_metric=TRAIN_RATE,
+    rate_unit="img/s",
+    cost_metric=COST_PER_EPOCH,
+    speedup="train",
+    does="trains this",
+    to_do="train this",
+    tunable=True,
+)
+SERVING = Kind(
+    name="serving",
+    unit="M predictions",
+    time_metric=SERVE_P50,
+    rate_metric=SERVE_RATE,
+    rate_unit="predictions/s",
+    cost_metric=COST_PER_MILLION,
+    speedup="latency",
+    does="serves this model",
+    to_do="serve this model",
+    tunable=False,
+)
+# Every workload and its kind: the one declaration (the CLI's subcommands, the report's choices)
+KIND_OF: dict[str, Kind] = {
+    "matmul": PRODUCT,  # NumPy against torch: GFLOP/s per matrix size and dtype
+    "cifar": TRAINING,
+    "unet": TRAINING,
+    "model": TRAINING,  # any torchvision or user's model
+    "infer": SERVING,  # a model served: latency percentiles, throughput per batch
+}
+WORKLOADS = tuple(KIND_OF)
+TRAINING_WORKLOADS = tuple(name for name, kind in KIND_OF.items() if kind is TRAINING)
+
 # The words MLproject passes for a command option that is not set, and the CLI's defaults too: `mlflow run`
 # logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The CLI turns
 # them back into the empty value the command reads; the report run logs them, so both paths log the same.
@@ -120,14 +187,12 @@ def tag(name: str) -> str:
 
 # ---- where a run's facts live: a few tags, every other fact a param of the same name ----
 # The MLflow UI lists a run's tags above its description: a CPU run's 42 `devicebench.*` tags (its host
-# fingerprint, price detail, how it computed) pushed its one-line answer below the first screen at
-# 1440x900 (issue 41). So a workload run carries as tags only what people filter and pair on; every
+# fingerprint, price detail, how it computed) pushed its one-line answer below the first screen. So a workload run carries as tags only what people filter and pair on; every
 # other `devicebench.<name>` fact is logged as a param of the same name (tracking/tracker.py splits
 # them). Params, not a JSON tag or an artifact: they come back with the search that finds the run (the
 # report reads 2,000 runs without one request per run), `params.`devicebench.host.gpu_name`` filters
 # them, and the UI's compare view sets two runs' params side by side (the host that changed). A param is
-# written once: a fact is set once per run. Runs logged before carry every fact as a tag; `run_facts`
-# reads either form.
+# written once: a fact is set once per run; `run_facts` reads a run's facts from both.
 RUN_TAGS = tuple(
     tag(name)
     for name in (
@@ -161,8 +226,8 @@ def is_tag(key: str) -> bool:
 
 
 def run_facts(tags: Mapping[str, str], params: Mapping[str, str]) -> dict[str, str]:
-    """A run's tags with its `devicebench.*` facts added from its params, wherever they were logged: a
-    run logged before RUN_TAGS has them all as tags, a newer one most as params. A tag wins."""
+    """A run's tags with its `devicebench.*` facts added from its params (RUN_TAGS says which are tags):
+    every fact in one place, whichever way it was logged. A tag wins."""
     return {**{k: v for k, v in params.items() if k.startswith(TAG_PREFIX)}, **tags}
 
 

@@ -195,7 +195,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     explicit `--name true|false`, which still works.
     """
     hints = typing.get_type_hints(cls)
-    defaults = _param_strings(cls(), words=True)
+    defaults = to_params(cls())
     for f in dataclasses.fields(cls):
         elem, seq = _base_type(hints[f.name])
         spellings = [f.name, *([f.name.replace("_", "-")] if "_" in f.name else [])]
@@ -235,10 +235,6 @@ def to_params(cfg: Any) -> dict[str, str]:
     """Every field as an MLflow param string (lists comma-joined, booleans lower case, an empty value
     as its unset word): the same strings MLproject's defaults are spelled in, so a run started by
     `mlflow run` and one started by the CLI log the same work alike."""
-    return _param_strings(cfg, words=True)
-
-
-def _param_strings(cfg: Any, *, words: bool) -> dict[str, str]:
     out = {}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
@@ -246,7 +242,7 @@ def _param_strings(cfg: Any, *, words: bool) -> dict[str, str]:
             v = ",".join(map(str, v))
         elif isinstance(v, bool):
             v = str(v).lower()
-        elif words and v == "" and f.metadata.get("unset"):
+        elif v == "" and f.metadata.get("unset"):
             v = f.metadata["unset"]
         out[f.name] = str(v)
     return out
@@ -259,11 +255,9 @@ def is_keyed(f: dataclasses.Field) -> bool:
 
 
 def config_key(workload: str, cfg: Any) -> str:
-    """A stable hash of the work a run did: every param except device, seed and the `key=False` ones.
-
-    An unset field hashes as its empty value, as it did before unset words were logged: the keys of
-    earlier runs (a nightly's baseline) still match."""
-    params = _param_strings(cfg, words=False)
+    """A stable hash of the work a run did: every param except device, seed and the `key=False` ones,
+    as the run logs them (to_params)."""
+    params = to_params(cfg)
     return key_of(workload, {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)})
 
 
@@ -277,7 +271,7 @@ SETTING = ("loader", "num_workers", "channels_last", "compile", "compile_mode", 
 def work_key(workload: str, cfg: Any) -> str:
     """`config_key` without the setting fields: runs with equal work keys trained the same model on the
     same data for the same steps, however their data reached the device and the device ran it."""
-    params = _param_strings(cfg, words=False)
+    params = to_params(cfg)
     keyed = (f.name for f in dataclasses.fields(cfg) if is_keyed(f) and f.name not in SETTING)
     return key_of(workload, {name: params[name] for name in keyed})
 
@@ -285,6 +279,6 @@ def work_key(workload: str, cfg: Any) -> str:
 def key_of(workload: str, work: Mapping[str, Any]) -> str:
     """The hash behind `config_key`, for callers that hold logged params rather than a config (the
     compare benchmark's generated runs): pass only the params that are work (`config.workloads.not_work()`),
-    with an unset field's word (unet's `train_list: default`) as "", as `config_key` hashes it."""
+    as they were logged."""
     blob = json.dumps({"workload": workload, **work}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

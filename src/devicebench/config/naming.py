@@ -51,9 +51,6 @@ PRIORITY = (
     "lr",
 )
 MAX_SHOWN = 3
-# What a name says whatever the defaults: which model ran and on which data (a default resnet18 on
-# synthetic images is still resnet18 on synthetic images, and `model · cpu` says neither).
-ALWAYS = {"model": ("model", "data"), "infer": ("model",)}
 # Never in a name: an id nobody reads there (the params hold it; an infer run names the model it served).
 NEVER = ("model_uri",)
 LIMITS = ("train_limit", "test_limit", "val_limit")  # 0 is every image, which `train 0` reads as none
@@ -97,11 +94,17 @@ def spelled(name: str, value: str, f: dataclasses.Field | None = None) -> str:
     return f"{short} {value}"
 
 
+def always_named(config_cls: type | None) -> tuple[str, ...]:
+    """The fields a workload's run names say whatever their value (a config's ALWAYS_NAMED), or none."""
+    return getattr(config_cls, "ALWAYS_NAMED", ())
+
+
 def _differences(cfg: Any, workload: str = "") -> list[str]:
-    """What the workload always names (ALWAYS), then the work-defining fields that differ from its
+    """What the workload always names (its config's ALWAYS_NAMED: a default resnet18 on synthetic images
+    is still resnet18 on synthetic images, and `model · cpu` says neither), then the work-defining fields that differ from its
     defaults, the most telling first (PRIORITY, then the config's own order), at most MAX_SHOWN of
     them and a count of the rest."""
-    always = [n for n in ALWAYS.get(workload, ()) if hasattr(cfg, n)]
+    always = [n for n in always_named(type(cfg)) if hasattr(cfg, n)]
     found = _all_differences(cfg, always)
     if len(found) > MAX_SHOWN:
         found = [*found[:MAX_SHOWN], f"+{len(found) - MAX_SHOWN} more"]

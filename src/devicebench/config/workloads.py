@@ -13,6 +13,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from devicebench.config import job_fields, shared_fields
 from devicebench.config.fields import NOT_KEYED, Unset, is_keyed, param, spelt
@@ -38,6 +39,10 @@ def _check_lr(lr: float) -> None:
 @dataclass(frozen=True)
 class MatmulConfig:
     """`devicebench matmul`'s parameters, in the order of the MLproject entry point's."""
+
+    ABOUT: ClassVar[str] = (
+        "NumPy on the CPU vs torch on any device: GFLOP/s per matrix size and dtype"  # its command's line in `devicebench --help`
+    )
 
     device: str = param(
         "cpu", "where torch runs: cpu, cuda, cuda:N, mps or auto (NumPy always runs on the CPU)"
@@ -93,6 +98,11 @@ class MatmulConfig:
 class CifarConfig:
     """`devicebench cifar`'s parameters, in the order of the MLproject entry point's; the defaults are
     the PyTorch tutorial's."""
+
+    ABOUT: ClassVar[str] = (
+        "the PyTorch CIFAR-10 tutorial network, trained and timed on any device"  # its command's line in `devicebench --help`
+    )
+    REAL_DATA: ClassVar[dict[str, str]] = {"data": "cifar10", "download": "true"}  # a plan's `--data real`
 
     device: str = shared_fields.train_device()
     epochs: int = param(2, "passes over the training set (the tutorial: 2)", min=1, max=MAX_EPOCHS)
@@ -172,6 +182,11 @@ class CifarConfig:
 @dataclass(frozen=True)
 class UNetConfig:
     """`devicebench unet`'s parameters, in the order of the MLproject entry point's."""
+
+    ABOUT: ClassVar[str] = (
+        "a UNet on a 300/100 sample of Pascal VOC 2012, trained and timed on any device"  # its command's line in `devicebench --help`
+    )
+    REAL_DATA: ClassVar[dict[str, str]] = {"data": "voc2012", "download": "true"}  # a plan's `--data real`
 
     device: str = shared_fields.train_device()
     epochs: int = param(1, "passes over the training sample (the notebook: 1)", min=1, max=MAX_EPOCHS)
@@ -272,6 +287,12 @@ class ModelConfig:
     (the same loop, precisions, tuning, FLOPs and share of peak); names that mean what cifar's mean are
     cifar's."""
 
+    ABOUT: ClassVar[str] = (
+        "your model (a torchvision name or your module:factory), trained and timed on any device"  # its command's line in `devicebench --help`
+    )
+    # what its run names always say, whatever the defaults: which model ran (and on which data)
+    ALWAYS_NAMED: ClassVar[tuple[str, ...]] = ("model", "data")
+
     device: str = shared_fields.train_device()
     model: str = shared_fields.model_spec()
     input: str = shared_fields.input_shape()
@@ -338,6 +359,12 @@ class ModelConfig:
 class InferConfig:
     """`devicebench infer`'s parameters: serving figures for a logged model (`model_uri`) or a model
     built by name (`model`), on one device."""
+
+    ABOUT: ClassVar[str] = (
+        "a model served: latency p50/p90/p99 per request and throughput per batch size"  # its command's line in `devicebench --help`
+    )
+    # what its run names always say, whatever the defaults: which model ran (and on which data)
+    ALWAYS_NAMED: ClassVar[tuple[str, ...]] = ("model",)
 
     device: str = param("cpu", "where the model serves: cpu, cuda, cuda:N, mps or auto")
     model_uri: str = param(

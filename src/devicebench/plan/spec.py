@@ -58,10 +58,6 @@ MAX_RUNS = 10_000
 MAX_NAME = 100
 # A plan name becomes a report folder, part of a tag and a quoted filter: a name, never a path or a quote.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-REAL_DATA = {
-    "cifar": {"data": "cifar10", "download": "true"},
-    "unet": {"data": "voc2012", "download": "true"},
-}
 
 
 @dataclass(frozen=True)
@@ -313,8 +309,8 @@ def _expand(
             raise _err(path, f"{where}.matrix.{key}", "must be a non-empty list of values")
     repeats = _positive_int(spec.get("repeats", default_repeats), path, f"{where}.repeats")
     base = {k: _scalar(v) for k, v in params.items()}
-    if data == "real" and entry in REAL_DATA:
-        base.update(REAL_DATA[entry])
+    if data == "real":  # the workload's real dataset, where it has one (its config's REAL_DATA)
+        base.update(getattr(CONFIGS.get(entry), "REAL_DATA", {}))
     for combo in itertools.product(*matrix.values()) if matrix else [()]:
         values = {**base, **{k: _scalar(v) for k, v in zip(matrix, combo, strict=True)}}
         _check_params(entry, values, matrix, where, path)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from devicebench.plan.handoff import child_env
+from devicebench.schema import WORKLOADS
 from devicebench.tracking.protocol import one_line
 from devicebench.util.forkserver import ForkServer
 
@@ -21,11 +22,7 @@ from devicebench.util.forkserver import ForkServer
 WARM_MODULES = (
     "devicebench.run.cli",  # `python -m devicebench`'s entry
     "devicebench.run.workload",
-    "devicebench.workloads.matmul",
-    "devicebench.workloads.cifar",
-    "devicebench.workloads.unet",
-    "devicebench.workloads.model",
-    "devicebench.workloads.infer",
+    *(f"devicebench.workloads.{name}" for name in WORKLOADS),
     "torchvision.models",
     "mlflow.pytorch",
     "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)

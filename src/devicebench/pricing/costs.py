@@ -22,6 +22,10 @@ from devicebench.schema import (
     COST_PER_MILLION,
     COST_USD,
     GFLOP_PER_USD,
+    KIND_OF,
+    PRODUCT,
+    SERVING,
+    TRAINING,
     matmul_key,
     matmul_prefix,
     tag,
@@ -47,6 +51,26 @@ def log_price(tracker: Any, price: Price | str) -> None:
         tracker.set_tags({tag("price.none"): price})
 
 
+def _product_costs(tracker: Any, hourly: float, points: Any, cfg: Any) -> dict[str, float]:
+    """Each matmul point's cost at its size (as steps), and the run's: GFLOP per $ at its headline point."""
+    per_point = {size: _loggable_costs(values) for size, values in matmul_costs(hourly, points or []).items()}
+    for size, values in sorted(per_point.items()):
+        tracker.log_metrics(values, step=size)
+    best = headline_gflop_per_usd(per_point)
+    return {} if best is None else {GFLOP_PER_USD: best}
+
+
+def _serving_run_costs(tracker: Any, hourly: float, result: Any, cfg: Any) -> dict[str, float]:
+    return serving_costs(hourly, result.serve_samples_per_s)
+
+
+def _training_run_costs(tracker: Any, hourly: float, result: Any, cfg: Any) -> dict[str, float]:
+    return training_costs(hourly, result.train_s, result.train_samples_per_s, cfg.epochs)
+
+
+COSTS_OF_KIND = {PRODUCT: _product_costs, SERVING: _serving_run_costs, TRAINING: _training_run_costs}
+
+
 def log_costs(
     tracker: Any, price: Price | str, workload: str, total_s: float, result: Any, cfg: Any
 ) -> dict[str, float]:
@@ -57,26 +81,7 @@ def log_costs(
     # a job on N nodes rents N hosts, where the price is a host's; a per-use price is the whole job's
     hourly = price.usd_per_hour * (1 if price.per_use else getattr(cfg, "nnodes", 1))
     logged = run_costs(hourly, total_s)
-    if workload == "matmul":
-        per_point = {
-            size: _loggable_costs(values) for size, values in matmul_costs(hourly, result or []).items()
-        }
-        for size, values in sorted(per_point.items()):
-            tracker.log_metrics(values, step=size)
-        best = headline_gflop_per_usd(per_point)
-        if best is not None:
-            logged[GFLOP_PER_USD] = best
-    elif workload == "infer":
-        logged.update(serving_costs(hourly, getattr(result, "serve_samples_per_s", math.nan)))
-    else:
-        logged.update(
-            training_costs(
-                hourly,
-                getattr(result, "train_s", math.nan),
-                getattr(result, "train_samples_per_s", math.nan),
-                getattr(cfg, "epochs", 0),
-            )
-        )
+    logged.update(COSTS_OF_KIND[KIND_OF[workload]](tracker, hourly, result, cfg))
     logged = _loggable_costs(logged)
     tracker.log_metrics(logged)
     return logged

@@ -290,11 +290,7 @@ SYNC_DESCRIPTION = (
 
 # One line each in `devicebench --help`: a whole phrase, never one that reads as cut off (a test looks).
 COMMANDS: dict[str, str] = {
-    "matmul": "NumPy on the CPU vs torch on any device: GFLOP/s per matrix size and dtype",
-    "cifar": "the PyTorch CIFAR-10 tutorial network, trained and timed on any device",
-    "unet": "a UNet on a 300/100 sample of Pascal VOC 2012, trained and timed on any device",
-    "model": "your model (a torchvision name or your module:factory), trained and timed on any device",
-    "infer": "a model served: latency p50/p90/p99 per request and throughput per batch size",
+    **{name: config_cls.ABOUT for name, config_cls in CONFIGS.items()},
     "compare": "compare CPU and GPU runs side by side: speedups, costs, why, regressions",
     "suite": "run an experiment plan (experiments/*.yaml), then write its report",
     "sync": "replay runs spooled while the tracking store was unreachable",

@@ -20,7 +20,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
-from devicebench.schema import COST_PER_EPOCH, COST_PER_MILLION, GFLOP_PER_USD, glance_key, headline_point
+from devicebench.schema import (
+    COST_PER_EPOCH,
+    COST_PER_MILLION,
+    GFLOP_PER_USD,
+    KIND_OF,
+    PRODUCT,
+    SERVING,
+    TRAINING,
+    Kind,
+    glance_key,
+    headline_point,
+)
 from devicebench.util.busy_host import RERUN, busy_caveat
 from devicebench.util.fmt import (
     fmt_amount,
@@ -34,7 +45,6 @@ from devicebench.util.fmt import (
 from devicebench.util.gpu_caveat import gpu_caveat
 
 SEP = " · "
-SAMPLE_UNIT = {"cifar": "img/s", "unet": "img/s", "model": "img/s"}
 
 
 def _finite(x: Any) -> bool:
@@ -64,43 +74,92 @@ def _best_matmul(points: Sequence[Any]) -> Any | None:
     return by_key[key] if key is not None else None
 
 
+def _product_glance(points: Any, costs: Mapping[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    best = _best_matmul(points or [])
+    if best is not None:
+        out.update(time_s=best.stats.median_s, gflops=best.gflops, rel_error=best.rel_error)
+    if GFLOP_PER_USD in costs:
+        out["gflop_per_usd"] = costs[GFLOP_PER_USD]
+    return out
+
+
+def _serving_glance(result: Any, costs: Mapping[str, float]) -> dict[str, float]:
+    out = {
+        "latency_p50_s": result.p50_s,
+        "latency_p99_s": result.p99_s,
+        "serve_samples_per_s": result.serve_samples_per_s,
+        "serve_batch_size": result.best_batch,
+    }
+    if COST_PER_MILLION in costs:
+        out["usd_per_million"] = costs[COST_PER_MILLION]
+    return out
+
+
+def _training_glance(result: Any, costs: Mapping[str, float]) -> dict[str, float]:
+    out = {"train_s": result.train_s, "train_samples_per_s": result.train_samples_per_s}
+    for name in ("accuracy", "chance_accuracy", "miou"):  # each training workload has its own quality
+        if _finite(getattr(result, name, None)):
+            out[name] = getattr(result, name)
+    if COST_PER_EPOCH in costs:
+        out["usd_per_epoch"] = costs[COST_PER_EPOCH]
+    return out
+
+
+GLANCE_OF_KIND = {PRODUCT: _product_glance, SERVING: _serving_glance, TRAINING: _training_glance}
+
+
 def glance_metrics(workload: str, result: Any, costs: Mapping[str, float]) -> dict[str, float]:
     """`at_a_glance/*`: the headline figures again, under names that sort first (see the module doc)."""
-    out: dict[str, float] = {}
-    if workload == "matmul":
-        best = _best_matmul(result or [])
-        if best is not None:
-            out["time_s"] = best.stats.median_s
-            out["gflops"] = best.gflops
-            out["rel_error"] = best.rel_error
-        if GFLOP_PER_USD in costs:
-            out["gflop_per_usd"] = costs[GFLOP_PER_USD]
-    elif workload == "infer":
-        out["latency_p50_s"] = getattr(result, "p50_s", math.nan)
-        out["latency_p99_s"] = getattr(result, "p99_s", math.nan)
-        out["serve_samples_per_s"] = getattr(result, "serve_samples_per_s", math.nan)
-        out["serve_batch_size"] = getattr(result, "best_batch", math.nan)
-        if COST_PER_MILLION in costs:
-            out["usd_per_million"] = costs[COST_PER_MILLION]
-    else:
-        out["train_s"] = getattr(result, "train_s", math.nan)
-        out["train_samples_per_s"] = getattr(result, "train_samples_per_s", math.nan)
-        for name in ("accuracy", "chance_accuracy", "miou"):
-            if _finite(getattr(result, name, None)):
-                out[name] = getattr(result, name)
-        if COST_PER_EPOCH in costs:
-            out["usd_per_epoch"] = costs[COST_PER_EPOCH]
+    out = GLANCE_OF_KIND[KIND_OF[workload]](result, costs)
     return {glance_key(k): float(v) for k, v in out.items() if _finite(v)}
 
 
-def oversubscribed(device: str, budget: Mapping[str, str]) -> str:
+def oversubscription(device: str, budget: Mapping[str, str]) -> str:
     """`oversubscribed: 4 busy threads on 2 cores` for a CPU run whose torch threads and loader
-    processes (host/cpu.cpu_budget) outnumbered its cores: its figures measure contention, and a lone
-    run said nothing of it (issue 41). "" otherwise, and on a GPU, whose torch threads mostly wait."""
+    processes (host/cpu.cpu_budget) outnumbered its cores: its figures measure contention, which a lone
+    run would otherwise say nowhere. "" otherwise, and on a GPU, whose torch threads mostly wait."""
     if not device.startswith("cpu") or budget.get("cpu.oversubscribed") != "true":
         return ""
     busy, cores = budget.get("cpu.busy_threads", "?"), budget.get("cpu.usable_cores", "?")
     return f"oversubscribed: {busy} busy threads on {cores} cores"
+
+
+def _product_figures(g: Mapping[str, float], kind: Kind) -> list[str]:
+    parts = []
+    if "gflops" in g:
+        parts += [f"{fmt_s(g['time_s'])} per product", f"{fmt_count(g['gflops'])} {kind.rate_unit}"]
+    if "rel_error" in g:
+        parts.append(f"rel err {fmt_rel_error(g['rel_error'])}")
+    return parts
+
+
+def _serving_figures(g: Mapping[str, float], kind: Kind) -> list[str]:
+    parts = []
+    if "latency_p50_s" in g:
+        parts.append(f"p50 {fmt_s(g['latency_p50_s'])} · p99 {fmt_s(g.get('latency_p99_s'))} per request")
+    if "serve_samples_per_s" in g:
+        at = f" at batch {int(g['serve_batch_size'])}" if "serve_batch_size" in g else ""
+        parts.append(f"{fmt_count(g['serve_samples_per_s'])} {kind.rate_unit}{at}")
+    return parts
+
+
+def _training_figures(g: Mapping[str, float], kind: Kind) -> list[str]:
+    parts = []
+    if "train_s" in g:
+        parts.append(f"train {fmt_s(g['train_s'])}")
+    if "train_samples_per_s" in g:
+        parts.append(f"{fmt_count(g['train_samples_per_s'])} {kind.rate_unit}")
+    if "accuracy" in g:  # beside what guessing scores: `acc 0.000` of 1,000 classes is chance, not a bug
+        chance = f" (chance {fmt_quality(g['chance_accuracy'])})" if "chance_accuracy" in g else ""
+        parts.append(f"acc {fmt_quality(g['accuracy'])}{chance}")
+    if "miou" in g:
+        parts.append(f"mIoU {fmt_quality(g['miou'])}")
+    return parts
+
+
+# the run line's figures before the device, each kind its own
+FIGURES_OF_KIND = {PRODUCT: _product_figures, SERVING: _serving_figures, TRAINING: _training_figures}
 
 
 def summary_line(
@@ -119,32 +178,12 @@ def summary_line(
     that other processes kept busy (`host`: its `host/*` figures, `busy_caveat`, with what to do) and
     what may keep a GPU run's speed from repeating (`gpu`: its `gpu/*` figures, `gpu_caveat`)."""
     g = {k.removeprefix(glance_key("")): v for k, v in glance.items()}
-    parts = []
-    if workload == "matmul":
-        if "gflops" in g:
-            parts += [f"{fmt_s(g['time_s'])} per product", f"{fmt_count(g['gflops'])} GFLOP/s"]
-        if "rel_error" in g:
-            parts.append(f"rel err {fmt_rel_error(g['rel_error'])}")
-    elif workload == "infer":
-        if "latency_p50_s" in g:
-            parts.append(f"p50 {fmt_s(g['latency_p50_s'])} · p99 {fmt_s(g.get('latency_p99_s'))} per request")
-        if "serve_samples_per_s" in g:
-            at = f" at batch {int(g['serve_batch_size'])}" if "serve_batch_size" in g else ""
-            parts.append(f"{fmt_count(g['serve_samples_per_s'])} predictions/s{at}")
-    else:
-        if "train_s" in g:
-            parts.append(f"train {fmt_s(g['train_s'])}")
-        if "train_samples_per_s" in g:
-            parts.append(f"{fmt_count(g['train_samples_per_s'])} {SAMPLE_UNIT.get(workload, 'samples/s')}")
-        if "accuracy" in g:  # beside what guessing scores: `acc 0.000` of 1,000 classes is chance, not a bug
-            chance = f" (chance {fmt_quality(g['chance_accuracy'])})" if "chance_accuracy" in g else ""
-            parts.append(f"acc {fmt_quality(g['accuracy'])}{chance}")
-        if "miou" in g:
-            parts.append(f"mIoU {fmt_quality(g['miou'])}")
+    kind = KIND_OF[workload]
+    parts = FIGURES_OF_KIND[kind](g, kind)
     parts.append(device + (f" ×{world_size}" if world_size > 1 else ""))
     busy = busy_caveat(host or {})
     for caveat in (
-        oversubscribed(device, budget or {}),
+        oversubscription(device, budget or {}),
         f"{busy}: {RERUN}" if busy else "",
         gpu_caveat(gpu or {}, g.get("train_s", math.nan)),
     ):

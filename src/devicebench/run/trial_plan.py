@@ -73,13 +73,14 @@ def thread_counts(cores: int) -> list[int]:
     return sorted(counts, reverse=True)
 
 
-def settings(workload: str, cores: int, in_memory: bool = False, on_gpu: bool = False) -> list[Setting]:
+def settings(has_loader: bool, cores: int, in_memory: bool = False, on_gpu: bool = False) -> list[Setting]:
     """The first stage's trials, in the order they run: feeding (× threads on the CPU), duplicates
-    removed. `in_memory`: the run's data is already on the device (the `model` workload's synthetic
+    removed. `has_loader`: the config chooses its loader, and `tensor` holds the data in memory (cifar's
+    `loader`). `in_memory`: the run's data is already on the device (the `model` workload's synthetic
     data), so only threads vary; on a GPU the threads are left as configured (0)."""
     out: list[Setting] = []
     for threads in [0] if on_gpu else thread_counts(cores):
-        feeds = [("tensor", 0)] if workload == "cifar" or in_memory else []
+        feeds = [("tensor", 0)] if has_loader or in_memory else []
         spare = cores if on_gpu else cores - threads  # the loader's workers share the host's cores
         feeds += [] if in_memory else [("dataloader", w) for w in (0, 2, spare) if w >= 0]
         for loader, workers in dict.fromkeys(feeds):
@@ -118,18 +119,20 @@ def _can(precision: str, device: torch.device) -> bool:
 
 
 def trial_plan(
-    workload: str, cfg: Any, device: torch.device, cores: int, tune_precision: bool = False
+    cfg: Any, device: torch.device, cores: int, tune_precision: bool = False
 ) -> tuple[list[Setting], list[Change]]:
     """(the first stage's settings, the second stage's changes): what a tuning of `cfg` on `device`
     tries, in order, before the leaders run again. A config's own setting (NHWC, compiled, its
     precision) is where every trial starts."""
-    in_memory = getattr(cfg, "data", "") == "synthetic" and workload == "model"
+    has_loader = "loader" in {f.name for f in dataclasses.fields(cfg)}
+    # a config without the choice that reads its data as tensors holds it on the device (model's synthetic)
+    in_memory = not has_loader and getattr(cfg, "loader", "") == "tensor"
     start = Setting(
         0, "", 0, getattr(cfg, "channels_last", False), _compiled(cfg), getattr(cfg, "precision", "default")
     )
     first = [
         dataclasses.replace(start, threads=s.threads, loader=s.loader, num_workers=s.num_workers)
-        for s in settings(workload, cores, in_memory, device.type == "cuda")
+        for s in settings(has_loader, cores, in_memory, device.type == "cuda")
     ]
     todo = [c for c in changes(cfg, device, tune_precision) if getattr(start, c[0]) != c[1]]
     return first, todo

@@ -55,13 +55,13 @@ import torch
 from devicebench.errors import UsageError
 from devicebench.host.context import Context
 from devicebench.run.trial_plan import EAGER, Change, Setting, trial_plan
-from devicebench.schema import TRAINING_WORKLOADS, tag
+from devicebench.schema import KIND_OF, tag
 from devicebench.tracking.protocol import null_tracker
 from devicebench.util.children import death_signal, python_argv
 from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.workloads import load
 
-TUNABLE = TRAINING_WORKLOADS
+TUNABLE = tuple(name for name, kind in KIND_OF.items() if kind.tunable)
 WARMUP_STEPS = 2  # untimed: what a process pays once (imports, first kernels, the allocator)
 PROBE_STEPS = 30  # the most the first trial takes: enough to time a step
 NEW_FEED_STEPS = 3  # a feed not yet tried first runs this many steps, to cost its own (not counted)
@@ -157,7 +157,7 @@ def tune(
     more; `say` prints each as it ends."""
     if workload not in TUNABLE:
         raise UsageError(f"tuning trains {' and '.join(TUNABLE)}, not {workload}", param="workload")
-    first, todo = trial_plan(workload, cfg, torch.device(cfg.device), cores, tune_precision)
+    first, todo = trial_plan(cfg, torch.device(cfg.device), cores, tune_precision)
     search = _Search(workload, cfg, data_root, budget_s)
     total = len(first) + len(todo)
     for i in range(1, total + 1):

@@ -26,7 +26,7 @@ from devicebench.tracking.protocol import Tracker, null_tracker, one_line
 from devicebench.workloads import Workload, load
 
 
-def join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World, torch.device]:
+def join_world(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World, torch.device]:
     """(this process's World, its device), resolved, made current, and the process group joined; torch's
     CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
 
@@ -38,7 +38,7 @@ def join(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World,
     return world, device
 
 
-def work(module: Workload, cfg: WorkloadConfig, ctx: Context, tracker: Tracker) -> object:
+def run_module(module: Workload, cfg: WorkloadConfig, ctx: Context, tracker: Tracker) -> object:
     """The workload itself, returning its result; a permission problem or an out-of-memory becomes one
     line naming the fix."""
 
@@ -60,10 +60,10 @@ def work_as_rank(name: str, cfg: WorkloadConfig, settings: Settings) -> int:
     nothing logged."""
 
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
-    world, device = join(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
+    world, device = join_world(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
     ctx = Context(device=device, data_root=settings.data_dir, progress=False, world=world)
     try:
-        work(load(name), cfg, ctx, null_tracker())
+        run_module(load(name), cfg, ctx, null_tracker())
     finally:
         world.leave()
     return 0

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from contextlib import AbstractContextManager
+from typing import NamedTuple
 
 import torch
 
@@ -35,8 +36,8 @@ from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_
 from devicebench.run import tuning
 from devicebench.run.launch import check_job, launch
 from devicebench.run.run_line import glance_metrics, summary_line
-from devicebench.run.work import join, work
-from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, TOTAL_S, tag
+from devicebench.run.work import join_world, run_module
+from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, SCHEMA_VERSION, TOTAL_S, tag
 from devicebench.tracking.artifacts import load_logged_model
 from devicebench.tracking.protocol import Tracker
 from devicebench.tracking.runs import FromPlan, process_age_s, run_context
@@ -45,7 +46,13 @@ from devicebench.util.children import death_signal, python_argv
 from devicebench.util.redact import redact
 from devicebench.workloads import Workload, load, progress_enabled
 
-Tuned = tuple[dict[str, str], dict[str, list]]  # the tuned run's tags and its trials table
+
+class Tuned(NamedTuple):
+    """What `devicebench tune` hands the run that measures its fastest setting."""
+
+    tags: dict[str, str]  # the tuned run's tags: the setting chosen, the budget, the trials' count
+    trials: dict[str, list]  # the trials table, logged as tuning.json
+
 
 PROG = "devicebench"
 
@@ -71,7 +78,7 @@ def run_workload(
     served = _checked_before_run(module, cfg)
     if served is not None and served.name:  # an infer run logs, and is named by, the model it served
         cfg = dataclasses.replace(cfg, model=served.name)
-    with _open_run(name, cfg, settings, module, world_size, tuned[0] if tuned else None) as tracker:
+    with _workload_run(name, cfg, settings, module, world_size, tuned.tags if tuned else None) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
         # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
@@ -80,11 +87,11 @@ def run_workload(
         if rank == 0:
             record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
         if tuned:
-            tracker.log_table(tuned[1], "tuning.json")
+            tracker.log_table(tuned.trials, "tuning.json")
         if getattr(cfg, "system_metrics", False):
             tracker.start_system_metrics()
         host_t0 = time.perf_counter()
-        world, device = join(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
+        world, device = join_world(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
         host = _log_host(tracker, device, settings)
         budget = _log_budget(tracker, host, cfg)
         host_s = time.perf_counter() - host_t0
@@ -92,7 +99,7 @@ def run_workload(
             tracker.set_tags({tag("dist.backend"): world.backend(device)})
         ctx = Context(device, settings.data_dir, progress_enabled(), world, served)
         try:
-            result = work(module, cfg, ctx, tracker)
+            result = run_module(module, cfg, ctx, tracker)
         finally:
             world.leave()
         total_s, busy = _log_times(tracker, time.perf_counter() - started, host_s, before, world.distributed)
@@ -101,9 +108,7 @@ def run_workload(
         log_price(tracker, price)
         tracker.set_tags(gpu_to_weigh(pricing, usage))
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
-        line = _lead_with_figures(
-            tracker, name, (str(device), world.size), result, costs, price, budget, busy
-        )
+        line = _log_answer(tracker, name, (str(device), world.size), result, costs, price, budget, busy)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         run_id = tracker.run_id
     # said once the run has ended FINISHED: a run whose end did not reach the store says only that
@@ -150,14 +155,16 @@ def _tune(
     try:
         device = resolve_device(cfg.device)
     except UsageError:
-        with _open_run(name, cfg, settings, load(name), 1):
+        with _workload_run(name, cfg, settings, load(name), 1):
             raise
     budget_s, precision = ask
     here = dataclasses.replace(cfg, device=str(device))
     trials = tuning.tune(name, here, budget_s, usable_cores(), settings.data_dir, tuning.stderr, precision)
     chosen = tuning.best(trials)
     tuning.stderr(f"tune {name}: fastest on {device}: {chosen.setting}; measuring it that way")
-    return chosen.setting.applied(cfg), (tuning.tags(trials, chosen, budget_s), tuning.trials_table(trials))
+    return chosen.setting.applied(cfg), Tuned(
+        tuning.tags(trials, chosen, budget_s), tuning.trials_table(trials)
+    )
 
 
 TUNED_ENV = "DEVICEBENCH_TUNED_FILE"  # a tuned run's tags and trials, from `devicebench tune` to its child
@@ -166,9 +173,9 @@ TUNED_ENV = "DEVICEBENCH_TUNED_FILE"  # a tuned run's tags and trials, from `dev
 def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
     """The measured side of a tuning, in a fresh process with the fastest setting as its flags.
 
-    Not in the process that ran the trials: on this 2-core VM a 2-thread run measured there, after seven
-    trials had resized torch's thread pools and forked DataLoader workers, trained at 0.77-0.83 of its
-    trial's rate, where the same flags in a fresh `devicebench cifar` ran at 0.97-0.99 of it. The child
+    Not in the process that ran the trials: after the trials have resized torch's thread pools and
+    forked DataLoader workers, a run measured there trains measurably slower than the same flags in a
+    fresh process (docs/measured.md). The child
     logs the trials (TUNED_ENV) into its own run; its exit code is the command's.
     """
 
@@ -176,7 +183,7 @@ def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
     with tempfile.TemporaryDirectory(prefix="devicebench-tune-") as tmp:
         path = os.path.join(tmp, "tuned.json")
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"tags": tuned[0], "table": tuned[1]}, f)
+            json.dump({"tags": tuned.tags, "table": tuned.trials}, f)
         child = python_argv("-m", "devicebench", name, *argv)
         env = {**os.environ, TUNED_ENV: path}
         return subprocess.run(child, env=env, check=False, preexec_fn=death_signal()).returncode
@@ -190,10 +197,10 @@ def _tuned_from_env() -> Tuned | None:
         return None
     with open(path, encoding="utf-8") as f:
         got = json.load(f)
-    return got["tags"], got["table"]
+    return Tuned(got["tags"], got["table"])
 
 
-def _lead_with_figures(
+def _log_answer(
     tracker: Tracker,
     name: str,
     on: tuple[str, int],
@@ -218,7 +225,7 @@ def _lead_with_figures(
     return line
 
 
-def _open_run(
+def _workload_run(
     name: str,
     cfg: WorkloadConfig,
     settings: Settings,
@@ -236,6 +243,7 @@ def _open_run(
         tag("device"): cfg.device,
         tag("config_key"): config_key(name, cfg),
         tag("work_key"): work_key(name, cfg),
+        tag("schema"): str(SCHEMA_VERSION),
     }
     tags[tag("data")] = getattr(cfg, "data", module.DATA)
     if hasattr(cfg, "nproc"):
@@ -267,7 +275,7 @@ def _launch_job(name: str, cfg: WorkloadConfig, settings: Settings, module: Work
         check_job(cfg, resolve_device(cfg.device))
     except UsageError as e:
         if cfg.node_rank == 0:
-            with _open_run(name, cfg, settings, module, cfg.nproc * cfg.nnodes):
+            with _workload_run(name, cfg, settings, module, cfg.nproc * cfg.nnodes):
                 raise
         raise e from None
     argv = [a for k, v in to_params(cfg).items() for a in (f"--{k}", v)]

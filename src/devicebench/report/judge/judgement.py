@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from devicebench.report.judge.pair_rules import break_even, explain, explain_side
+from devicebench.report.judge.pair_rules import explain, explain_side
+from devicebench.report.judge.price_rules import break_even
 from devicebench.report.judge.scaling_rules import explain_scaling
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.pairs import Pair

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from devicebench.config.workloads import REDUCED_PRECISIONS
-from devicebench.report.model.sides import THROUGHPUT_METRICS, Side, work_key
+from devicebench.report.model.sides import THROUGHPUT_METRICS, Side
 
 
 def throughput(side: Side) -> float | None:
@@ -33,7 +33,7 @@ def fastest_alike(base: Side, sides: Iterable[Side]) -> Side | None:
         and s.workload == base.workload
         and s.device_name == base.device_name
         and s.world_size == base.world_size
-        and work_key(s) == work_key(base)
+        and s.work_key == base.work_key
         and throughput(s) is not None
     ]
     return max(alike, key=lambda s: throughput(s) or 0.0, default=None)

@@ -19,23 +19,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from devicebench.report.model.price import number
-from devicebench.report.model.sides import Side, param_order, work_key
+from devicebench.report.model.sides import Side, param_order
 from devicebench.schema import (
     COST_PER_1K,
     COST_PER_EPOCH,
     COST_PER_MILLION,
     COST_USD,
+    PRODUCT,
     SERVE_P99,
     SERVE_RATE,
+    SERVING,
     TOTAL_S,
     TRAIN_S,
+    TRAINING,
     gflops,
     headline_point,
 )
 from devicebench.util.stats import Stat
 
-GFLOP = "GFLOP"  # the matmul unit of work
-MILLION = "M predictions"  # the serving unit of work (infer): a million predictions at the best batch
+GFLOP = PRODUCT.unit
+MILLION = SERVING.unit  # a million predictions at the best batch
 
 
 def epoch_time(side: Side) -> Stat | None:
@@ -90,12 +93,12 @@ def side_cost(side: Side) -> SideCost:
     headline point; anything else: the logged cost of a whole run. The unit is the work's, never the
     price's: a training side without a price is still counted per epoch (its cost a dash), so its time
     per unit is the epoch that every other table's training time is made of, not its whole run."""
-    if side.workload == "matmul":
+    if side.kind is PRODUCT:
         point = matmul_point(side)
         return SideCost(GFLOP, per_gflop(side, point), point=point)
     if COST_PER_EPOCH in side.metrics or TRAIN_S in side.metrics:
-        return SideCost("epoch", _median(side, COST_PER_EPOCH), _median(side, COST_PER_1K))
-    if side.workload == "infer":
+        return SideCost(TRAINING.unit, _median(side, COST_PER_EPOCH), _median(side, COST_PER_1K))
+    if side.kind is SERVING:
         return SideCost(MILLION, _median(side, COST_PER_MILLION))
     return SideCost("run", _median(side, COST_USD))
 
@@ -122,7 +125,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None = None) -> PairCost:
     """A pair's ratios, None where either side has no price or the currencies differ. Matmul is read
     at the pair's own headline point (where its speedup was taken), so both describe one product."""
-    if base.workload == "matmul" and matmul_point is not None:
+    if base.kind is PRODUCT and matmul_point is not None:
         b_pt = matmul_point
         o_pt = ("torch", b_pt[1], b_pt[2])
         b = SideCost(GFLOP, per_gflop(base, b_pt), point=b_pt)
@@ -192,7 +195,7 @@ def ranked(sides: Iterable[Side]) -> list[list[Side]]:
     the work-per-money table and `compare --budget` both read this, so they cannot disagree."""
     groups: dict[tuple[str, str], list[Side]] = defaultdict(list)
     for s in sides:
-        groups[(s.workload, work_key(s))].append(s)
+        groups[(s.workload, s.work_key)].append(s)
     order = sorted(groups, key=lambda k: (k[0], param_order(groups[k][0].params), k[1]))
     return [sorted(groups[k], key=work_per_money) for k in order]
 

@@ -23,10 +23,11 @@ from devicebench.schema import (
     TRAIN_RATE,
     TRAIN_S,
     TRAINING_WORKLOADS,
+    Kind,
     headline_point,
 )
 
-Point = tuple[str, str, int]  # a matmul point: (backend, dtype, size)
+PointKey = tuple[str, str, int]  # a matmul point: (backend, dtype, size)
 Range = tuple[float, float]
 # speedups[name] from each time: training's, evaluation's, the whole run's, a served request's (p50, p99)
 TIMES = (
@@ -47,8 +48,8 @@ class Figures:
     # train, eval, total, latency(_p99), (serve_)throughput, matmul (at `matmul_point`)
     speedups: Mapping[str, float]
     speedup_range: Range | None
-    matmul: Mapping[Point, float]  # (backend on base, dtype, size) -> torch on other: speedup there
-    matmul_point: Point | None  # where speedups["matmul"] was read: torch's largest size, float32
+    matmul: Mapping[PointKey, float]  # (backend on base, dtype, size) -> torch on other: speedup there
+    matmul_point: PointKey | None  # where speedups["matmul"] was read: torch's largest size, float32
 
     @property
     def headline(self) -> float | None:
@@ -83,7 +84,7 @@ def figures(base: Side, other: Side) -> Figures:
     at every common (dtype, size), the headline at schema.headline_point."""
     speedups, rng = _time_figures(base, other)
     theirs = {(d, n): v["time"] for (b, d, n), v in other.matmul.items() if b == "torch" and "time" in v}
-    points: dict[Point, float] = {}
+    points: dict[PointKey, float] = {}
     for (backend, dtype, size), v in base.matmul.items():
         o = theirs.get((dtype, size))
         if o is not None and "time" in v and o.median > 0:
@@ -135,11 +136,11 @@ class Pair:
         return self.figures.speedup_range
 
     @property
-    def matmul(self) -> Mapping[Point, float]:
+    def matmul(self) -> Mapping[PointKey, float]:
         return self.figures.matmul
 
     @property
-    def matmul_point(self) -> Point | None:
+    def matmul_point(self) -> PointKey | None:
         return self.figures.matmul_point
 
     @property
@@ -149,6 +150,10 @@ class Pair:
     @property
     def workload(self) -> str:
         return self.base.workload
+
+    @property
+    def kind(self) -> Kind | None:
+        return self.base.kind
 
     @property
     def config_key(self) -> str:

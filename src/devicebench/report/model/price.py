@@ -2,9 +2,7 @@
 
 Every run prices itself when it ends (pricing/prices.py: a GPU side per GPU it used, a CPU side as the
 CPU shape that would give it its cores, "as if" where that is not the host's own) and logs the
-`devicebench.price.*` tags; a side holds their median and what they were priced as. Runs logged before
-per-use pricing carry no `price.units`: they were priced as their whole host, and the report says so
-rather than mix them silently with runs priced as what they used.
+`devicebench.price.*` tags; a side holds their median and what they were priced as.
 """
 
 from __future__ import annotations
@@ -64,7 +62,6 @@ class SidePrice:
     units: str = ""  # what of that shape it used: `1 of its 8 GPUs`, `1 OCPU + 2 GB`
     as_if: bool = False  # the shape is not the host's own
     illustrative: bool = False  # made up, or another host's list price: every figure bought with it says so
-    whole_host: bool = False  # logged before per-use pricing: the whole host's price
     none_reason: str = ""
     gpu_shape: str = ""  # a CPU side's GPU to weigh it against (price_shape), with its rate per GPU-hour
     gpu_hourly: float | None = None
@@ -80,11 +77,6 @@ def price_of(runs: Sequence[RunRecord]) -> SidePrice:
     if not priced:
         reason = next((r.tag("price.none") for r in runs if r.tag("price.none")), "")
         return SidePrice(none_reason=reason or "the runs carry no devicebench.price tags")
-    if len({_whole_host(r) for r in priced}) > 1:  # never averaged: they answer different questions
-        return SidePrice(
-            none_reason="its runs were priced two ways (the whole host, before per-use pricing, and as what "
-            "they used): no cost is compared; narrow the selection (--since) to one kind"
-        )
     currencies = {r.tag("price.currency") or "USD" for r in priced}
     sources = [" ".join(x for x in (r.tag("price.source") or "?", r.tag("price.shape")) if x) for r in priced]
     units = _one([r.tag("price.units") for r in priced])
@@ -98,13 +90,6 @@ def price_of(runs: Sequence[RunRecord]) -> SidePrice:
         units=units,
         as_if=any(r.tag("price.as_if") == "true" for r in priced),
         illustrative=any(r.tag("price.source") == ILLUSTRATIVE for r in priced),
-        whole_host=_whole_host(priced[0]),
         gpu_shape=gpu_shape,
         gpu_hourly=number(priced[0].tag("price.gpu_usd_per_hour", "x")) if gpu_shape else None,
     )
-
-
-def _whole_host(run: RunRecord) -> bool:
-    """Priced before per-use pricing: a table price without `price.units`, which was its whole host's."""
-    by_hand = run.tag("price.source") in (OVERRIDE, ILLUSTRATIVE) and not run.tag("price.shape")
-    return not run.tag("price.units") and not by_hand

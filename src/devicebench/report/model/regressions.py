@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from devicebench.report.model.sides import GPU_METRICS
 from devicebench.report.read.records import RunRecord
-from devicebench.schema import HOST_OTHERS_SHARE, TOTAL_S, TRAIN_S
+from devicebench.schema import HOST_OTHERS_SHARE, PRODUCT, TOTAL_S, TRAIN_S
 from devicebench.util.busy_host import busy_caveat, is_busy
 from devicebench.util.gpu_caveat import gpu_caveat
 from devicebench.util.stats import Stat
@@ -44,7 +44,7 @@ def measures(run: RunRecord) -> dict[str, float]:
     """The lower-is-better times a regression is judged on: training time, or each matmul point."""
     out = {}
     for key in (TRAIN_S, TOTAL_S):
-        if key in run.metrics and run.workload != "matmul":
+        if key in run.metrics and run.kind is not PRODUCT:
             out[key] = run.metrics[key]
             break
     for key, hist in run.history.items():

@@ -1,4 +1,4 @@
-"""Scaling series: one config on one device model at several world sizes (issue 18).
+"""Scaling series: one config on one device model at several world sizes.
 
 A data-parallel job of N processes should train N times as fast as a job of 1; how close it comes is
 what a series answers. Runs of one config key share a series when they ran on the same device kind and

@@ -37,6 +37,7 @@ from devicebench.schema import (
     GPU_THERMAL_CAPPED_S,
     HOST_LOAD_1M,
     HOST_OTHERS_SHARE,
+    KIND_OF,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
@@ -50,6 +51,7 @@ from devicebench.schema import (
     TRAIN_RATE,
     TRAIN_S,
     TRAIN_TFLOPS,
+    Kind,
 )
 from devicebench.util.busy_host import is_busy
 from devicebench.util.stats import Stat
@@ -70,7 +72,7 @@ UTIL_METRICS = (
     TRAIN_TFLOPS,
     FORWARD_FLOPS,
 )  # the share of the device's peak; the model's size
-# what the run side logs where it knew a price (issue 17); absent: no price, never a zero
+# what the run side logs where it knew a price; absent: no price, never a zero
 COST_METRICS = (
     COST_USD,
     COST_PER_HOUR,
@@ -124,6 +126,16 @@ class Side:
     price: SidePrice = field(default_factory=SidePrice)  # an hour of what its runs used (price.py)
     # `$0.5/h set by hand` where runs of its config on its device were priced two ways (price.by_hand)
     priced_by_hand: str = ""
+
+    @property
+    def kind(self) -> Kind | None:
+        """What kind of work its workload is (schema.KIND_OF); None for a name no workload has."""
+        return KIND_OF.get(self.workload)
+
+    @property
+    def work_key(self) -> str:
+        """The work its runs did, however the CPU was threaded and fed."""
+        return self.runs[0].tag("work_key")
 
     @property
     def label(self) -> str:
@@ -279,8 +291,3 @@ def param_order(params: dict[str, str]) -> tuple:
         except ValueError:
             out.append((k, 1, 0.0, v))
     return tuple(out)
-
-
-def work_key(side: Side) -> str:
-    """The side's work key (its config key for runs logged before work keys existed)."""
-    return side.runs[0].tag("work_key") or side.config_key

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from devicebench.errors import UsageError
 
 ALL = "all"  # --experiment all: every active experiment (MLproject's default)
-PAGE_SIZE = 500  # smaller pages let history requests overlap the next page; 1000 is MLflow's REST cap
+PAGE_SIZE = 500  # a page a request; 1000 is MLflow's REST cap
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

@@ -5,15 +5,14 @@ Paging is explicit (page tokens until there are none), because `search_runs` sil
 `max_results`: a report that quietly compares the first 1,000 of 2,000 runs would be wrong, not slow.
 `search_runs` only returns each metric's latest value. A matmul run logs each per-size point also as a
 flat metric (`matmul/<backend>/<dtype>/n<size>/time_s`, schema.matmul_point_key), which the search returns
-with the run; only runs logged before those keys existed, and swept more than one size, need their
-histories fetched one request per run and key (read/points.py: the one call that costs per run).
+with the run (read/points.py): no request per run.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -25,16 +24,14 @@ from mlflow.exceptions import MlflowException
 from devicebench.errors import UsageError
 from devicebench.report.read.experiments import active_experiments, read_line, resolve_experiments
 from devicebench.report.read.options import Query, parse_since
-from devicebench.report.read.points import fetch_history, split_history
-from devicebench.report.read.records import RunRecord, tags_and_params
+from devicebench.report.read.points import flat_points
+from devicebench.report.read.records import RunRecord, left_out_line, older_schema, tags_and_params
 from devicebench.report.read.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 from devicebench.util.text import visible
 
 NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workload
-# 664 history requests to a local server on a 2-core VM took 33 s with 1 worker, 4.9 s with 8, 3.5 s with 16
-HISTORY_WORKERS = 16
 # A server's search is cut into workload x start-time streams (time_slices), this many in flight at once
 SEARCH_STREAMS = 4
 TIME_SLICES = 8
@@ -94,9 +91,8 @@ def time_slices(
 
     A server's worker processes share one listening socket, and the client keeps its connections
     alive: the few searches a report started at once landed on one worker, which answered them all
-    while the other sat idle (2,000 runs, 2 workers, 2-core VM: 5.5-6.3 of 6.4 server CPU-s on one).
-    More, shorter streams, each page on a new connection (rest.search_page), spread the pages over the
-    workers: one stream of pages took 5.2-6.4 s there, 32 streams four at a time 3.4-4.0 s.
+    while the other sat idle. More, shorter streams, each page on a new connection (rest.search_page),
+    spread the pages over the workers (docs/measured.md, reading 2,000 runs back).
 
     Two one-run searches find the oldest and the newest matching run, and `slice_clauses` cuts the
     span between them. An embedded store gains nothing from threads that share one interpreter, and
@@ -228,13 +224,15 @@ class Selection:
     runs: list[RunRecord]
     experiments: dict[str, str]
     filter_string: str
-    history_calls: int = 0
     read_s: float = 0.0
     every_experiment: bool = False  # read every active experiment, not named ones
+    left_out: str = ""  # the runs logged in an older form, named (records.left_out_line)
 
     def read_line(self) -> str:
-        """Which experiments the runs came from, with counts: printed once, and in the selection table."""
-        return read_line(self.experiments, [r.experiment_id for r in self.runs], self.every_experiment)
+        """Which experiments the runs came from, with counts, and what was left out: printed once, and in
+        the selection table."""
+        line = read_line(self.experiments, [r.experiment_id for r in self.runs], self.every_experiment)
+        return f"{line}; {self.left_out}" if self.left_out else line
 
 
 def _nothing_matched(query: Query, experiments: dict[str, str], every: bool) -> UsageError:
@@ -254,13 +252,10 @@ def _nothing_matched(query: Query, experiments: dict[str, str], every: bool) -> 
     )
 
 
-def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Selection:
-    """Resolve experiments, page through runs, fetch matmul histories. No runs is a usage error.
-
-    The search runs as streams by workload and start time (time_slices), a few at once, and history
-    requests start as soon as their page arrives, so they overlap the remaining search (2,000 runs,
-    local server, 2-core VM: one stream of search pages took 8.7 s and the 664 history requests 5 s
-    when run one after the other).
+def read_runs(client: Any, query: Query) -> Selection:
+    """Resolve experiments and page through runs, each made whole from its search result (a matmul
+    run's points from its flat keys). No runs is a usage error; a run logged in an older form is named
+    and left out. The search runs as streams by workload and start time (time_slices), a few at once.
     """
     t0 = time.perf_counter()
     if query.since:
@@ -270,37 +265,31 @@ def read_runs(client: Any, query: Query, workers: int = HISTORY_WORKERS) -> Sele
         experiments = active_experiments(client, query.page_size)
     else:
         experiments = resolve_experiments(client, query.experiments)
-    Pending = tuple[RunRecord, dict[str, dict[int, float]], dict[str, Future[dict[int, float]]]]
-    with ThreadPoolExecutor(max_workers=workers) as history_pool:
 
-        def stream(clauses: tuple[str | None, str | None]) -> list[Pending]:
-            got: list[Pending] = []
-            for page in search_pages(client, list(experiments), query, *clauses):
-                for r in page:
-                    known, missing = split_history(r)
-                    fetch = {k: history_pool.submit(fetch_history, client, r.run_id, k) for k in missing}
-                    got.append((r, known, fetch))
-            return got
+    def stream(clauses: tuple[str | None, str | None]) -> list[RunRecord]:
+        return [r for page in search_pages(client, list(experiments), query, *clauses) for r in page]
 
-        workloads = partitions(query) if experiments else []
-        slices = time_slices(client, list(experiments), query) if workloads else []
-        tasks = [(w, t) for t in slices for w in workloads]
-        with ThreadPoolExecutor(max_workers=max(min(len(tasks), SEARCH_STREAMS), 1)) as search_pool:
-            pending = [p for got in search_pool.map(stream, tasks) for p in got]
-        whole = [  # each record made whole once its histories are in: records are never changed
-            replace(r, history={**known, **{k: f.result() for k, f in fetch.items()}})
-            if known or fetch
-            else r
-            for r, known, fetch in pending
-        ]
-    runs = sorted(whole, key=lambda r: r.start_time, reverse=True)
+    workloads = partitions(query) if experiments else []
+    slices = time_slices(client, list(experiments), query) if workloads else []
+    tasks = [(w, t) for t in slices for w in workloads]
+    with ThreadPoolExecutor(max_workers=max(min(len(tasks), SEARCH_STREAMS), 1)) as search_pool:
+        found = [r for got in search_pool.map(stream, tasks) for r in got]
+    # a matmul record made whole from its flat per-size keys once: records are never changed
+    whole = [replace(r, history=points) if (points := flat_points(r)) else r for r in found]
+    read = sorted(whole, key=lambda r: r.start_time, reverse=True)
+    older = [r for r in read if older_schema(r)]
+    runs = [r for r in read if not older_schema(r)]
     if not runs:
-        raise _nothing_matched(query, experiments, every)
+        raise (
+            UsageError(f"no runs to compare: {left_out_line(older)}", param="experiment")
+            if older
+            else _nothing_matched(query, experiments, every)
+        )
     return Selection(
         runs,
         experiments,
         build_filter(query),
-        sum(len(fetch) for _, _, fetch in pending),
         time.perf_counter() - t0,
         every_experiment=every,
+        left_out=left_out_line(older),
     )

@@ -4,10 +4,11 @@ included); everything after it reads them and changes none."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from devicebench.schema import KIND_OF, SCHEMA_VERSION, Kind, run_facts
 from devicebench.schema import TAG_PREFIX as TAG
-from devicebench.schema import run_facts
 from devicebench.util.text import visible
 
 
@@ -35,6 +36,11 @@ class RunRecord:
         return self.tag("workload")
 
     @property
+    def kind(self) -> Kind | None:
+        """What kind of work its workload is (schema.KIND_OF); None for a name no workload has."""
+        return KIND_OF.get(self.workload)
+
+    @property
     def config_key(self) -> str:
         return self.tag("config_key")
 
@@ -52,8 +58,8 @@ class RunRecord:
 
     @property
     def world_size(self) -> int:
-        """The processes of the job (`devicebench.world_size`): 1 for runs logged before data-parallel
-        runs existed (they lack the tag, and ran one process) and for a tag that is not a count."""
+        """The processes of the job (`devicebench.world_size`): 1 for a workload that logs none (it runs
+        one process) and for a tag that is not a count."""
         try:
             return max(int(self.tag("world_size") or 1), 1)
         except ValueError:
@@ -94,7 +100,29 @@ class RunRecord:
         return sorted(set(out))
 
 
-def shown(values: dict[str, str]) -> dict[str, str]:
+MAX_NAMED = 5  # runs a left-out line names before it counts the rest
+
+
+def older_schema(run: RunRecord) -> bool:
+    """Whether the run was logged in a form older than this report knows (schema.SCHEMA_VERSION)."""
+    version = run.tag("schema")
+    return not version.isdigit() or int(version) < SCHEMA_VERSION
+
+
+def left_out_line(older: Sequence[RunRecord]) -> str:
+    """`left out 2 runs logged by an older devicebench (a, b): rerun them to compare them`; "" for none."""
+    if not older:
+        return ""
+    names = [r.run_name or r.run_id for r in older[:MAX_NAMED]]
+    more = f" and {len(older) - MAX_NAMED} more" if len(older) > MAX_NAMED else ""
+    n = len(older)
+    return (
+        f"left out {n} run{'s' if n != 1 else ''} logged by an older devicebench ({', '.join(names)}{more}): "
+        "rerun them to compare them"
+    )
+
+
+def visible_values(values: dict[str, str]) -> dict[str, str]:
     """A run's params or tags as every output may show them (util.text.visible): applied once, as a
     run is read, so no writer has to remember it."""
     return {k: visible(str(v)) for k, v in values.items()}
@@ -102,10 +130,9 @@ def shown(values: dict[str, str]) -> dict[str, str]:
 
 def tags_and_params(tags: dict[str, str], params: dict[str, str]) -> dict[str, dict[str, str]]:
     """A run's `tags` and `params` fields as every stage after the reader sees them, in one form: its
-    `devicebench.*` facts all tags, as every run carried them before most became params
-    (schema.RUN_TAGS), and its params its config's alone (what labels, varying params and runs.csv read).
-    Old and new runs in one store are then paired, priced and explained alike."""
+    `devicebench.*` facts all tags, wherever each was logged (schema.run_facts), and its params its
+    config's alone (what labels, varying params and runs.csv read)."""
     return {
-        "tags": shown(run_facts(tags, params)),
-        "params": shown({k: v for k, v in params.items() if not k.startswith(TAG)}),
+        "tags": visible_values(run_facts(tags, params)),
+        "params": visible_values({k: v for k, v in params.items() if not k.startswith(TAG)}),
     }

@@ -8,8 +8,8 @@ disagree.
 
 from __future__ import annotations
 
+from devicebench.report.judge.best_rules import best_against_best
 from devicebench.report.judge.judgement import Judgement
-from devicebench.report.judge.pair_rules import best_against_best
 from devicebench.report.judge.reliability import unreliable
 from devicebench.report.model.cost import side_cost
 from devicebench.report.model.pairs import Pair

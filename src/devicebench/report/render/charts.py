@@ -31,7 +31,7 @@ from devicebench.report.model.pairs import Pair
 from devicebench.report.model.scaling import Series
 from devicebench.report.model.sides import Side
 from devicebench.report.render.labels import describe, varying_params
-from devicebench.schema import FORWARD_FLOPS, gflops
+from devicebench.schema import FORWARD_FLOPS, SERVING, TRAINING, gflops
 from devicebench.util.fmt import fmt_amount, fmt_money, fmt_percent, fmt_x
 from devicebench.util.stats import quantile
 
@@ -40,7 +40,6 @@ GFLOPS_PNG = "matmul_gflops.png"
 COST_PNG = "cost_vs_time_{}.png"  # one per workload
 SCALING_PNG = "scaling.png"
 SIZE_PNG = "speedup_vs_flops.png"
-SIZED = ("model", "infer")  # the workloads whose runs log their model's forward FLOPs
 MIN_LOG_SPAN = 10.0  # the least a log axis spans (hi / lo): a 2 % difference is then 1 % of the height
 MARKERS_BY_SIDE = ("o", "^", "s", "D", "v", "P", "X", "*")  # the sides of one config, told apart
 
@@ -362,19 +361,19 @@ def size_points(pairs: Sequence[Pair], unpaired: Sequence[Side]) -> dict[str, li
     series: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for p in pairs:
         flops = _flops(p.base) or _flops(p.other)
-        if not p.is_cpu_gpu or p.workload not in SIZED or flops is None:
+        if not p.is_cpu_gpu or flops is None:  # only a model built by name logs its forward FLOPs
             continue
         name = _model_name(p.base)
-        if p.workload == "model" and p.speedups.get("train"):
+        if p.kind is TRAINING and p.speedups.get("train"):
             series["training, as configured"].append((flops / 1e9, p.speedups["train"], name))
             if p.best_cpu is not None and p.best_cpu is not p.base and p.best_cpu_speedup:
                 series["training, against the CPU at its best"].append(
                     (flops / 1e9, p.best_cpu_speedup, name)
                 )
-        elif p.workload == "infer" and p.speedups.get("serve_throughput"):
+        elif p.kind is SERVING and p.speedups.get("serve_throughput"):
             series["serving (predictions/s)"].append((flops / 1e9, p.speedups["serve_throughput"], name))
     for s in unpaired:
-        if s.is_cpu and s.workload in SIZED and (flops := _flops(s)) is not None:
+        if s.is_cpu and (flops := _flops(s)) is not None:
             series["CPU only: no GPU side yet"].append((flops / 1e9, 0.0, f"{_model_name(s)} ({s.workload})"))
     return dict(series)
 

@@ -46,6 +46,7 @@ from devicebench.report.render.tables import (
     regression_why,
     shown,
 )
+from devicebench.schema import SERVING
 from devicebench.util.fmt import fmt_share
 
 BEST_CPU_WHICH = "any threads or data feeding, e.g. a devicebench tune run"
@@ -65,7 +66,7 @@ def point_items(judged: Judgement, varying: Varying) -> list[PointItem]:
     ]
 
 
-def _table(doc: list[Block], columns: Sequence[Column], items: Sequence) -> None:
+def _add_table(doc: list[Block], columns: Sequence[Column], items: Sequence) -> None:
     table(doc, headers(columns), cells(columns, items))
 
 
@@ -107,7 +108,7 @@ def _summary(doc: list[Block], judged: Judgement, varying: Varying) -> None:
 def _selection(doc: list[Block], comp: Comparison, meta: dict[str, str]) -> None:
     """How the runs were chosen: the store, the experiments, the filters (last: it answers nothing)."""
     heading(doc, 2, "Selection")
-    _table(doc, SELECTION_COLUMNS, [selection_row(k, v, comp.runs) for k, v in meta.items() if v])
+    _add_table(doc, SELECTION_COLUMNS, [selection_row(k, v, comp.runs) for k, v in meta.items() if v])
 
 
 def _speedups(doc: list[Block], judged: Judgement, varying: Varying) -> None:
@@ -129,7 +130,7 @@ def _speedups(doc: list[Block], judged: Judgement, varying: Varying) -> None:
     if comp.pairs:
         items = pair_items(judged, comp.pairs, varying)
         for view in PAIR_VIEWS:  # narrow enough for MLflow's artifact view, each table one question
-            _table(doc, shown(PAIR_COLUMNS, view), items)
+            _add_table(doc, shown(PAIR_COLUMNS, view), items)
         paragraph(doc, "Why, pair by pair:")
         _why(doc, items)
     else:
@@ -155,7 +156,7 @@ def _scaling(doc: list[Block], judged: Judgement, varying: Varying) -> None:
         "steps × one all-reduce / training time, an upper bound (DDP overlaps it with the backward pass).",
     )
     items = point_items(judged, varying)
-    _table(doc, SCALING_COLUMNS, items)
+    _add_table(doc, SCALING_COLUMNS, items)
     bullets(
         doc,
         [
@@ -188,7 +189,7 @@ def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) ->
     items = price_items(comp.all_sides, lambda s: describe(s, varying))
     for view in (PRICE, WORK):  # two narrower tables: what each side costs; what a unit of money buys
         columns = shown(PRICE_COLUMNS, view)
-        _table(doc, [c for c in columns if c.name != "vs_best" or compared_to_best(items)], items)
+        _add_table(doc, [c for c in columns if c.name != "vs_best" or compared_to_best(items)], items)
     for side, line in judged.break_even.items():  # no GPU side yet: what a GPU must do to be worth it
         paragraph(doc, f"{describe(side, varying)}: {line}")
 
@@ -196,11 +197,11 @@ def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) ->
 def _serving(doc: list[Block], comp: Comparison, varying: Varying) -> None:
     """Every served side: a request's latency at batch 1 (p50, p90, p99 over its runs), the most
     predictions a second and at which batch, and what a million cost there."""
-    sides = [s for s in comp.all_sides if s.workload == "infer"]
+    sides = [s for s in comp.all_sides if s.kind is SERVING]
     if not sides:
         return
     heading(doc, 2, "Serving (batch-1 requests, end to end)")
-    _table(doc, SERVING_COLUMNS, [SideItem(s, describe(s, varying)) for s in sides])
+    _add_table(doc, SERVING_COLUMNS, [SideItem(s, describe(s, varying)) for s in sides])
 
 
 def _matmul(doc: list[Block], comp: Comparison) -> None:
@@ -208,11 +209,11 @@ def _matmul(doc: list[Block], comp: Comparison) -> None:
     if not items:
         return
     heading(doc, 2, "Matrix multiply")
-    _table(doc, MATMUL_COLUMNS, items)
+    _add_table(doc, MATMUL_COLUMNS, items)
     points = matmul_speedups(comp)
     if points:
         paragraph(doc, "torch on the other side against each backend on the base side, per size:")
-        _table(doc, MATMUL_SPEEDUP_COLUMNS, points)
+        _add_table(doc, MATMUL_SPEEDUP_COLUMNS, points)
 
 
 def _quality(doc: list[Block], comp: Comparison, varying: Varying) -> None:
@@ -224,7 +225,7 @@ def _quality(doc: list[Block], comp: Comparison, varying: Varying) -> None:
     ]
     if items:
         heading(doc, 2, "Quality")
-        _table(doc, QUALITY_COLUMNS, items)
+        _add_table(doc, QUALITY_COLUMNS, items)
 
 
 def _unpaired(doc: list[Block], judged: Judgement, varying: Varying) -> None:
@@ -233,7 +234,7 @@ def _unpaired(doc: list[Block], judged: Judgement, varying: Varying) -> None:
     if not comp.unpaired:
         return
     heading(doc, 2, "Runs without a partner device")
-    _table(doc, UNPAIRED_COLUMNS, [SideItem(s, describe(s, varying)) for s in comp.unpaired])
+    _add_table(doc, UNPAIRED_COLUMNS, [SideItem(s, describe(s, varying)) for s in comp.unpaired])
     for s in comp.unpaired:
         for line in judged.alone(s):
             paragraph(doc, f"{describe(s, varying)} on {s.label}: {line}")
@@ -242,7 +243,7 @@ def _unpaired(doc: list[Block], judged: Judgement, varying: Varying) -> None:
 def _unfinished(doc: list[Block], comp: Comparison) -> None:
     if comp.unfinished:
         heading(doc, 2, "Failed, killed or unfinished runs (not counted)")
-        _table(doc, UNFINISHED_COLUMNS, comp.unfinished)
+        _add_table(doc, UNFINISHED_COLUMNS, comp.unfinished)
 
 
 def _per_host(doc: list[Block], comp: Comparison, varying: Varying) -> None:
@@ -254,7 +255,7 @@ def _per_host(doc: list[Block], comp: Comparison, varying: Varying) -> None:
         if pairs:  # the same tables, unjudged: each pair's verdicts are in the main table
             items = pair_items(None, pairs, varying)
             for view in PAIR_VIEWS:
-                _table(doc, shown(PAIR_COLUMNS, view, judged=False), items)
+                _add_table(doc, shown(PAIR_COLUMNS, view, judged=False), items)
         else:
             paragraph(doc, "no config ran on two devices on this host")
 
@@ -271,7 +272,7 @@ def _regressions(doc: list[Block], comp: Comparison, varying: Varying) -> None:
         RegressionItem(g, named.get((g.workload, g.config_key), f"{g.workload} {g.config_key}"))
         for g in comp.regressions
     ]
-    _table(doc, REGRESSION_COLUMNS, items)
+    _add_table(doc, REGRESSION_COLUMNS, items)
     bullets(
         doc,
         [

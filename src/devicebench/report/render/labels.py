@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from devicebench.config.fields import is_keyed, to_params
-from devicebench.config.naming import ALWAYS, PRIORITY, SEP, spelled
+from devicebench.config.naming import PRIORITY, SEP, always_named, spelled
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.model.sides import NOT_WORK, Side
 from devicebench.report.read.records import RunRecord
@@ -74,8 +74,10 @@ def describe(side: Side, varying: dict[str, list[str]]) -> str:
 
 def _label(side: Side, varying: dict[str, list[str]]) -> str:
     keys = [k for k in varying.get(side.workload) or [] if side.params.get(k, "") != ""]
-    if keys:  # and what a run name always says (naming.ALWAYS: the model, its data)
-        always = [k for k in ALWAYS.get(side.workload, ()) if side.params.get(k, "") and k not in keys]
+    if keys:  # and what a run name always says (its config's ALWAYS_NAMED: the model, its data)
+        always = [
+            k for k in always_named(CONFIGS.get(side.workload)) if side.params.get(k, "") and k not in keys
+        ]
         keys += always
     text = SEP.join(_spelled(side.workload, k, side.params[k]) for k in _ordered(side.workload, keys))
     return text or default_label(side.workload, side.params) or side.config_key
@@ -118,7 +120,7 @@ def default_label(workload: str, params: dict[str, str]) -> str:
     ]
     if not logged:
         return ""
-    always = ALWAYS.get(workload, ())
+    always = always_named(cls)
     shown = [k for k in _ordered(workload, logged) if params[k] != defaults.get(k) or k in always]
     return SEP.join(_spelled(workload, k, params[k]) for k in shown) or "defaults"
 

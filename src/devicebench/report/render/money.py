@@ -52,10 +52,8 @@ def price_text(side: Side) -> str:
 
 def _what(side: Side) -> str:
     """What the price is of and where it came from: `as if VM.Standard.E5.Flex, 1 OCPU + 2 GB;
-    table:prices.yaml`; runs priced before per-use pricing say they were priced as their whole host."""
+    table:prices.yaml`."""
     p = side.price
-    if p.whole_host:
-        return f"{p.source}; the whole host, priced before per-use pricing"
     if not p.shape:
         return p.source
     return f"{priced_as(p.shape, p.units, p.as_if)}; {_one_source(p.source, p.shape)}"

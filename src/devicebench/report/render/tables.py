@@ -33,6 +33,7 @@ from devicebench.schema import (
     MIOU,
     PEAK_BYTES,
     PEAK_RSS_BYTES,
+    PRODUCT,
     SERVE_BATCH,
     SERVE_P50,
     SERVE_P90,
@@ -114,7 +115,7 @@ def side_time(side: Side, key: str) -> str:
 
 def _timed(p: Pair) -> tuple[str, str, str]:
     """What the times measured, and the two sides' times (matmul: one product, read in its own table)."""
-    if p.workload == "matmul" and p.matmul_point is not None:
+    if p.kind is PRODUCT and p.matmul_point is not None:
         return f"one product, n={p.matmul_point[2]}", NONE, NONE
     key = p.base.time_metric() or TOTAL_S
     return timed_label(key), side_time(p.base, key), side_time(p.other, key)

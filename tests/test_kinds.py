@@ -1,0 +1,117 @@
+"""Each kind of work is declared once (schema.KIND_OF), and nothing in src switches on a workload's name.
+
+A branch on `workload == "cifar"` is a place a new workload must be added by hand, and one that is
+missed fails silently (the figure just is not shown); a branch on the workload's kind is not.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from devicebench.config.workloads import CONFIGS
+from devicebench.schema import KIND_OF, PRODUCT, SERVING, TRAINING, TRAINING_WORKLOADS, WORKLOADS
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "devicebench"
+DECLARATION = "schema.py"
+# Also a parameter's name: a comparison with it is a switch on a workload only where it says `workload`.
+ALSO_A_FIELD = {"model"}
+# Dicts keyed by every workload's name that are a declaration, not a switch.
+DECLARED_BY_NAME = {
+    "config/workloads.py:CONFIGS",  # each workload's config class: the config is the workload's own
+}
+# Places allowed to switch on a workload's name for now, each with its reason; empty: none does.
+STILL_SWITCHING: set[str] = set()
+
+
+def _names(node: ast.AST) -> list[str]:
+    """The workload names a literal holds: a string, or the strings of a tuple, list or set."""
+    if isinstance(node, ast.Constant) and node.value in KIND_OF:
+        return [node.value]
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [n for e in node.elts for n in _names(e)]
+    return []
+
+
+def _compares_a_workload(node: ast.Compare) -> bool:
+    operands = [node.left, *node.comparators]
+    named = [n for o in operands for n in _names(o)]
+    others = " ".join(ast.unparse(o) for o in operands if not _names(o))
+    return any(n not in ALSO_A_FIELD or "workload" in others for n in named)
+
+
+def _keyed_by_workload(node: ast.AST) -> bool:
+    """A dict literal keyed by a workload's name, or a tuple, list or set of nothing but their names."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set) and node.elts:
+        return len(_names(node)) == len(node.elts)
+    return isinstance(node, ast.Dict) and any(_names(k) for k in node.keys if k is not None)
+
+
+def switches(path: Path, root: Path = SRC) -> list[str]:
+    """Every comparison or membership test against a workload's name as a literal, every lookup in a
+    dict literal keyed by one, and every module-level table keyed by workloads' names or listing them."""
+    rel = str(path.relative_to(root))
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and _compares_a_workload(node):
+            found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+        elif isinstance(node, ast.Subscript | ast.Attribute) and _keyed_by_workload(node.value):
+            found.append(f"{rel}:{node.lineno} a lookup in a dict of workloads")
+    for node in tree.body:
+        value, targets = (
+            getattr(node, "value", None),
+            getattr(node, "targets", [getattr(node, "target", None)]),
+        )
+        if isinstance(node, ast.Assign | ast.AnnAssign) and _keyed_by_workload(value):
+            names = [f"{rel}:{t.id}" for t in targets if isinstance(t, ast.Name)]
+            found += [n for n in names if n not in DECLARED_BY_NAME | STILL_SWITCHING]
+    return found
+
+
+def test_no_module_switches_on_a_workloads_name() -> None:
+    found = [
+        s for p in sorted(SRC.rglob("*.py")) if str(p.relative_to(SRC)) != DECLARATION for s in switches(p)
+    ]
+    assert not found, "ask the workload's kind (schema.KIND_OF), not its name:\n" + "\n".join(found)
+
+
+def test_the_scan_finds_a_switch(tmp_path: Path) -> None:
+    """The scan above is not vacuous: each form it looks for is found."""
+    module = tmp_path / "probe.py"
+    module.write_text(
+        'def f(side, name):\n    a = side.workload == "cifar"\n    b = side.workload in ("model", "infer")\n'
+        '    c = {"matmul": 1}.get(side.workload)\n    d = name == "model"\n    return a, b, c, d\n'
+        'UNITS = {"infer": "M"}\nSIZED = ("model", "infer")\n'
+    )
+    found = switches(module, tmp_path)
+    assert [f.split(" ", 1)[0] for f in found] == [
+        "probe.py:2",
+        "probe.py:3",
+        "probe.py:4",
+        "probe.py:UNITS",
+        "probe.py:SIZED",
+    ]
+
+
+def test_every_allowed_switch_is_still_there() -> None:
+    tables = {s for p in sorted(SRC.rglob("*.py")) for s in _tables(p)}
+    assert tables >= STILL_SWITCHING | DECLARED_BY_NAME, "remove it from the allow-list: it passes now"
+
+
+def _tables(path: Path) -> list[str]:
+    rel = str(path.relative_to(SRC))
+    return [
+        f"{rel}:{t.id}"
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign | ast.AnnAssign) and _keyed_by_workload(node.value)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    ]
+
+
+def test_every_workload_has_a_kind_and_a_config() -> None:
+    assert WORKLOADS == tuple(KIND_OF) == tuple(CONFIGS)
+    assert set(KIND_OF.values()) == {PRODUCT, TRAINING, SERVING}
+    assert tuple(w for w in WORKLOADS if KIND_OF[w] is TRAINING) == TRAINING_WORKLOADS
+    assert len({k.unit for k in KIND_OF.values()}) == 3  # a cost per unit is never compared across kinds
