@@ -254,7 +254,7 @@ def test_tune_tries_threads_feeding_nhwc_and_compile_then_measures_the_cpu_the_f
     from devicebench.run.trial_plan import settings, thread_counts
     from devicebench.run.tuning import CONFIRM, SIZING
 
-    assert len(settings("cifar", 2)) == 7 and len(settings("unet", 2)) == 5
+    assert len(settings(True, 2)) == 7 and len(settings(False, 2)) == 5  # cifar chooses its loader, unet not
     assert thread_counts(16) == [16, 8, 4, 2, 1] and thread_counts(6) == [6, 4, 2, 1]
     env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
     args = ["--data", "synthetic", "--epochs", "1", "--batch_size", "8", "--train_limit", "800"]

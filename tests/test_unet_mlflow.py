@@ -6,6 +6,7 @@ OMP_NUM_THREADS=1 because two OpenMP threads competing with other processes ther
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -58,7 +59,7 @@ def test_synthetic_run_finishes_with_the_schema(
     assert tags["devicebench.workload"] == "unet" and tags["devicebench.data"] == "synthetic"
     assert tags["devicebench.device.resolved"] == "cpu"
     assert len(tags["devicebench.init_weights"]) == 16
-    assert set(params) == {f.name for f in Config.__dataclass_fields__.values()} | {"global_batch_size"}
+    assert set(params) == {f.name for f in dataclasses.fields(Config)} | {"global_batch_size"}
     assert params["base_channels"] == "8" and params["image_size"] == "64" and params["bilinear"] == "false"
     assert 0.0 <= metrics["eval/miou"] <= 1.0
     iou = {k for k in metrics if k.startswith("eval/iou/")}
