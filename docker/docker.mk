@@ -24,12 +24,17 @@ docker-nightly: docker-env ## run the nightly suite in the GPU trainer against t
 
 # The same server as the compose `mlflow` service, from the same script, on the store in .env
 # (MLFLOW_BACKEND_STORE_URI: a PostgreSQL URI, or the embedded sqlite:///mlflow.db by default).
+# .env is read as devicebench reads it (devicebench.config.dotenv_exec), never sourced as shell: a `$` in a
+# password stays one password, and a backquote or `$(...)` in a value is text, not a command.
+DOTENV_EXEC = $(PY) -m devicebench.config.dotenv_exec
+
 server: $(VENV)/.installed ## start the MLflow tracking server locally (settings from .env)
-	set -a; if [ -f .env ]; then . ./.env; fi; set +a; \
-	PATH="$(abspath $(VENV))/bin:$$PATH" exec bash docker/mlflow-server.sh
+	$(DOTENV_EXEC) bash docker/mlflow-server.sh
 
 # MLFLOW_UI_PORT from the environment or .env: the port the links `demo` and `compare` print name.
+# MLflow's job runner (seven consumers, ~2.8 GB, for GenAI features devicebench does not use) stays off
+# unless the environment or .env says MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true. The single quotes keep
+# make's shell from expanding anything: bash expands the variables after .env is loaded.
 ui: $(VENV)/.installed ## open the MLflow UI on the embedded store (sqlite:///mlflow.db)
-	set -a; if [ -f .env ]; then . ./.env; fi; set +a; \
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/mlflow ui \
-		--backend-store-uri sqlite:///mlflow.db --workers 1 --host 127.0.0.1 --port $${MLFLOW_UI_PORT:-5000}
+	$(DOTENV_EXEC) bash -c 'export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="$${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"; \
+		exec mlflow ui --backend-store-uri sqlite:///mlflow.db --workers 1 --host 127.0.0.1 --port "$${MLFLOW_UI_PORT:-5000}"'

@@ -4,6 +4,8 @@ loopback-only ports, GPU reservation, healthchecks, ordered start-up, no secrets
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -290,3 +292,76 @@ def test_make_dry_run_of_the_docker_targets(tmp_path: Path) -> None:
         ["make", "-f", str(makefile), "docker-up"], cwd=tmp_path, capture_output=True, text=True, timeout=30
     )
     assert proc.returncode != 0 and "cp .env.example .env" in proc.stderr
+
+
+def fake_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv for `make VENV=...`: the project's Python, and an `mlflow` that writes its arguments and
+    environment to a file instead of serving (what MLflow does with them is tested elsewhere)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    seen = tmp_path / "mlflow-saw.json"
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec "{VENV_BIN}/python" "$@"\n')
+    (venv / "bin" / "mlflow").write_text(
+        f"#!{VENV_BIN}/python\nimport json, os, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps({{'argv': sys.argv[1:], 'env': dict(os.environ)}}))\n"
+    )
+    for name in ("python", "mlflow"):
+        (venv / "bin" / name).chmod(0o755)
+    (venv / ".installed").touch()  # newer than pyproject.toml: make does not install anything
+    return venv, seen
+
+
+def run_make(target: str, venv: Path, dotenv: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
+    env["DEVICEBENCH_DOTENV"] = str(dotenv)
+    return subprocess.run(
+        ["make", "-s", "-C", str(ROOT), target, f"VENV={venv}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_make_server_reads_dotenv_as_devicebench_does_never_as_shell(tmp_path: Path) -> None:
+    """A `$` stays in the value, and neither `$(...)` nor backquotes run (sourced as shell, both ran)."""
+    venv, seen = fake_venv(tmp_path)
+    marker = tmp_path / "ran"
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(
+        f"MLFLOW_BACKEND_STORE_URI=file://{tmp_path}/mlruns\n"
+        "MLFLOW_TRACKING_PASSWORD=pa$word\n"
+        f"MLFLOW_UI_URL=$(touch {marker})\n"
+        f"DEVICEBENCH_HOST=`touch {marker}`\n"
+    )
+    proc = run_make("server", venv, dotenv)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(seen.read_text())
+    assert got["argv"][0] == "server"
+    assert got["env"]["MLFLOW_TRACKING_PASSWORD"] == "pa$word"
+    assert got["env"]["MLFLOW_UI_URL"] == f"$(touch {marker})"
+    assert not marker.exists(), "a .env value ran as a command"
+
+
+def test_make_server_refuses_a_bad_dotenv_in_one_line(tmp_path: Path) -> None:
+    venv, seen = fake_venv(tmp_path)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("LD_PRELOAD=/tmp/evil.so\n")
+    proc = run_make("server", venv, dotenv)
+    assert "LD_PRELOAD" in proc.stderr and "Traceback" not in proc.stderr
+    assert "exit 2" in proc.stderr or "Error 2" in proc.stderr
+    assert not seen.exists()
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("", "false"), ("true", "true")])
+def test_make_ui_starts_without_mlflows_job_runner_unless_dotenv_asks(
+    tmp_path: Path, setting: str, expected: str
+) -> None:
+    venv, seen = fake_venv(tmp_path)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"MLFLOW_SERVER_ENABLE_JOB_EXECUTION={setting}\nMLFLOW_UI_PORT=5123\n")
+    proc = run_make("ui", venv, dotenv)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(seen.read_text())
+    assert got["env"]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == expected
+    assert got["argv"][:1] == ["ui"] and got["argv"][-2:] == ["--port", "5123"]
