@@ -365,3 +365,45 @@ def test_make_ui_starts_without_mlflows_job_runner_unless_dotenv_asks(
     got = json.loads(seen.read_text())
     assert got["env"]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == expected
     assert got["argv"][:1] == ["ui"] and got["argv"][-2:] == ["--port", "5123"]
+
+
+def test_the_container_test_puts_every_compose_service_on_the_host_network(tmp_path: Path) -> None:
+    """`make test-containers` refuses a compose config that would make a network (a bridge or a private
+    address is forbidden on the machines it runs on); its override must cover every shipped service."""
+    from testbed.containers.stack import host_network_only, override, v1_copy
+
+    assert v1_copy(tmp_path / "compose.yaml") == "devicebench"
+    copy = yaml.safe_load((tmp_path / "compose.yaml").read_text())
+    assert "name" not in copy  # compose v1 refuses the key
+    services = override(5999)["services"]
+    assert set(services) == set(copy["services"]), "a compose service the container test leaves on a bridge"
+    host_network_only({"services": services})
+    for bad in (
+        {"services": {"x": {}}},
+        {"services": {"x": {"network_mode": "bridge"}}},
+        {"networks": {"n": {}}},
+    ):
+        with pytest.raises(RuntimeError, match="refused"):
+            host_network_only(bad)
+
+
+def test_images_build_from_a_wheelhouse_at_the_versions_they_pin() -> None:
+    for name in DOCKERFILES:
+        instructions = dockerfile_instructions(name)
+        assert ("ARG", "WHEELHOUSE=") in instructions, name
+        installs = [arg for word, arg in instructions if word == "RUN" and "pip install" in arg]
+        assert installs and all('PIP_FIND_LINKS="${WHEELHOUSE}"' in arg for arg in installs), name
+    proc = subprocess.run(
+        [str(VENV_BIN / "python"), "deploy/offline/requirements.py", "--images", "pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout.split() == [
+        "torch==2.14.1",
+        "torchvision==0.29.1",
+        "mlflow[auth]==3.17.2",
+        "psycopg[binary]==3.3.9",
+        "psycopg2-binary==2.9.13",
+    ]
