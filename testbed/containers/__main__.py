@@ -44,8 +44,11 @@ def main() -> int:
     steps = Steps(PREFIX)
     interfaces = sorted(os.listdir("/sys/class/net"))
     status = 0
+    keep = os.environ.get(
+        "DEVICEBENCH_CONTAINERS_SCRATCH", ""
+    )  # reuse a folder (its engine's images) when set
     with tempfile.TemporaryDirectory(prefix="devicebench-containers-") as tmp, ExitStack() as cleanup:
-        scratch = Path(tmp)
+        scratch = Path(keep or tmp)
         try:
             engine = find_engine(steps, cleanup, scratch)
             scenario.run(steps, engine, scratch, cleanup)

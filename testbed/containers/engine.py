@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEBIAN_PACKAGES = ("docker.io", "debootstrap", "docker-compose")
 NETWORK_FLAGS = (
@@ -46,11 +47,18 @@ class Engine:
     networks_seen: set[str] = field(default_factory=set)
 
     def docker(
-        self, *args: str, check: bool = True, timeout: float = 600, **kw: object
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 600,
+        env: dict[str, str] | None = None,
+        **kw: Any,
     ) -> subprocess.CompletedProcess[str]:
         """The docker client (Debian's 20.10 one where present: BuildKit without buildx)."""
-        cmd = [client(), *args]
-        proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout, **kw)  # type: ignore[call-overload]
+        run_env = {**self.env, **(env or {})}
+        proc = subprocess.run(
+            [client(), *args], env=run_env, capture_output=True, text=True, timeout=timeout, **kw
+        )
         if check and proc.returncode != 0:
             raise RuntimeError(
                 f"docker {' '.join(args[:3])}: exit {proc.returncode}: {tail(proc.stderr or proc.stdout)}"

@@ -17,9 +17,6 @@ from testbed.containers.steps import Steps
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-SPOOL_EXPERIMENT = "containers-spool"
-# A cifar run long enough to outlive the server: 6 epochs of 625 steps, a loss point every 5 steps.
-SPOOL_RUN = {"epochs": 6, "train_limit": 20000, "batch_size": 32, "log_every": 5}
 
 
 def prepare_images(steps: Steps, engine: Engine, scratch: Path, cleanup: ExitStack) -> None:
@@ -55,7 +52,7 @@ def prepare_images(steps: Steps, engine: Engine, scratch: Path, cleanup: ExitSta
                 ".",
                 cwd=ROOT,
                 timeout=1800,
-                env={**engine.env, "DOCKER_BUILDKIT": "1"},
+                env={"DOCKER_BUILDKIT": "1"},
             )
             size = int(engine.docker("image", "inspect", "-f", "{{.Size}}", tag).stdout)
             steps.figures.append(f"{tag}: {size / 1e9:.2f} GB, built in {time.monotonic() - start:.0f} s")
@@ -134,7 +131,7 @@ def run_plan(steps: Steps, stack: Stack, mlflow: Any) -> None:
     with steps.step("the plan's runs in the store: FINISHED, metrics, model through the proxy, report run"):
         found = verify.check_plan_runs(mlflow, "devicebench-demo")
         model = found.pop("models")[0]
-        files = verify.model_files(model, str(stack.work / "model"))
+        files = verify.model_files(model, str(stack.work / "model"), f"http://127.0.0.1:{stack.port}")
         steps.say(f"{found}, model {model.model_id}: {files} files downloaded through the server")
     with steps.step(f"trainer: devicebench infer --model_uri models:/{model.model_id}"):
         stack.trainer(

@@ -12,7 +12,7 @@ from testbed.containers.stack import Stack
 from testbed.containers.steps import Steps
 
 EXPERIMENT = "containers-spool"
-EPOCHS, TRAIN_LIMIT, BATCH, LOG_EVERY = 6, 20000, 32, 5
+EPOCHS, TRAIN_LIMIT, BATCH, LOG_EVERY = 2, 4000, 32, 5
 EXPECTED_LOSS_POINTS = EPOCHS * (TRAIN_LIMIT // BATCH) // LOG_EVERY
 FLAGS = (
     "cifar",
@@ -90,7 +90,7 @@ def spool_across_restart(steps: Steps, stack: Stack, mlflow: Any) -> None:
         trainer = stack.popen_trainer(*FLAGS, env=env)
         try:
             run_id = wait_for_run(mlflow, trainer)
-            stack.compose("kill", "mlflow")
+            stack.compose("stop", "-t", "1", "mlflow")
             output, _ = trainer.communicate(timeout=900)
         finally:
             if trainer.poll() is None:

@@ -26,12 +26,15 @@ ADMIN = "admin"
 
 
 def v1_copy(dest: Path) -> str:
-    """docker/compose.yaml without its top-level `name:` (compose v1 refuses it); the project name."""
-    text = (ROOT / "docker" / "compose.yaml").read_text()
-    lines = text.splitlines(keepends=True)
-    names = [line for line in lines if line.startswith("name:")]
-    dest.write_text("".join(line for line in lines if not line.startswith("name:")))
-    return names[0].split(":", 1)[1].strip() if names else "devicebench"
+    """docker/compose.yaml as compose v1 on the host network takes it: without the top-level `name:` (v1
+    refuses the key; it becomes -p) and without `ports:` (Docker refuses port bindings on the host network,
+    where the server's own port is what is reached). The project name."""
+    config = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())  # merge keys resolved
+    name = str(config.pop("name", "devicebench"))
+    for service in config["services"].values():
+        service.pop("ports", None)
+    dest.write_text(yaml.safe_dump(config, sort_keys=False))
+    return name
 
 
 def override(port: int) -> dict[str, Any]:

@@ -79,10 +79,20 @@ def make_python_standin(engine: Engine, tag: str, work: Path) -> str:
     return f"{tag}: a stand-in made here with debootstrap (bookworm minbase, {mirror}) and Debian's python3 3.11.2"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# The wheelhouse's URL is a build argument: the same port each time keeps the builds' layers cached.
+WHEELHOUSE_PORT = 48765
+
+
+def free_port(preferred: int = 0) -> int:
+    """`preferred` when it is free on 127.0.0.1, else any free port."""
+    for port in (preferred, 0) if preferred else (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise RuntimeError("no free port on 127.0.0.1")
 
 
 def build_wheelhouse(dest: Path) -> None:
@@ -102,7 +112,7 @@ def build_wheelhouse(dest: Path) -> None:
 
 def serve(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A plain HTTP server for `directory` on 127.0.0.1 (builds share the host's network)."""
-    port = free_port()
+    port = free_port(WHEELHOUSE_PORT)
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -30,5 +30,6 @@ class Steps:
         except Failed:
             raise
         except Exception as e:  # any failure inside a step is that step's, said in one line
-            raise Failed(name, f"{type(e).__name__}: {e}") from e
+            detail = " | ".join(line.strip() for line in str(e).splitlines() if line.strip())
+            raise Failed(name, f"{type(e).__name__}: {detail[:1500]}") from e
         print(f"{self.prefix}: {name}: ok ({time.monotonic() - start:.0f} s)", flush=True)

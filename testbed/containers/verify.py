@@ -63,11 +63,11 @@ def check_plan_runs(mlflow: Any, name: str) -> dict[str, Any]:
     return {"runs": len(runs), "workload runs": len(workloads), "models": models, "report runs": len(reports)}
 
 
-def model_files(model: Any, dest: str) -> int:
+def model_files(model: Any, dest: str, tracking_uri: str) -> int:
     """The logged model's files, downloaded through the server: how many."""
     from mlflow.artifacts import download_artifacts  # deferred: only the store checks need MLflow
 
-    local = download_artifacts(artifact_uri=model.artifact_location, dst_path=dest)
+    local = download_artifacts(artifact_uri=model.artifact_location, dst_path=dest, tracking_uri=tracking_uri)
     return sum(len(files) for _, _, files in os.walk(local))
 
 
