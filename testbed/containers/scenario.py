@@ -16,6 +16,7 @@ from testbed.containers.stack import SERVER_IMAGE, TRAINER_IMAGE, Stack
 from testbed.containers.steps import Steps
 
 ROOT = Path(__file__).resolve().parents[2]
+TORCH = "as the Dockerfile pins it (its CUDA wheels where the wheelhouse has no CPU build)"
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -29,7 +30,8 @@ def prepare_images(steps: Steps, engine: Engine, scratch: Path, cleanup: ExitSta
                 f"{base}: {'already in the engine' if have else 'pulled by the build from your registry'}"
             )
         else:
-            steps.say(standins.make_python_standin(engine, base, scratch))
+            steps.figures.append(f"stand-in: {standins.make_python_standin(engine, base, scratch)}")
+            steps.say(steps.figures[-1])
     with steps.step("wheelhouse (make docker-wheelhouse) served on 127.0.0.1"):
         standins.build_wheelhouse(scratch / "wheelhouse")
         server, url = standins.serve(scratch / "wheelhouse")
@@ -56,6 +58,10 @@ def prepare_images(steps: Steps, engine: Engine, scratch: Path, cleanup: ExitSta
             )
             size = int(engine.docker("image", "inspect", "-f", "{{.Size}}", tag).stdout)
             steps.figures.append(f"{tag}: {size / 1e9:.2f} GB, built in {time.monotonic() - start:.0f} s")
+            if dockerfile.startswith("trainer"):
+                steps.figures.append(
+                    f"{tag} stands in for trainer-cpu's image: torch {TORCH} from the wheelhouse"
+                )
             steps.say(steps.figures[-1])
         if not engine.private:
             cleanup.callback(engine.docker, "image", "rm", tag, check=False)
@@ -91,7 +97,11 @@ def start_stack(steps: Steps, engine: Engine, scratch: Path, cleanup: ExitStack)
             "--remove-orphans",
             check=False,
         )
-        steps.say(f"project {stack.project}, database {stack.database}, server on 127.0.0.1:{stack.port}")
+        steps.figures.append(
+            f"stand-in: PostgreSQL is the host's 127.0.0.1:5432 (scratch database {stack.database}), not the "
+            "postgres service's image; compose is Debian's v1 (docker-compose) on a copy without name: and ports:"
+        )
+        steps.say(f"project {stack.project}, server on 127.0.0.1:{stack.port}; {steps.figures[-1]}")
     with steps.step("server refuses to start unauthenticated beyond loopback"):
         for env in ({"MLFLOW_HOST": "0.0.0.0"}, {"MLFLOW_PUBLISHED_ON": "0.0.0.0"}):
             argv = stack.run_argv("mlflow", env={"MLFLOW_AUTH": "false", **env})

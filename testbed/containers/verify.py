@@ -25,7 +25,11 @@ def http_status(url: str, user: str = "", password: str = "") -> int:
 
 def client(uri: str, user: str, password: str) -> Any:
     """An MlflowClient on the server with basic-auth credentials (MLflow reads them from the environment)."""
-    os.environ.update(MLFLOW_TRACKING_USERNAME=user, MLFLOW_TRACKING_PASSWORD=password)
+    os.environ.update(
+        MLFLOW_TRACKING_USERNAME=user,
+        MLFLOW_TRACKING_PASSWORD=password,
+        MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false",
+    )
     from mlflow.tracking import MlflowClient  # deferred: only the store checks need MLflow
 
     return MlflowClient(tracking_uri=uri)
