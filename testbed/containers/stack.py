@@ -101,7 +101,8 @@ class Stack:
     def command(self, *args: str) -> list[str]:
         return [
             "docker-compose",
-            "--no-ansi",
+            "--ansi",
+            "never",
             "-p",
             self.project,
             "--env-file",
