@@ -407,3 +407,25 @@ def test_images_build_from_a_wheelhouse_at_the_versions_they_pin() -> None:
         "psycopg[binary]==3.3.9",
         "psycopg2-binary==2.9.13",
     ]
+
+
+def test_compose_healthcheck_asks_the_port_the_server_listens_on(compose: dict[str, Any]) -> None:
+    """A fixed 5000 never turned healthy on a server moved to another port (MLFLOW_PORT)."""
+    test = " ".join(compose["services"]["mlflow"]["healthcheck"]["test"])
+    assert "MLFLOW_PORT" in test and ":5000" not in test, test
+
+
+@pytest.mark.parametrize(("required", "code"), [("", 0), ("1", 1)])
+def test_the_container_test_without_an_engine_skips_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], required: str, code: int
+) -> None:
+    """Where no engine answers and none can be started it says so and skips; in CI that is a failure."""
+    from testbed.containers import __main__ as container_test
+    from testbed.containers import engine
+
+    monkeypatch.setattr(engine, "existing_engine", lambda: None)
+    monkeypatch.setattr(engine, "can_start_private", lambda: "not root")
+    monkeypatch.setenv("DEVICEBENCH_CONTAINERS_REQUIRED", required)
+    assert container_test.main() == code
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("test-containers: SKIPPED: ") and "not root" in lines[0]
