@@ -12,7 +12,7 @@ import psycopg2
 
 from testbed.containers import standins, verify
 from testbed.containers.engine import Engine
-from testbed.containers.stack import SERVER_IMAGE, TRAINER_IMAGE, Stack
+from testbed.containers.stack import SERVER_IMAGE, TRAINER_IMAGE, Stack, compose_program
 from testbed.containers.steps import Steps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def start_stack(steps: Steps, engine: Engine, scratch: Path, cleanup: ExitStack)
         )
         steps.figures.append(
             f"stand-in: PostgreSQL is the host's 127.0.0.1:5432 (scratch database {stack.database}), not the "
-            "postgres service's image; compose is Debian's v1 (docker-compose) on a copy without name: and ports:"
+            f"postgres service's image; compose: {' '.join(compose_program())}, on a copy without name: and ports:"
         )
         steps.say(f"project {stack.project}, server on 127.0.0.1:{stack.port}; {steps.figures[-1]}")
     with steps.step("server refuses to start unauthenticated beyond loopback"):

@@ -9,6 +9,7 @@ database. compose v1 refuses the file's top-level `name:`, so the copy it reads 
 from __future__ import annotations
 
 import secrets
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -66,6 +67,11 @@ def host_network_only(config: dict[str, Any]) -> None:
             raise RuntimeError(f"compose service {name!r} is not on the host network only: refused")
 
 
+def compose_program() -> list[str]:
+    """Debian's compose v1 where installed (what this test runs here), else the docker CLI's compose plugin."""
+    return ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
+
+
 @dataclass
 class Stack:
     engine: Engine
@@ -100,7 +106,7 @@ class Stack:
 
     def command(self, *args: str) -> list[str]:
         return [
-            "docker-compose",
+            *compose_program(),
             "--ansi",
             "never",
             "-p",
