@@ -18,8 +18,10 @@
 #   MLFLOW_SERVER_ENABLE_JOB_EXECUTION  MLflow's background job runner      default false
 #                                  (GenAI scorers and trace jobs; devicebench uses none, and with a
 #                                  SQL store it starts ~10 huey consumer processes of ~250 MB each)
-#   MLFLOW_PUBLISHED_ON            where clients reach it from, when not MLFLOW_HOST: compose sets
-#                                  it to MLFLOW_BIND (in a container MLFLOW_HOST is always 0.0.0.0)
+#   MLFLOW_PUBLISHED_ON            where a container's published port listens: compose sets it to
+#                                  MLFLOW_BIND (in a container MLFLOW_HOST is always 0.0.0.0). It
+#                                  stands for MLFLOW_HOST only in a network of the container's own;
+#                                  in the host's network the bind address is what is reachable
 #   MLFLOW_AUTH                    true: switch on MLflow's basic-auth app   default false
 #                                  (required when the server is reachable beyond loopback)
 #   MLFLOW_ALLOW_UNAUTHENTICATED   true: serve beyond loopback without auth anyway (anyone who can
@@ -148,14 +150,35 @@ esac
 
 # Beyond loopback without auth, anyone who reaches the port can read, change and delete every run:
 # refused unless auth is on, or MLFLOW_ALLOW_UNAUTHENTICATED=true says so (and then said loudly).
-exposed_on="${MLFLOW_PUBLISHED_ON:-$MLFLOW_HOST}"
-if [[ -z "${app_args[*]}" && ! "$exposed_on" =~ ^(127\.[0-9.]+|::1|\[::1\]|localhost)$ ]]; then
+is_loopback() {
+    [[ "$1" =~ ^(127\.[0-9.]+|::1|\[::1\]|localhost)$ ]]
+}
+# True in a network namespace of the server's own (a container on a bridge network): only loopback and
+# veth ends whose peers live in another namespace. There a bind beyond loopback is reached from outside
+# only through the published port (MLFLOW_PUBLISHED_ON); in the host's namespace (`make server`, a
+# container on the host network) it is reached on every address it binds, whatever is published.
+private_network() {
+    local dev
+    for dev in /sys/class/net/*; do
+        [[ "${dev##*/}" != lo ]] || continue
+        [[ -r "$dev/iflink" && "$(<"$dev/iflink")" != "$(<"$dev/ifindex")" ]] || return 1
+    done
+}
+exposed_on="$MLFLOW_HOST"
+published="${MLFLOW_PUBLISHED_ON:-}"
+if [[ -n "$published" ]] && { ! is_loopback "$published" || { ! is_loopback "$MLFLOW_HOST" && private_network; }; }; then
+    exposed_on="$published"
+fi
+where="$exposed_on"
+[[ "$exposed_on" != "$MLFLOW_HOST" || -z "$published" ]] ||
+    where="$MLFLOW_HOST in the host's network (MLFLOW_PUBLISHED_ON=$published applies only to a container's own network)"
+if [[ -z "${app_args[*]}" ]] && ! is_loopback "$exposed_on"; then
     allow_unauthenticated="${MLFLOW_ALLOW_UNAUTHENTICATED:-false}"
     case "${allow_unauthenticated,,}" in
         true | 1 | yes)
-            echo "mlflow-server: WARNING: serving on ${exposed_on} WITHOUT AUTHENTICATION (MLFLOW_ALLOW_UNAUTHENTICATED=true): anyone who reaches the port can read, change and delete every run" >&2
+            echo "mlflow-server: WARNING: serving on ${where} WITHOUT AUTHENTICATION (MLFLOW_ALLOW_UNAUTHENTICATED=true): anyone who reaches the port can read, change and delete every run" >&2
             ;;
-        *) die "reachable on ${exposed_on} (beyond loopback) without authentication: set MLFLOW_AUTH=true, or MLFLOW_ALLOW_UNAUTHENTICATED=true to serve so anyway" ;;
+        *) die "reachable on ${where} (beyond loopback) without authentication: set MLFLOW_AUTH=true, or MLFLOW_ALLOW_UNAUTHENTICATED=true to serve so anyway" ;;
     esac
 fi
 

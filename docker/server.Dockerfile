@@ -2,6 +2,10 @@
 #
 #   docker build -f docker/server.Dockerfile -t devicebench-mlflow .
 #
+# Without a package index (an offline host): `make docker-wheelhouse`, serve it on loopback
+# (python3 -m http.server -d wheelhouse-images -b 127.0.0.1 8765) and build with
+#   docker build --network host --build-arg WHEELHOUSE=http://127.0.0.1:8765/ ...
+#
 # The command line lives in docker/mlflow-server.sh (the same script `make server` runs); it is
 # configured entirely by environment variables, so nothing secret is baked into this image.
 FROM python:3.11.14-slim-bookworm
@@ -10,6 +14,8 @@ ARG MLFLOW_VERSION=3.17.2
 ARG PSYCOPG2_VERSION=2.9.13
 # SQLAlchemy 2.1 (MLflow 3.17's) maps postgresql:// to psycopg 3; psycopg2 serves postgresql+psycopg2://.
 ARG PSYCOPG_VERSION=3.3.9
+# A folder or URL of wheels to install from instead of the package index (empty: the index).
+ARG WHEELHOUSE=
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -21,7 +27,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-RUN pip install "mlflow[auth]==${MLFLOW_VERSION}" "psycopg[binary]==${PSYCOPG_VERSION}" \
+RUN if [ -n "${WHEELHOUSE}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="${WHEELHOUSE}"; fi \
+    && pip install "mlflow[auth]==${MLFLOW_VERSION}" "psycopg[binary]==${PSYCOPG_VERSION}" \
         "psycopg2-binary==${PSYCOPG2_VERSION}"
 
 RUN groupadd --system --gid 10001 mlflow \

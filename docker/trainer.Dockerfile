@@ -3,6 +3,11 @@
 #   docker build -f docker/trainer.Dockerfile -t devicebench-trainer .            # CUDA 13.0 wheels
 #   docker build -f docker/trainer.Dockerfile --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu126 .
 #   docker build -f docker/trainer.Dockerfile --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu .
+#   docker build --network host -f docker/trainer.Dockerfile --build-arg WHEELHOUSE=http://127.0.0.1:8765/ .
+#
+# The last builds without a package index: `make docker-wheelhouse` puts every wheel both images install
+# (torch as pinned here included) into wheelhouse-images/, served on loopback with
+# `python3 -m http.server -d wheelhouse-images -b 127.0.0.1 8765` (the build shares the host's network).
 #
 # The PyTorch wheels carry their own CUDA runtime; the host needs only an NVIDIA driver new enough for
 # that CUDA version and the NVIDIA container toolkit. Older drivers: pick an older CUDA build above.
@@ -12,6 +17,8 @@ FROM python:3.11.14-slim-bookworm
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cu130
 ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
+# A folder or URL of wheels to install from instead of the package indexes (empty: the indexes).
+ARG WHEELHOUSE=
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -41,12 +48,14 @@ RUN apt-get update \
 WORKDIR /app
 
 # Torch first, from the chosen wheel index: the layer that takes long is cached across code changes.
-RUN pip install --index-url "${TORCH_INDEX}" \
+RUN if [ -n "${WHEELHOUSE}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="${WHEELHOUSE}"; fi \
+    && pip install --index-url "${TORCH_INDEX}" \
         "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
 
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install . "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
+RUN if [ -n "${WHEELHOUSE}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="${WHEELHOUSE}"; fi \
+    && pip install . "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
 
 COPY MLproject conda.yaml ./
 COPY experiments ./experiments

@@ -4,6 +4,8 @@ loopback-only ports, GPU reservation, healthchecks, ordered start-up, no secrets
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -290,3 +292,140 @@ def test_make_dry_run_of_the_docker_targets(tmp_path: Path) -> None:
         ["make", "-f", str(makefile), "docker-up"], cwd=tmp_path, capture_output=True, text=True, timeout=30
     )
     assert proc.returncode != 0 and "cp .env.example .env" in proc.stderr
+
+
+def fake_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv for `make VENV=...`: the project's Python, and an `mlflow` that writes its arguments and
+    environment to a file instead of serving (what MLflow does with them is tested elsewhere)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    seen = tmp_path / "mlflow-saw.json"
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec "{VENV_BIN}/python" "$@"\n')
+    (venv / "bin" / "mlflow").write_text(
+        f"#!{VENV_BIN}/python\nimport json, os, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps({{'argv': sys.argv[1:], 'env': dict(os.environ)}}))\n"
+    )
+    for name in ("python", "mlflow"):
+        (venv / "bin" / name).chmod(0o755)
+    (venv / ".installed").touch()  # newer than pyproject.toml: make does not install anything
+    return venv, seen
+
+
+def run_make(target: str, venv: Path, dotenv: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEVICEBENCH_"))}
+    env["DEVICEBENCH_DOTENV"] = str(dotenv)
+    return subprocess.run(
+        ["make", "-s", "-C", str(ROOT), target, f"VENV={venv}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_make_server_reads_dotenv_as_devicebench_does_never_as_shell(tmp_path: Path) -> None:
+    """A `$` stays in the value, and neither `$(...)` nor backquotes run (sourced as shell, both ran)."""
+    venv, seen = fake_venv(tmp_path)
+    marker = tmp_path / "ran"
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(
+        f"MLFLOW_BACKEND_STORE_URI=file://{tmp_path}/mlruns\n"
+        "MLFLOW_TRACKING_PASSWORD=pa$word\n"
+        f"MLFLOW_UI_URL=$(touch {marker})\n"
+        f"DEVICEBENCH_HOST=`touch {marker}`\n"
+    )
+    proc = run_make("server", venv, dotenv)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(seen.read_text())
+    assert got["argv"][0] == "server"
+    assert got["env"]["MLFLOW_TRACKING_PASSWORD"] == "pa$word"
+    assert got["env"]["MLFLOW_UI_URL"] == f"$(touch {marker})"
+    assert not marker.exists(), "a .env value ran as a command"
+
+
+def test_make_server_refuses_a_bad_dotenv_in_one_line(tmp_path: Path) -> None:
+    venv, seen = fake_venv(tmp_path)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("LD_PRELOAD=/tmp/evil.so\n")
+    proc = run_make("server", venv, dotenv)
+    assert "LD_PRELOAD" in proc.stderr and "Traceback" not in proc.stderr
+    assert "exit 2" in proc.stderr or "Error 2" in proc.stderr
+    assert not seen.exists()
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("", "false"), ("true", "true")])
+def test_make_ui_starts_without_mlflows_job_runner_unless_dotenv_asks(
+    tmp_path: Path, setting: str, expected: str
+) -> None:
+    venv, seen = fake_venv(tmp_path)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"MLFLOW_SERVER_ENABLE_JOB_EXECUTION={setting}\nMLFLOW_UI_PORT=5123\n")
+    proc = run_make("ui", venv, dotenv)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(seen.read_text())
+    assert got["env"]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == expected
+    assert got["argv"][:1] == ["ui"] and got["argv"][-2:] == ["--port", "5123"]
+
+
+def test_the_container_test_puts_every_compose_service_on_the_host_network(tmp_path: Path) -> None:
+    """`make test-containers` refuses a compose config that would make a network (a bridge or a private
+    address is forbidden on the machines it runs on); its override must cover every shipped service."""
+    from testbed.containers.stack import host_network_only, override, v1_copy
+
+    assert v1_copy(tmp_path / "compose.yaml") == "devicebench"
+    copy = yaml.safe_load((tmp_path / "compose.yaml").read_text())
+    assert "name" not in copy  # compose v1 refuses the key
+    services = override(5999)["services"]
+    assert set(services) == set(copy["services"]), "a compose service the container test leaves on a bridge"
+    host_network_only({"services": services})
+    for bad in (
+        {"services": {"x": {}}},
+        {"services": {"x": {"network_mode": "bridge"}}},
+        {"networks": {"n": {}}},
+    ):
+        with pytest.raises(RuntimeError, match="refused"):
+            host_network_only(bad)
+
+
+def test_images_build_from_a_wheelhouse_at_the_versions_they_pin() -> None:
+    for name in DOCKERFILES:
+        instructions = dockerfile_instructions(name)
+        assert ("ARG", "WHEELHOUSE=") in instructions, name
+        installs = [arg for word, arg in instructions if word == "RUN" and "pip install" in arg]
+        assert installs and all('PIP_FIND_LINKS="${WHEELHOUSE}"' in arg for arg in installs), name
+    proc = subprocess.run(
+        [str(VENV_BIN / "python"), "deploy/offline/requirements.py", "--images", "pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout.split() == [
+        "torch==2.14.1",
+        "torchvision==0.29.1",
+        "mlflow[auth]==3.17.2",
+        "psycopg[binary]==3.3.9",
+        "psycopg2-binary==2.9.13",
+    ]
+
+
+def test_compose_healthcheck_asks_the_port_the_server_listens_on(compose: dict[str, Any]) -> None:
+    """A fixed 5000 never turned healthy on a server moved to another port (MLFLOW_PORT)."""
+    test = " ".join(compose["services"]["mlflow"]["healthcheck"]["test"])
+    assert "MLFLOW_PORT" in test and ":5000" not in test, test
+
+
+@pytest.mark.parametrize(("required", "code"), [("", 0), ("1", 1)])
+def test_the_container_test_without_an_engine_skips_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], required: str, code: int
+) -> None:
+    """Where no engine answers and none can be started it says so and skips; in CI that is a failure."""
+    from testbed.containers import __main__ as container_test
+    from testbed.containers import engine
+
+    monkeypatch.setattr(engine, "existing_engine", lambda: None)
+    monkeypatch.setattr(engine, "can_start_private", lambda: "not root")
+    monkeypatch.setenv("DEVICEBENCH_CONTAINERS_REQUIRED", required)
+    assert container_test.main() == code
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("test-containers: SKIPPED: ") and "not root" in lines[0]

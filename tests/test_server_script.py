@@ -212,12 +212,39 @@ def test_beyond_loopback_without_auth_is_refused_before_the_store_is_touched(tmp
     for exposed in (
         {"MLFLOW_HOST": "0.0.0.0"},
         {"MLFLOW_HOST": "0.0.0.0", "MLFLOW_PUBLISHED_ON": "10.0.0.5"},
+        # Issue 56 #9: in the host's network a loopback MLFLOW_PUBLISHED_ON does not make 0.0.0.0 private.
+        {"MLFLOW_HOST": "0.0.0.0", "MLFLOW_PUBLISHED_ON": "127.0.0.1"},
     ):
         env = script_env(MLFLOW_BACKEND_STORE_URI=f"sqlite:///{tmp_path / 'never.db'}", **exposed)
         proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "beyond loopback" in proc.stderr and "MLFLOW_ALLOW_UNAUTHENTICATED=true" in proc.stderr
         assert not (tmp_path / "never.db").exists(), "it touched the store before refusing"
+
+
+def test_a_wildcard_in_a_network_of_its_own_is_judged_by_where_it_is_published(tmp_path: Path) -> None:
+    """A bridged container: MLFLOW_HOST=0.0.0.0 reaches beyond the container only through its published
+    port, so a loopback MLFLOW_PUBLISHED_ON starts it (compose's default) and a wider one is refused.
+    A fresh network namespace (loopback only, its own /sys as a container mounts) stands in for it."""
+    own_network = ["unshare", "--net", "--mount", "sh", "-c", 'mount -t sysfs sysfs /sys && exec "$@"', "-"]
+    if subprocess.run([*own_network, "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --net is not allowed here (needs root or user namespaces)")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mlflow").write_text('#!/bin/sh\necho "mlflow $*"\n')
+    (fake / "mlflow").chmod(0o755)
+    for published, code in (("127.0.0.1", 0), ("0.0.0.0", 2)):
+        env = script_env(
+            MLFLOW_BACKEND_STORE_URI=f"file://{tmp_path}/mlruns",
+            MLFLOW_HOST="0.0.0.0",
+            MLFLOW_PUBLISHED_ON=published,
+        )
+        env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+        proc = subprocess.run(
+            [*own_network, "bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert proc.returncode == code, proc.stderr
+        assert ("mlflow server" in proc.stdout) == (code == 0), proc.stdout + proc.stderr
 
 
 def test_script_is_the_only_place_the_server_command_is_written() -> None:

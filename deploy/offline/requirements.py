@@ -7,7 +7,10 @@ torch, so pip leaves it in place instead of fetching another. Prints one require
 -e .` builds it in an isolated environment that sees none of the host's packages, so those and what
 they need are always in the wheelhouse, whatever the host has (wheelhouse.sh).
 
-Usage: python deploy/offline/requirements.py [--build] [pyproject.toml]
+`--images` prints what the two Docker images install beyond that, at the versions their Dockerfiles pin
+(torch and torchvision included): `make docker-wheelhouse` builds them without a package index.
+
+Usage: python deploy/offline/requirements.py [--build | --images] [pyproject.toml]
 """
 
 from __future__ import annotations
@@ -20,6 +23,16 @@ from pathlib import Path
 HOST_KEEPS = ("torch", "torchvision")
 # From the dev extras: what `make gpu-check` needs to run the GPU tests (not the linters or schema checks).
 TEST_RUNNER = ("pytest", "pytest-timeout", "pytest-xdist")
+
+
+# The Dockerfiles' ARG that pins each package the images install by name.
+IMAGE_PINS = {
+    "TORCH_VERSION": "torch",
+    "TORCHVISION_VERSION": "torchvision",
+    "MLFLOW_VERSION": "mlflow[auth]",
+    "PSYCOPG_VERSION": "psycopg[binary]",
+    "PSYCOPG2_VERSION": "psycopg2-binary",
+}
 
 
 def _name(requirement: str) -> str:
@@ -42,8 +55,23 @@ def wheelhouse_requirements(pyproject: Path) -> list[str]:
     return [r for r in wanted if _name(r) not in HOST_KEEPS]
 
 
+def image_requirements(pyproject: Path) -> list[str]:
+    """The packages docker/*.Dockerfile install by name, pinned as their ARG lines say."""
+    pins: dict[str, str] = {}
+    for dockerfile in sorted((pyproject.parent / "docker").glob("*.Dockerfile")):
+        pins.update(re.findall(r"^ARG ([A-Z0-9_]+_VERSION)=(\S+)$", dockerfile.read_text(), re.MULTILINE))
+    missing = sorted(set(IMAGE_PINS) - set(pins))
+    if missing:
+        sys.exit(f"requirements: no ARG {', '.join(missing)} in docker/*.Dockerfile")
+    return [f"{package}=={pins[arg]}" for arg, package in IMAGE_PINS.items()]
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    build = "--build" in args
-    path = Path(next((a for a in args if a != "--build"), "pyproject.toml"))
-    print("\n".join(build_requirements(path) if build else wheelhouse_requirements(path)))
+    path = Path(next((a for a in args if not a.startswith("--")), "pyproject.toml"))
+    if "--build" in args:
+        print("\n".join(build_requirements(path)))
+    elif "--images" in args:
+        print("\n".join(image_requirements(path)))
+    else:
+        print("\n".join(wheelhouse_requirements(path)))
