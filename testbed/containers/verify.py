@@ -8,6 +8,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from devicebench.schema import WORKLOADS
+
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"
 
 
@@ -51,7 +53,8 @@ def check_plan_runs(mlflow: Any, name: str) -> dict[str, Any]:
     unfinished = [f"{r.info.run_name}: {r.info.status}" for r in runs if r.info.status != "FINISHED"]
     if unfinished:
         raise AssertionError(f"runs not FINISHED: {unfinished}")
-    workloads = [r for r in runs if r.data.tags.get("devicebench.workload")]
+    # the plan's measurements: not its parent run or its report run, whose figures are their answers
+    workloads = [r for r in runs if r.data.tags.get("devicebench.workload") in WORKLOADS]
     without = [r.info.run_name for r in workloads if not r.data.metrics]
     if not workloads or without:
         raise AssertionError(f"workload runs without metrics: {without or 'no workload runs'}")
