@@ -14,6 +14,7 @@ import torch
 from devicebench.config.workloads import REDUCED_PRECISIONS
 from devicebench.errors import UsageError
 from devicebench.host.precision import check_precision
+from devicebench.util.fmt import fmt_setting
 
 EAGER = "none"  # a Setting's `compile` when the model is not compiled
 
@@ -50,17 +51,14 @@ class Setting:
         return self.precision in REDUCED_PRECISIONS
 
     def __str__(self) -> str:
-        workers = f"{self.num_workers} worker{'' if self.num_workers == 1 else 's'}"
-        feed = "data in memory" if self.loader == "tensor" else f"DataLoader, {workers}"
-        words = [f"{self.threads} thread{'s' if self.threads > 1 else ''}"] if self.threads else []
-        words.append(feed)
-        if self.channels_last:
-            words.append("NHWC")
-        if self.compile != EAGER:
-            words.append("compiled" + (" with CUDA graphs" if self.compile == "reduce-overhead" else ""))
-        if self.reduced_precision:
-            words.append(f"{self.precision} autocast (reduced precision)")
-        return ", ".join(words)
+        return fmt_setting(
+            self.threads or None,
+            self.loader == "tensor",
+            self.num_workers,
+            self.channels_last,
+            None if self.compile == EAGER else self.compile,
+            self.precision if self.reduced_precision else None,
+        )
 
 
 def thread_counts(cores: int) -> list[int]:

@@ -194,3 +194,27 @@ def fmt_q(s: Stat | None) -> str:
     if s.n == 1:
         return fmt_quality(s.median)
     return f"{fmt_quality(s.median)} ({fmt_quality(s.lo)}–{fmt_quality(s.hi)})"
+
+
+def fmt_setting(
+    threads: int | str | None,
+    in_memory: bool,
+    workers: int | str,
+    nhwc: bool = False,
+    compiled: str | None = None,
+    reduced: str | None = None,
+) -> str:
+    """How a device was set up to run a config, the one spelling the tuning's trials and the report's
+    verdicts share: `2 threads, DataLoader, 1 worker, NHWC, compiled with CUDA graphs, bf16 autocast
+    (reduced precision)`. `threads` None: a GPU side's, not said; `compiled`: torch.compile's mode, None
+    when eager; `reduced`: the autocast dtype of a reduced precision, None at full precision."""
+    words = [] if threads is None else [f"{threads} thread{'' if str(threads) == '1' else 's'}"]
+    feed = f"DataLoader, {workers} worker{'' if str(workers) == '1' else 's'}"
+    words.append("data in memory" if in_memory else feed)
+    if nhwc:
+        words.append("NHWC")
+    if compiled is not None:
+        words.append("compiled" + (" with CUDA graphs" if compiled == "reduce-overhead" else ""))
+    if reduced:
+        words.append(f"{reduced} autocast (reduced precision)")
+    return ", ".join(words)

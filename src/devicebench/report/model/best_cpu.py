@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from devicebench.config.workloads import REDUCED_PRECISIONS
 from devicebench.report.model.sides import THROUGHPUT_METRICS, Side
+from devicebench.util.fmt import fmt_setting
 
 
 def throughput(side: Side) -> float | None:
@@ -58,18 +59,11 @@ def setting_of(side: Side) -> str:
     if tuned:
         return tuned
     params = side.params
-    feed = (
-        "data in memory"
-        if params.get("loader") == "tensor"
-        else f"DataLoader, {params.get('num_workers', '?')} workers"
+    return fmt_setting(
+        run.tag("host.torch_threads", "?") if side.is_cpu else None,
+        params.get("loader") == "tensor",
+        params.get("num_workers", "?"),
+        params.get("channels_last") == "true",
+        params.get("compile_mode", "default") if params.get("compile") == "true" else None,
+        reduced_precision(side),
     )
-    words = [f"{run.tag('host.torch_threads', '?')} threads"] if side.is_cpu else []
-    words.append(feed)
-    if params.get("channels_last") == "true":
-        words.append("NHWC")
-    if params.get("compile") == "true":
-        with_graphs = params.get("compile_mode") == "reduce-overhead"
-        words.append("compiled" + (" with CUDA graphs" if with_graphs else ""))
-    if reduced_precision(side):
-        words.append(f"{reduced_precision(side)} autocast (reduced precision)")
-    return ", ".join(words)
