@@ -197,6 +197,30 @@ def test_a_run_logged_in_an_older_form_is_named_and_left_out(store, experiment_n
         read_runs(client, Query(experiments=(experiment_name,)))
 
 
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("\u00b2", "whose devicebench.schema tag is no version"),  # passes str.isdigit, fails int()
+        ("1e3", "whose devicebench.schema tag is no version"),
+        ("-1", "whose devicebench.schema tag is no version"),
+        ("999", "logged by a newer devicebench (this one reads schema 1)"),
+        ("0", "logged by an older devicebench"),
+    ],
+)
+def test_a_schema_tag_of_any_text_is_read_safely_and_left_out(
+    store, experiment_name: str, version: str, said: str
+) -> None:
+    """A schema tag is read as an ASCII integer: anything else, and a form newer than this report
+    knows, is a run left out with its reason in the read line, never a crash and never paired."""
+    client, exp_id = store
+    now = int(time.time() * 1000)
+    new, odd = log_runs(client, exp_id, [timed(1.0, now - DAY_MS), timed(2.0, now)])
+    client.set_tag(odd, "devicebench.schema", version)
+    got = read_runs(client, Query(experiments=(experiment_name,)))
+    assert [r.run_id for r in got.runs] == [new]
+    assert f"; left out 1 run {said} (cifar-cuda:0): " in got.read_line()
+
+
 def test_empty_unknown_and_bad_selections_are_usage_errors(store, experiment_name: str) -> None:
     client, _ = store
     with pytest.raises(UsageError, match=r"^--experiment: no runs match \(experiment t-"):

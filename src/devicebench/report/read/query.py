@@ -25,7 +25,7 @@ from devicebench.errors import UsageError
 from devicebench.report.read.experiments import active_experiments, read_line, resolve_experiments
 from devicebench.report.read.options import Query, parse_since
 from devicebench.report.read.points import flat_points
-from devicebench.report.read.records import RunRecord, left_out_line, older_schema, tags_and_params
+from devicebench.report.read.records import RunRecord, left_out_line, schema_mismatch, tags_and_params
 from devicebench.report.read.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
@@ -226,7 +226,7 @@ class Selection:
     filter_string: str
     read_s: float = 0.0
     every_experiment: bool = False  # read every active experiment, not named ones
-    left_out: str = ""  # the runs logged in an older form, named (records.left_out_line)
+    left_out: str = ""  # the runs logged in another form, named (records.left_out_line)
 
     def read_line(self) -> str:
         """Which experiments the runs came from, with counts, and what was left out: printed once, and in
@@ -254,7 +254,7 @@ def _nothing_matched(query: Query, experiments: dict[str, str], every: bool) -> 
 
 def read_runs(client: Any, query: Query) -> Selection:
     """Resolve experiments and page through runs, each made whole from its search result (a matmul
-    run's points from its flat keys). No runs is a usage error; a run logged in an older form is named
+    run's points from its flat keys). No runs is a usage error; a run logged in another form (older, newer, or no version) is named
     and left out. The search runs as streams by workload and start time (time_slices), a few at once.
     """
     t0 = time.perf_counter()
@@ -277,12 +277,12 @@ def read_runs(client: Any, query: Query) -> Selection:
     # a matmul record made whole from its flat per-size keys once: records are never changed
     whole = [replace(r, history=points) if (points := flat_points(r)) else r for r in found]
     read = sorted(whole, key=lambda r: r.start_time, reverse=True)
-    older = [r for r in read if older_schema(r)]
-    runs = [r for r in read if not older_schema(r)]
+    left_out = [r for r in read if schema_mismatch(r)]
+    runs = [r for r in read if not schema_mismatch(r)]
     if not runs:
         raise (
-            UsageError(f"no runs to compare: {left_out_line(older)}", param="experiment")
-            if older
+            UsageError(f"no runs to compare: {left_out_line(left_out)}", param="experiment")
+            if left_out
             else _nothing_matched(query, experiments, every)
         )
     return Selection(
@@ -291,5 +291,5 @@ def read_runs(client: Any, query: Query) -> Selection:
         build_filter(query),
         time.perf_counter() - t0,
         every_experiment=every,
-        left_out=left_out_line(older),
+        left_out=left_out_line(left_out),
     )

@@ -103,23 +103,48 @@ class RunRecord:
 MAX_NAMED = 5  # runs a left-out line names before it counts the rest
 
 
-def older_schema(run: RunRecord) -> bool:
-    """Whether the run was logged in a form older than this report knows (schema.SCHEMA_VERSION)."""
+def schema_version(run: RunRecord) -> int | None:
+    """The form a run was logged in, read as a plain ASCII integer; None where the tag is missing or is
+    anything else (`²` passes str.isdigit and fails int; `1e3` and `-1` are no version either)."""
     version = run.tag("schema")
-    return not version.isdigit() or int(version) < SCHEMA_VERSION
+    return int(version) if version.isascii() and version.isdigit() else None
 
 
-def left_out_line(older: Sequence[RunRecord]) -> str:
-    """`left out 2 runs logged by an older devicebench (a, b): rerun them to compare them`; "" for none."""
-    if not older:
+def schema_mismatch(run: RunRecord) -> str:
+    """Why a run cannot be read as this report reads runs ("" where it can): a form older than
+    schema.SCHEMA_VERSION, a newer one (a newer devicebench logged it), or a tag that is no version."""
+    version = schema_version(run)
+    if version == SCHEMA_VERSION:
         return ""
-    names = [r.run_name or r.run_id for r in older[:MAX_NAMED]]
-    more = f" and {len(older) - MAX_NAMED} more" if len(older) > MAX_NAMED else ""
-    n = len(older)
-    return (
-        f"left out {n} run{'s' if n != 1 else ''} logged by an older devicebench ({', '.join(names)}{more}): "
-        "rerun them to compare them"
-    )
+    if version is None and run.tag("schema"):
+        return "unreadable"
+    return "newer" if version is not None and version > SCHEMA_VERSION else "older"
+
+
+# what each mismatch says and what to do about it, in the order the read line names them
+_LEFT_OUT_AS = {
+    "older": ("logged by an older devicebench", "rerun them to compare them"),
+    "newer": (
+        f"logged by a newer devicebench (this one reads schema {SCHEMA_VERSION})",
+        "compare them with that devicebench",
+    ),
+    "unreadable": ("whose devicebench.schema tag is no version", "rerun them to compare them"),
+}
+
+
+def left_out_line(left_out: Sequence[RunRecord]) -> str:
+    """`left out 2 runs logged by an older devicebench (a, b): rerun them to compare them`, one clause per
+    kind of mismatch (schema_mismatch), joined by '; '; "" for none."""
+    clauses = []
+    for why, (said, fix) in _LEFT_OUT_AS.items():
+        runs = [r for r in left_out if schema_mismatch(r) == why]
+        if not runs:
+            continue
+        names = [r.run_name or r.run_id for r in runs[:MAX_NAMED]]
+        more = f" and {len(runs) - MAX_NAMED} more" if len(runs) > MAX_NAMED else ""
+        n = len(runs)
+        clauses.append(f"left out {n} run{'s' if n != 1 else ''} {said} ({', '.join(names)}{more}): {fix}")
+    return "; ".join(clauses)
 
 
 def visible_values(values: dict[str, str]) -> dict[str, str]:
