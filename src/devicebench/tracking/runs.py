@@ -198,7 +198,7 @@ def _finish(tracker: MlflowTracker, status: str, error: str | None, timed: bool 
     """End the run with `status`; `timed`: a workload run that logs what its end cost (END_S)."""
     if status == "FINISHED":  # the end's cost, measured on what it mostly is: flushing what was logged
         t0 = time.perf_counter()
-        tracker.drain(tracker.settings.final_flush_s)
+        tracker.drain(tracker.settings.final_flush_s, while_reachable=True)  # close waits out an outage
         if timed:
             tracker.log_metrics({END_S: time.perf_counter() - t0})
     with ending():

@@ -3,6 +3,10 @@
 Metrics are queued and sent in batches, never one round trip per step, so tracking does not slow the
 workload it measures. A failed send is retried with backoff (the operations are in the journal already);
 once the final deadline has passed, the thread gives up and leaves the rest to `devicebench sync`.
+
+The final deadline counts from when the store went away, not from the run's end: a store that has been
+gone for the whole final flush already gets one more try, not another full wait, so a run whose server
+died mid-training ends by itself soon after its work, into its spool.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class Sender:
         self._cond = threading.Condition()
         self._closing = False
         self._deadline: float | None = None
+        self._down_since: float | None = None  # when the current run of failed sends began
+        self._failures = 0  # failed sends so far: a drain that must not wait out an outage watches it
         self._thread = threading.Thread(target=self._loop, name="devicebench-tracker", daemon=True)
         self._thread.start()
 
@@ -63,7 +69,12 @@ class Sender:
             try:
                 send_ops(self.client, self.run_id, batch, self.journal.dir)
             except Exception as e:
-                self.last_error = one_line(e)
+                with self._cond:
+                    self.last_error = one_line(e)
+                    self._failures += 1
+                    if self._down_since is None:
+                        self._down_since = time.monotonic()
+                    self._cond.notify_all()  # a drain that gives up when the store is away learns it now
                 if self._deadline is not None and time.monotonic() > self._deadline:
                     return
                 time.sleep(backoff)
@@ -71,16 +82,22 @@ class Sender:
                 continue
             backoff = 0.5
             with self._cond:
+                self._down_since = None
                 del self._pending[: len(batch)]
                 self._cond.notify_all()
             self.journal.acknowledge(batch[-1]["seq"])
 
-    def drain(self, timeout_s: float) -> bool:
-        """Wait until everything queued so far reached the store; False if it did not in time."""
+    def drain(self, timeout_s: float, while_reachable: bool = False) -> bool:
+        """Wait until everything queued so far reached the store; False if it did not in time.
+        `while_reachable`: False at once when the store is away or a send fails meanwhile (mid-run, a
+        model is spooled rather than the run held for the whole final flush)."""
         with self._cond:
             self._cond.notify()
             end = time.monotonic() + timeout_s
+            failures = self._failures
             while self._pending:
+                if while_reachable and (self._down_since is not None or self._failures > failures):
+                    return False
                 left = end - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
@@ -88,9 +105,12 @@ class Sender:
             return True
 
     def finish(self, final_flush_s: float, join_timeout_s: float) -> bool:
-        """Send what is left within `final_flush_s`, then stop the thread; True when all of it arrived."""
-        self._deadline = time.monotonic() + final_flush_s
-        delivered = self.drain(final_flush_s)
+        """Send what is left within `final_flush_s` of the store going away (of now, while it answers),
+        allowing one last try of `join_timeout_s`, then stop the thread; True when all of it arrived."""
+        now = time.monotonic()
+        with self._cond:
+            self._deadline = (self._down_since if self._down_since is not None else now) + final_flush_s
+        delivered = self.drain(max(self._deadline - now, 0.0) + join_timeout_s)
         with self._cond:
             self._closing = True
             self._cond.notify_all()

@@ -163,7 +163,7 @@ class MlflowTracker:
             return None
         points = [[k, *self._latest[k]] for k in metrics if k in self._latest]
         module, example, signature = portable_model(model, input_example)
-        if self._sender.drain(timeout_s=self.settings.final_flush_s):
+        if self._sender.drain(self.settings.final_flush_s, while_reachable=True):
             try:
                 model_id = upload_model(self.run_id, module, name, signature, example)
             except Exception as e:  # the store went away between drain and upload: spool it
@@ -186,9 +186,10 @@ class MlflowTracker:
         )
         self._system_monitor.start()
 
-    def drain(self, timeout_s: float) -> bool:
-        """Wait until everything logged so far reached the store; False if it did not in time."""
-        return self._sender.drain(timeout_s)
+    def drain(self, timeout_s: float, while_reachable: bool = False) -> bool:
+        """Wait until everything logged so far reached the store; False if it did not in time (or, with
+        `while_reachable`, as soon as the store is found away: `close` still tries to the end)."""
+        return self._sender.drain(timeout_s, while_reachable)
 
     def close(self, status: str, error: str | None = None) -> bool:
         """End the run; True when every operation reached the store, False when it was spooled."""
