@@ -41,6 +41,7 @@ from devicebench.config.fields import build_config
 from devicebench.data.cifar import gather_block, normalize_uint8
 from devicebench.data.synthetic import make_split
 from devicebench.host.context import Context
+from devicebench.host.cpu import cpu_model
 from devicebench.host.timing import device_sync
 from devicebench.models.cifar_net import build_model
 from devicebench.plan.warm import warm_server
@@ -212,6 +213,14 @@ def summary(case: Case, where: str, results: list[tuple[float, float, float]]) -
     return line, ok
 
 
+def where_measured(device: torch.device) -> str:
+    """The device as a figure's reader needs it: a GPU's name, or the CPU's model (one host class can
+    read 0.83 where another reads 1.07), its threads and the load when the bench started."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu {cpu_model()}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}"
+
+
 def main(device_name: str = "cpu", only: str = "", child: str = "", processes: str = "") -> int:
     """`only`: comma-separated `model:batch` cases to run (all by default), e.g. `tutorial:256,resnet18:128`.
     `child`: measure the one case `only` names in this process and print its ratio (what the parent reads).
@@ -228,11 +237,7 @@ def main(device_name: str = "cpu", only: str = "", child: str = "", processes: s
             raise BadArgument("bench_overhead: a child measures exactly one case")
         print("ratio", *ratio(cases[0], device))
         return 0
-    where = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"cpu, {torch.get_num_threads()} threads"
-    )
+    where = where_measured(device)
     worst = 0
     root = str(Path(__file__).resolve().parents[1])  # this module, importable in the server's children
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}

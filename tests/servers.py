@@ -3,12 +3,14 @@ the benchmarks use too) the real `mlflow server`. No mocks, loopback only, bound
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -110,6 +112,37 @@ def run_cli(
         text=True,
         timeout=timeout_s,
     )
+
+
+_TEMPLATE: list[Path] = []  # this process's migrated SQLite store, made on first use
+
+
+def migrated_sqlite(db: Path) -> str:
+    """`sqlite:///<db>`, a store already at MLflow's current schema: a copy of one this process migrated
+    once. MLflow migrates a fresh SQLite store inside the first client that opens it (every Alembic
+    revision, 3 s quiet and 8-11 s on a loaded 2-core host, all of it CPU); a test of something else paid
+    that in each of its processes. Its Default experiment's artifacts point into `db`'s folder, as a
+    store made there would. A test of the creation itself (the lock, the race, a half-migrated store)
+    keeps a fresh path, never this."""
+    import sqlite3
+
+    if not _TEMPLATE:
+        from mlflow.tracking import MlflowClient
+
+        folder = Path(tempfile.mkdtemp(prefix="devicebench-migrated-"))
+        atexit.register(shutil.rmtree, folder, True)
+        MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments(max_results=1)
+        _TEMPLATE.append(folder / "mlflow.db")
+    if db.exists():
+        raise FileExistsError(f"{db}: a migrated store is copied to a new path only")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_TEMPLATE[0], db)
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
+        con.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+            (str(db.parent / "mlruns" / "0"),),
+        )
+    return f"sqlite:///{db}"
 
 
 def which(name: str) -> str | None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import VENV_BIN, devicebench_env, free_port
+from servers import VENV_BIN, devicebench_env, free_port, migrated_sqlite
 from zygote import Zygote, shared
 
 HERE = Path(__file__).resolve().parent
@@ -576,6 +576,7 @@ def outcomes(
     extras = {}
     for c in selected:  # in this thread: a case's data imports torch and PIL, which make loggers
         (root / c.id).mkdir(parents=True, exist_ok=True)
+        migrated_sqlite(root / c.id / "m.db")  # what is checked is the refusal, not the store's creation
         extras[c.id] = c.setup(root / c.id) if c.setup else {}
     zygote = shared()
     pool = ThreadPoolExecutor(max_workers=WORKERS)

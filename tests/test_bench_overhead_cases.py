@@ -37,3 +37,15 @@ def test_a_process_count_that_is_not_a_whole_number_is_refused_before_any_work()
     for bad in ("0", "two", "-1"):
         with pytest.raises(SystemExit, match=f"processes must be a whole number >= 1, not '{bad}'"):
             main("cpu", "tutorial:4", "", bad)
+
+
+def test_a_cpu_figure_names_the_cpu_model_its_threads_and_the_load() -> None:
+    """The gap read 0.83 on a 2-core Intel Xeon and 1.07 on a 2-core AMD EPYC: a figure without its CPU
+    model cannot say which class it measured."""
+    import torch
+
+    from benchmarks.bench_overhead import where_measured
+    from devicebench.host.cpu import cpu_model
+
+    where = where_measured(torch.device("cpu"))
+    assert where.startswith(f"cpu {cpu_model()}, {torch.get_num_threads()} threads, load ")

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 from own_tags import facts_of
 
-from servers import ABSENT_GPU, ABSENT_GPU_SAYS, devicebench_env, one_error_line, run_cli, runs_of
+from servers import (
+    ABSENT_GPU,
+    ABSENT_GPU_SAYS,
+    devicebench_env,
+    migrated_sqlite,
+    one_error_line,
+    run_cli,
+    runs_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -60,7 +68,7 @@ def test_an_unreachable_tracking_uri_fails_within_15_s_naming_it(tmp_path: Path)
 
 
 def test_an_absent_gpu_leaves_a_failed_run_on_the_embedded_store(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = migrated_sqlite(tmp_path / "m.db")
     env = devicebench_env(uri, DEVICEBENCH_EXPERIMENT="cli", DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
     proc = run_cli(["matmul", "--device", ABSENT_GPU, "--sizes", "64"], env, cwd=tmp_path)
     assert proc.returncode == 2
@@ -79,7 +87,7 @@ def test_a_flag_refused_under_mlflow_run_says_why_on_the_run_mlflow_made(
     (MLFLOW_RUN_ID); the command's one-line refusal now reaches that run, which ends FAILED."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_sqlite(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     run_id = client.create_run(client.create_experiment("x")).info.run_id
     proc = run_cli(["matmul", *flags], devicebench_env(uri, MLFLOW_RUN_ID=run_id), cwd=tmp_path)

@@ -39,7 +39,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from own_tags import facts_of
 
-from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, run_cli, runs_of
+from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, migrated_sqlite, run_cli, runs_of
 from zygote import Forked, shared
 
 HERE = Path(__file__).resolve().parent
@@ -641,7 +641,7 @@ def test_out_of_host_memory_names_the_parameter_to_lower(tmp_path: Path) -> None
     need = 2 * 60000**2 * 8
     if psutil.virtual_memory().total + psutil.swap_memory().total > need:
         pytest.skip(f"this host could hold {need / 1e9:.0f} GB; the allocation would not fail")
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = migrated_sqlite(tmp_path / "m.db")
     env = env_for(uri, DEVICEBENCH_EXPERIMENT="oom", DEVICEBENCH_SPOOL_DIR=str(tmp_path / "s"))
     proc = run_cli(
         ["matmul", "--sizes", "60000", "--dtypes", "float64", "--backends", "numpy"],

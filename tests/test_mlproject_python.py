@@ -18,7 +18,7 @@ import yaml
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from servers import VENV_BIN, devicebench_env, without_venv
+from servers import VENV_BIN, devicebench_env, migrated_sqlite, without_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = "sh src/mlproject-python -m devicebench"
@@ -43,7 +43,7 @@ def test_a_project_without_a_usable_python_says_what_to_do_and_leaves_no_run(tmp
     for name in ("python", "python3"):  # this interpreter with no site-packages: no torch, no MLflow
         (bare / name).write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
         (bare / name).chmod(0o755)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_sqlite(tmp_path / "mlflow.db")
     env = devicebench_env(uri)
     env["PATH"] = f"{bare}:{without_venv(env['PATH'])}"
     cmd = [str(VENV_BIN / "mlflow"), "run", str(project), "-e", "suite", "-P", "dry_run=true"]

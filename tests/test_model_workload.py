@@ -28,7 +28,7 @@ from devicebench.schema import (
     serve_batch_key,
 )
 from devicebench.train.summary import forward_flops_per_sample, meta_model
-from servers import devicebench_env, run_cli
+from servers import devicebench_env, migrated_sqlite, run_cli
 
 FACTORY = """
 import torch
@@ -66,7 +66,7 @@ def _images(root: Path) -> None:
 class Store:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.uri = f"sqlite:///{tmp / 'mlflow.db'}"
+        self.uri = migrated_sqlite(tmp / "mlflow.db")
         self.env = devicebench_env(self.uri, DEVICEBENCH_EXPERIMENT="your-model")
         self.printed: list[str] = []  # each command's whole stdout, in order
 

@@ -21,7 +21,15 @@ import pytest
 from mlflow.tracking import MlflowClient
 from own_tags import facts_of
 
-from servers import QUICK_MATMUL, devicebench_env, fake_oci_metadata, one_error_line, pg_database, run_cli
+from servers import (
+    QUICK_MATMUL,
+    devicebench_env,
+    fake_oci_metadata,
+    migrated_sqlite,
+    one_error_line,
+    pg_database,
+    run_cli,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ["matmul", "--sizes", "32", "--repeats", "1", *QUICK_MATMUL]
@@ -191,7 +199,7 @@ def test_the_journal_keeps_the_uri_redacted_and_sync_finds_the_password(tmp_path
 def test_a_numpy_py_in_the_working_directory_is_not_imported(tmp_path: Path) -> None:
     """The isolated matmul child (a real interpreter) once imported ./numpy.py and ran it."""
     (tmp_path / "numpy.py").write_text('open("PWNED", "w")\n')
-    env = env_for(tmp_path, f"sqlite:///{tmp_path / 'm.db'}")
+    env = env_for(tmp_path, migrated_sqlite(tmp_path / "m.db"))
     args = ["matmul", "--sizes", "32", "--repeats", "1", "--min_time_s", "0", "--backends", "numpy"]
     proc = run_cli([*args, "--dtypes", "float32"], env, cwd=tmp_path, timeout_s=110)
     assert proc.returncode == 0, proc.stderr
@@ -240,7 +248,7 @@ def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_resume_refuses_a_run_that_is_not_a_suite_parent_of_the_plan(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = migrated_sqlite(tmp_path / "m.db")
     env = env_for(tmp_path, uri, DEVICEBENCH_EXPERIMENT="resume")
     proc = run_cli(MATMUL, env, cwd=tmp_path, timeout_s=100)
     assert proc.returncode == 0, proc.stderr
@@ -326,7 +334,7 @@ def test_a_lock_is_not_held_by_forked_children_of_a_dead_holder(tmp_path: Path) 
 def test_a_corrupt_journal_is_skipped_named_and_the_others_replayed(tmp_path: Path) -> None:
     from devicebench.tracking.journal import Journal
 
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = migrated_sqlite(tmp_path / "m.db")
     env = env_for(tmp_path, uri)
     spool = tmp_path / "spool"
     (spool / "aaa-bad-json").mkdir(parents=True)
@@ -434,7 +442,7 @@ def test_absurd_instance_metadata_sizes_are_ignored() -> None:
 
 @pytest.mark.timeout(120)
 def test_a_batch_larger_than_the_data_is_tagged_with_the_batch_used(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = migrated_sqlite(tmp_path / "m.db")
     args = ["cifar", "--data", "synthetic", "--epochs", "1", "--num_workers", "0", "--batch_size"]
     args += ["1000000000000", "--train_limit", "20", "--test_limit", "8", "--log_every", "1"]
     proc = run_cli(args, env_for(tmp_path, uri, DEVICEBENCH_EXPERIMENT="batch"), cwd=tmp_path, timeout_s=110)

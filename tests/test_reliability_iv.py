@@ -22,7 +22,7 @@ from devicebench.errors import StoreUnavailable, UsageError
 from devicebench.plan.spec import load_plan
 from devicebench.pricing.price_table import load_prices
 from devicebench.tracking.store import check_store
-from servers import QUICK_MATMUL, devicebench_env, one_error_line, pg_available, run_cli
+from servers import QUICK_MATMUL, devicebench_env, migrated_sqlite, one_error_line, pg_available, run_cli
 
 # ------------------------------------------------------------------------- 5: a key written twice
 
@@ -189,7 +189,7 @@ def test_a_dotenv_value_of_200000_characters_is_refused(
 
 
 def test_an_experiment_id_with_no_experiment_is_refused_before_a_run_exists(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'x.db'}"
+    uri = migrated_sqlite(tmp_path / "x.db")
     env = devicebench_env(uri, MLFLOW_EXPERIMENT_ID="99999")
     proc = run_cli(["matmul", "--sizes", "64", "--repeats", "1", *QUICK_MATMUL], env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr

@@ -31,6 +31,7 @@ from devicebench.report.read.records import RunRecord
 from devicebench.report.render.files import write_report
 from devicebench.report.render.tables import base_text
 from devicebench.report.render.terminal import terminal_table
+from servers import migrated_sqlite
 
 SAMPLES = 100_000  # per epoch: time/train_s = SAMPLES / throughput, so pairs and series agree
 GPU_SERIES = {1: (990.0, 1010.0), 2: (1880.0, 1920.0), 4: (3180.0, 3220.0), 8: (4380.0, 4420.0)}
@@ -86,7 +87,7 @@ def sqlite_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[MlflowC
     """An embedded SQLite store (no server to start) holding the planted runs, set up for `compare`."""
     for k in [k for k in os.environ if k.startswith(("MLFLOW_", "DEVICEBENCH_"))]:
         monkeypatch.delenv(k)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = migrated_sqlite(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DEVICEBENCH_EXPERIMENT", "scaling")
     monkeypatch.setenv("DEVICEBENCH_DOTENV", "none")

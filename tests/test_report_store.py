@@ -23,7 +23,7 @@ from devicebench.report.read.options import Query
 from devicebench.report.read.query import read_runs, record, search_pages, slice_clauses, time_slices
 from devicebench.report.read.records import RunRecord
 from devicebench.report.read.rest import rest_store, search_page
-from servers import QUICK_MATMUL, compared_runs, devicebench_env, run_cli
+from servers import QUICK_MATMUL, compared_runs, devicebench_env, migrated_sqlite, run_cli
 
 DAY_MS = 86_400_000
 
@@ -150,7 +150,7 @@ def test_server_pages_read_as_json_give_the_clients_records(store, experiment_na
 
 
 def test_embedded_sqlite_store_reads_with_the_same_code(tmp_path: Path) -> None:
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(migrated_sqlite(tmp_path / "mlflow.db"))
     exp_id = client.create_experiment("embedded", artifact_location=str(tmp_path / "artifacts"))
     specs = specs_for("matmul", ["cpu"]) + specs_for("cifar", ["cpu", "cuda:0"])
     log_runs(client, exp_id, specs, workers=1)

@@ -16,7 +16,7 @@ from devicebench.errors import UsageError
 from devicebench.plan.spec import load_plan
 from devicebench.plan.suite import _run_items, check_resumable, unavailable_reason
 from devicebench.tracking.locks import release, try_lock
-from servers import ABSENT_GPU, MlflowServer, devicebench_env, run_cli, runs_of
+from servers import ABSENT_GPU, MlflowServer, devicebench_env, migrated_sqlite, run_cli, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -456,7 +456,7 @@ def test_resume_of_a_suite_still_running_is_refused_on_this_host_and_from_anothe
         """,
     )
     env = devicebench_env(
-        f"sqlite:///{tmp_path / 'mlflow.db'}", DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool")
+        migrated_sqlite(tmp_path / "mlflow.db"), DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool")
     )
     settings = load_settings(env)
     client = MlflowClient(settings.tracking_uri)
