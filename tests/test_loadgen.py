@@ -1,0 +1,135 @@
+"""infer under MLPerf's LoadGen: its three scenarios in-process, each figure read from LoadGen's own
+logs (the tests parse LoadGen's summary text apart from the detail log the code reads, so a figure timed
+beside LoadGen fails them), the server scenario's search for the highest QPS within the p99 promise,
+its cost per million, and the bad inputs: a promise of 0 or below, a search no QPS passes."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from devicebench.config.fields import build_config
+from devicebench.config.workloads import InferConfig
+from devicebench.errors import UsageError
+from devicebench.host.context import Context, LoadedModel
+from devicebench.pricing.costs import serving_costs
+from devicebench.schema import (
+    COST_PER_MILLION,
+    SERVE_MAX_QPS,
+    SERVE_P90,
+    SERVE_RATE,
+    loadgen_key,
+    loadgen_tag,
+)
+from devicebench.tracking.protocol import MemoryTracker
+from devicebench.util.fmt import fmt_count
+from devicebench.workloads import infer, loadgen
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def summary_ns(text: str, label: str) -> float:
+    """A figure of LoadGen's summary log, by its label: read apart from the detail log the code reads."""
+    match = re.search(rf"^{re.escape(label)}\s*:\s*([0-9.]+)", text, re.M)
+    assert match, f"{label!r} not in the summary"
+    return float(match.group(1))
+
+
+def _cfg(**over: object) -> InferConfig:
+    base = dict(model="tiny", scenarios=("single_stream", "server", "offline"), min_duration_s=0.3,
+                min_queries=512, serve_budget_s=6.0, p99_ms=250.0, input="3x8x8")  # fmt: skip
+    base.update(over)
+    return InferConfig(**base)  # type: ignore[arg-type]
+
+
+def test_the_three_scenarios_log_what_loadgens_logs_say(tmp_path: Path) -> None:
+    """Each scenario's figure equals LoadGen's summary text; the run's p90 is single_stream's, its rate
+    and cost the server's highest VALID QPS; LoadGen's logs are artifacts."""
+    torch.manual_seed(0)
+    cfg = _cfg()
+    tracker = MemoryTracker()
+    model = Tiny().eval()
+    served = infer.under_load(cfg, Context(torch.device("cpu"), tmp_path, False), tracker, model, (3, 8, 8))
+    metrics = {k: v for k, v, step in tracker.metrics if step is None}
+    way = served["in_process"]
+    texts = {
+        name: text
+        for name, text in tracker.artifacts.items()
+        if name.startswith("loadgen/in_process/") and name.endswith(".txt")
+    }
+    single = texts["loadgen/in_process/single_stream_summary.txt"]
+    assert metrics[loadgen_key("in_process", "single_stream", "p90_s")] == pytest.approx(
+        summary_ns(single, "90.00 percentile latency (ns)") * 1e-9, rel=1e-9
+    )
+    offline = texts["loadgen/in_process/offline_summary.txt"]
+    assert metrics[loadgen_key("in_process", "offline", "rate")] == pytest.approx(
+        summary_ns(offline, "Samples per second"), rel=1e-4
+    )
+    server = texts["loadgen/in_process/server_summary.txt"]  # the last test the search ran
+    last = way.tried[-1]
+    assert last.p99_s == pytest.approx(summary_ns(server, "99.00 percentile latency (ns)") * 1e-9, rel=1e-9)
+    assert all(o.valid for o in way.outcomes.values()), {s: o.reason for s, o in way.outcomes.items()}
+    assert tracker.tags[loadgen_tag("in_process", "server")] == "VALID"
+    best = way.outcomes["server"]
+    assert best.target_qps == max(o.target_qps for o in way.tried if o.valid)
+    assert best.p99_s <= cfg.p99_ms / 1e3
+    assert metrics[loadgen_key("in_process", "server", "max_qps")] == best.target_qps
+    assert "loadgen/in_process/server_search.json" in tracker.tables
+
+
+def test_the_runs_answer_is_the_highest_qps_held_and_its_cost(tmp_path: Path) -> None:
+    """Through `infer.run`: SERVE_RATE and SERVE_MAX_QPS are the server's VALID QPS, SERVE_P90 is
+    single_stream's p90 (no timed requests asked), and a million predictions cost the hour over it."""
+    cfg = _cfg(scenarios=("single_stream", "server"))
+    tracker = MemoryTracker()
+    ctx = Context(torch.device("cpu"), tmp_path, False, served=LoadedModel(Tiny().eval(), (3, 8, 8), "x"))
+    result = infer.run(cfg, ctx, tracker)
+    metrics = {k: v for k, v, step in tracker.metrics if step is None}
+    server = result.served["in_process"].outcomes["server"]
+    assert metrics[SERVE_RATE] == metrics[SERVE_MAX_QPS] == server.target_qps
+    assert metrics[SERVE_P90] == result.served["in_process"].outcomes["single_stream"].p90_s
+    cost = serving_costs(3.6, result.serve_samples_per_s)[COST_PER_MILLION]
+    assert cost == pytest.approx(3.6 * 1e6 / server.target_qps / 3600)
+
+
+def test_a_promise_of_zero_or_below_is_refused_in_one_line() -> None:
+    for bad in ("0", "-5"):
+        with pytest.raises(UsageError, match=r"out of range; expected a number > 0"):
+            build_config(InferConfig, {"p99_ms": bad})
+
+
+def test_a_search_no_qps_passes_says_the_lowest_tried_and_its_p99(tmp_path: Path) -> None:
+    """A model slower than the promise: every test INVALID, one line with the lowest QPS and its p99."""
+    load = loadgen.Load(min_duration_s=0.2, min_queries=8, p99_s=0.005)
+
+    def predict(indices: object) -> None:
+        time.sleep(0.012)
+
+    tried = loadgen.peak_search(
+        lambda q: loadgen.run_test("server", predict, 8, load, q, 0.012, tmp_path), 40.0, load, 1.5
+    )
+    assert tried and not any(o.valid for o in tried)
+    low = min(tried, key=lambda o: o.target_qps)
+    with pytest.raises(UsageError) as err:
+        loadgen.highest_held(tried, load.p99_s)
+    text = str(err.value)
+    assert "no QPS held p99 <= 5.00 ms" in text and "\n" not in text
+    assert (
+        f"the lowest tried, {fmt_count(low.target_qps)} QPS" in text
+        and "had p99" in text
+        and not math.isnan(low.p99_s)
+    )
