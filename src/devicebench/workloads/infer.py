@@ -41,6 +41,7 @@ from devicebench.schema import (
     SERVE_P99_BOUND,
     SERVE_RATE,
     SERVE_TFLOPS,
+    loadgen_artifact,
     serve_batch_key,
     serve_series_key,
     tag,
@@ -269,6 +270,10 @@ def under_load(
         with tempfile.TemporaryDirectory(prefix="devicebench-loadgen-") as folder:
             out[via] = drive(cfg, predict, via, workers, Path(folder))
             log_served(tracker, out[via], Path(folder))
+    if "http" in out and ctx.served is not None and ctx.served.log is not None:
+        tracker.log_text(
+            ctx.served.log.read_text(errors="replace"), loadgen_artifact("http", "scoring_server.log")
+        )
     return out
 
 
