@@ -19,6 +19,7 @@ from devicebench.config.workloads import InferConfig
 from devicebench.errors import UsageError
 from devicebench.host.context import Context, LoadedModel
 from devicebench.pricing.costs import serving_costs
+from devicebench.run.run_line import glance_metrics, summary_line
 from devicebench.schema import (
     COST_PER_MILLION,
     SERVE_MAX_QPS,
@@ -28,7 +29,7 @@ from devicebench.schema import (
     loadgen_tag,
 )
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.util.fmt import fmt_count
+from devicebench.util.fmt import fmt_count, fmt_money, fmt_s
 from devicebench.workloads import infer, loadgen
 
 
@@ -89,6 +90,9 @@ def test_the_three_scenarios_log_what_loadgens_logs_say(tmp_path: Path) -> None:
     assert best.p99_s <= cfg.p99_ms / 1e3
     assert metrics[loadgen_key("in_process", "server", "max_qps")] == best.target_qps
     assert "loadgen/in_process/server_search.json" in tracker.tables
+    chart = tracker.artifacts["loadgen/all/p99_vs_qps.png"]
+    (ax,) = chart.axes
+    assert ax.lines[0].get_ydata()[0] == 250.0  # the promise, in ms
 
 
 def test_the_runs_answer_is_the_highest_qps_held_and_its_cost(tmp_path: Path) -> None:
@@ -102,8 +106,11 @@ def test_the_runs_answer_is_the_highest_qps_held_and_its_cost(tmp_path: Path) ->
     server = result.served["in_process"].outcomes["server"]
     assert metrics[SERVE_RATE] == metrics[SERVE_MAX_QPS] == server.target_qps
     assert metrics[SERVE_P90] == result.served["in_process"].outcomes["single_stream"].p90_s
-    cost = serving_costs(3.6, result.serve_samples_per_s)[COST_PER_MILLION]
-    assert cost == pytest.approx(3.6 * 1e6 / server.target_qps / 3600)
+    costs = serving_costs(3.6, result.serve_samples_per_s)
+    assert costs[COST_PER_MILLION] == pytest.approx(3.6 * 1e6 / server.target_qps / 3600)
+    line = summary_line("infer", "cpu", glance_metrics("infer", result, costs), "no price table")
+    assert f"{fmt_count(server.target_qps)} predictions/s held within p99 {fmt_s(0.25)} at batch 1" in line
+    assert f"{fmt_money(costs[COST_PER_MILLION])}/M predictions" in line
 
 
 def test_a_promise_of_zero_or_below_is_refused_in_one_line() -> None:

@@ -51,7 +51,7 @@ from devicebench.train.setup import autocast, peak_memory, reset_peak_memory, se
 from devicebench.train.summary import forward_flops_per_sample, utilization_metrics
 from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.util.stats import quantile
-from devicebench.workloads.serving import SAMPLES, Served, drive, in_process, log_served, over_http
+from devicebench.workloads.serving import SAMPLES, Served, drive, in_process, log_served, over_http, p99_chart
 
 DATA = "synthetic"  # random inputs of the model's shape: serving time does not depend on the pixels
 MEMORY_PARAMS = ("batch_sizes", "input")
@@ -270,6 +270,11 @@ def under_load(
         with tempfile.TemporaryDirectory(prefix="devicebench-loadgen-") as folder:
             out[via] = drive(cfg, predict, via, workers, Path(folder))
             log_served(tracker, out[via], Path(folder))
+    searched = [way for way in out.values() if way.tried]
+    if searched:
+        tracker.log_figure(
+            p99_chart(searched, cfg.p99_ms / 1e3, str(ctx.device)), loadgen_artifact("all", "p99_vs_qps.png")
+        )
     if "http" in out and ctx.served is not None and ctx.served.log is not None:
         tracker.log_text(
             ctx.served.log.read_text(errors="replace"), loadgen_artifact("http", "scoring_server.log")

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import torch
+from matplotlib.figure import Figure
 
 from devicebench.config.serving_fields import LOADGEN_SCENARIOS
 from devicebench.config.workloads import InferConfig as Config
@@ -28,6 +29,7 @@ from devicebench.models import zoo
 from devicebench.schema import loadgen_artifact, loadgen_key, loadgen_tag
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.setup import autocast
+from devicebench.util.fmt import fmt_s
 from devicebench.workloads.loadgen import Load, LoadGenResult, Predict, highest_held, peak_search, run_test
 
 SAMPLES = 64  # LoadGen's sample library: distinct inputs its queries pick from
@@ -216,3 +218,22 @@ def log_served(tracker: Tracker, served: Served, out: Path) -> None:
         )
     for path in sorted(out.glob("*.txt")):  # as text: the folder is gone before a spooled run is sent
         tracker.log_text(path.read_text(errors="replace"), loadgen_artifact(served.via, path.name))
+
+
+def p99_chart(ways: Sequence[Served], p99_bound_s: float, device: str) -> Figure:
+    """Each way's server tests: p99 against the QPS asked, VALID filled, INVALID hollow, and the
+    promise as a line; what `p99_vs_qps.png` shows beside the run's answer."""
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot()
+    ax.axhline(1e3 * p99_bound_s, color="grey", linestyle="--", label=f"promise: p99 {fmt_s(p99_bound_s)}")
+    for way, colour in zip(ways, ("tab:blue", "tab:orange"), strict=False):
+        tests = sorted(way.tried, key=lambda o: o.target_qps)
+        xs, ys = [o.target_qps for o in tests], [1e3 * o.p99_s for o in tests]
+        ax.plot(xs, ys, color=colour, label=f"{device} {way.via}")
+        ax.scatter(xs, ys, color=colour, facecolors=[colour if o.valid else "none" for o in tests])
+    ax.set_xlabel("QPS asked (Poisson arrivals)")
+    ax.set_ylabel("p99 latency (ms)")
+    ax.set_title("LoadGen server scenario: p99 against QPS", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
