@@ -113,15 +113,21 @@ class BatchingSut:
     prediction's error completes its queries anyway (LoadGen would otherwise wait for them for good)
     and is raised once the test has ended."""
 
-    def __init__(self, predict: Predict, load: Load) -> None:
-        self.predict, self.load = predict, load
+    def __init__(self, predict: Predict, load: Load, inline: bool = False) -> None:
+        self.predict, self.load, self.inline = predict, load, inline
         self.queue: queue.Queue[Any] = queue.Queue()
         self.error: BaseException | None = None
-        self.threads = [threading.Thread(target=self._work, daemon=True) for _ in range(load.workers)]
+        workers = 0 if inline else load.workers
+        self.threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
         for t in self.threads:
             t.start()
 
     def issue(self, samples: Sequence[Any]) -> None:
+        if self.inline:  # on LoadGen's own thread, as its demos do: no hand-off to wake a worker
+            pairs = [(s.id, s.index) for s in samples]
+            for i in range(0, len(pairs), self.load.max_batch):
+                self._complete(pairs[i : i + self.load.max_batch])
+            return
         for s in samples:
             self.queue.put((s.id, s.index))
 
@@ -143,13 +149,15 @@ class BatchingSut:
 
     def _work(self) -> None:
         while (first := self.queue.get()) is not None:
-            batch = self._batch(first)
-            if self.error is None:
-                try:
-                    self.predict([index for _, index in batch])
-                except BaseException as exc:  # raised again by `raise_error`, after the test
-                    self.error = exc
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, 0, 0) for qid, _ in batch])
+            self._complete(self._batch(first))
+
+    def _complete(self, batch: list[tuple[int, int]]) -> None:
+        if self.error is None:
+            try:
+                self.predict([index for _, index in batch])
+            except BaseException as exc:  # raised again by `raise_error`, after the test
+                self.error = exc
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, 0, 0) for qid, _ in batch])
 
     def stop(self) -> None:
         for _ in self.threads:
@@ -182,7 +190,9 @@ def run_test(
     """One LoadGen test of `scenario` over `samples` samples (their indices are what `predict` gets),
     its logs in `out` as `<scenario>_summary.txt` and `<scenario>_detail.txt`."""
     out.mkdir(parents=True, exist_ok=True)
-    sut_impl = BatchingSut(predict, load)
+    # one query at a time (single_stream), or all at once (offline), with one worker: predicted on
+    # LoadGen's thread; the server scenario's arrivals must never wait for a prediction to be issued
+    sut_impl = BatchingSut(predict, load, inline=scenario != "server" and load.workers == 1)
     sut = lg.ConstructSUT(sut_impl.issue, sut_impl.flush)
     qsl = lg.ConstructQSL(samples, samples, lambda _: None, lambda _: None)
     log = lg.LogOutputSettings()
