@@ -140,3 +140,21 @@ def test_a_search_no_qps_passes_says_the_lowest_tried_and_its_p99(tmp_path: Path
         and "had p99" in text
         and not math.isnan(low.p99_s)
     )
+
+
+def test_tune_searches_each_batching_setting_and_keeps_the_highest(tmp_path: Path) -> None:
+    """With `tune`, the server search runs at a few (max_batch, max_wait) settings; the one kept held
+    the highest QPS of them, and the table says each."""
+    from devicebench.workloads.serving import settings_to_try
+
+    cfg = _cfg(scenarios=("server",), tune=True, serve_budget_s=3.0)
+    assert settings_to_try(cfg) == [(1, 0.0), (4, 25.0), (16, 25.0)]
+    assert settings_to_try(_cfg(max_batch=2, max_wait_ms=1.0)) == [(2, 1.0)]
+    tracker = MemoryTracker()
+    ctx = Context(torch.device("cpu"), tmp_path, False)
+    way = infer.under_load(cfg, ctx, tracker, Tiny().eval(), (3, 8, 8))["in_process"]
+    table = tracker.artifacts["loadgen/in_process/tune.json"]
+    assert table["max_batch"] == [1, 4, 16]
+    best = max(range(3), key=lambda i: table["max_qps"][i])
+    assert way.max_batch == table["max_batch"][best]
+    assert way.outcomes["server"].target_qps == table["max_qps"][best]
