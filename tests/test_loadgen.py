@@ -158,3 +158,23 @@ def test_tune_searches_each_batching_setting_and_keeps_the_highest(tmp_path: Pat
     best = max(range(3), key=lambda i: table["max_qps"][i])
     assert way.max_batch == table["max_batch"][best]
     assert way.outcomes["server"].target_qps == table["max_qps"][best]
+
+
+def test_the_reports_serving_cell_says_the_promise_the_rate_was_held_within() -> None:
+    """A LoadGen run's side: `<QPS>/s within p99 50.00 ms at batch 4`; a timed run's side keeps its
+    `<rate>/s at batch 32` (fails before: the cell never said the promise)."""
+    from test_report_logic import rec, side
+
+    from devicebench.report.render.tables import SERVING_COLUMNS
+    from devicebench.schema import SERVE_BATCH, SERVE_P99_BOUND
+
+    cell = next(c for c in SERVING_COLUMNS if c.name == "throughput")
+    held = {SERVE_RATE: 120.0, SERVE_BATCH: 4.0, SERVE_P99_BOUND: 0.05, "time/total_s": 9.0}
+    timed = {SERVE_RATE: 900.0, SERVE_BATCH: 32.0, "time/total_s": 9.0}
+
+    class Item:
+        def __init__(self, metrics: dict[str, float]) -> None:
+            self.side, self.config = side([rec("cpu", workload="infer", metrics=metrics)]), "c"
+
+    assert cell.cell(Item(held)) == f"{fmt_count(120.0)}/s within p99 {fmt_s(0.05)} at batch 4"
+    assert cell.cell(Item(timed)) == f"{fmt_count(900.0)}/s at batch 32"
