@@ -178,3 +178,17 @@ def test_the_reports_serving_cell_says_the_promise_the_rate_was_held_within() ->
 
     assert cell.cell(Item(held)) == f"{fmt_count(120.0)}/s within p99 {fmt_s(0.05)} at batch 4"
     assert cell.cell(Item(timed)) == f"{fmt_count(900.0)}/s at batch 32"
+
+
+def test_a_search_that_holds_nothing_fails_the_run_after_logging_what_it_measured(tmp_path: Path) -> None:
+    """single_stream's figures and the failed search's tests are logged; then the one-line UsageError
+    (fails before: the error left nothing of the other scenarios)."""
+    cfg = _cfg(scenarios=("single_stream", "server"), p99_ms=0.001, min_queries=50, serve_budget_s=1.0)
+    tracker = MemoryTracker()
+    with pytest.raises(UsageError, match="no QPS held p99"):
+        infer.under_load(
+            cfg, Context(torch.device("cpu"), tmp_path, False), tracker, Tiny().eval(), (3, 8, 8)
+        )
+    logged = {k for k, _, _ in tracker.metrics}
+    assert loadgen_key("in_process", "single_stream", "p90_s") in logged
+    assert loadgen_key("in_process", "server", "tried_p99_s") in logged

@@ -279,6 +279,9 @@ def under_load(
         tracker.log_text(
             ctx.served.log.read_text(errors="replace"), loadgen_artifact("http", "scoring_server.log")
         )
+    for way in out.values():  # a search that held no QPS fails the run, its figures logged first
+        if way.failure is not None:
+            raise way.failure
     return out
 
 

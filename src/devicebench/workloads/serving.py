@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 
 from devicebench.config.serving_fields import LOADGEN_SCENARIOS
 from devicebench.config.workloads import InferConfig as Config
+from devicebench.errors import UsageError
 from devicebench.models import zoo
 from devicebench.schema import loadgen_artifact, loadgen_key, loadgen_tag
 from devicebench.tracking.protocol import Tracker
@@ -51,6 +52,7 @@ class Served:
     max_batch: int = 1
     max_wait_s: float = 0.0
     tuned: list[tuple[int, float, float]] = field(default_factory=list)  # (max_batch, max_wait_ms, max QPS)
+    failure: UsageError | None = None  # the server search held no QPS within the promise
 
 
 def in_process(
@@ -181,7 +183,10 @@ def drive(cfg: Config, predict: Predict, via: str, workers: int, out: Path) -> S
         elif scenario == "offline":
             served.outcomes[scenario] = _offline(predict, load, _latency_s(predict, cfg.max_batch), out)
         else:
-            _server(cfg, predict, workers, out, served)
+            try:
+                _server(cfg, predict, workers, out, served)
+            except UsageError as exc:  # said once every figure measured is logged (infer.under_load)
+                served.failure = exc
     return served
 
 
