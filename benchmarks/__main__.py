@@ -15,6 +15,7 @@ MODULES = (
     "benchmarks.bench_fixed",
     "benchmarks.bench_zoo",
     "benchmarks.bench_tune",
+    "benchmarks.bench_loadgen",
 )
 
 

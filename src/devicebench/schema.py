@@ -65,6 +65,14 @@ SERVE_P99 = "serve/latency_p99_s"
 SERVE_RATE = "throughput/serve_samples_per_s"  # the best over the batch sizes; each: serve_batch_key
 SERVE_TFLOPS = "throughput/serve_tflops"
 SERVE_BATCH = "serve/best_batch_size"  # where SERVE_RATE was measured
+# LoadGen's server scenario (workloads/loadgen.py): the highest QPS it called VALID within the p99
+# promise, the p99 there and the promise itself; each scenario's figures: loadgen_key
+SERVE_MAX_QPS = "serve/max_qps_within_p99"
+SERVE_MAX_QPS_P99 = "serve/p99_at_max_qps_s"
+SERVE_P99_BOUND = "serve/p99_bound_s"
+SERVE_MAX_WAIT = (
+    "serve/max_wait_s"  # the batching setting that held SERVE_MAX_QPS (SERVE_BATCH: its max batch)
+)
 # Memory, bytes
 PEAK_BYTES = "memory/peak_bytes"  # the device allocator's peak (GPU)
 PEAK_RSS_BYTES = "memory/peak_rss_bytes"  # the process's
@@ -279,6 +287,23 @@ def serve_series_key(figure: str) -> str:
     """`serve/<figure>`: the same figure stepped by batch size (the UI's chart against the batch); its
     figures are never SERVE_P50's name (`latency_p50_s`), which a stepped series would overwrite."""
     return f"serve/{figure}"
+
+
+def loadgen_key(via: str, scenario: str, figure: str) -> str:
+    """`loadgen/<via>/<scenario>/<figure>`: one LoadGen scenario's figure as read from its detail log
+    (`rate`, `p50_s`, `p90_s`, `p99_s`, `valid`; the server's `max_qps`, `tried_qps`, `tried_p99_s`),
+    in-process or over HTTP."""
+    return f"loadgen/{via}/{scenario}/{figure}"
+
+
+def loadgen_artifact(via: str, name: str) -> str:
+    """`loadgen/<via>/<name>`: LoadGen's own logs and the server search's tables, per way in."""
+    return f"loadgen/{via}/{name}"
+
+
+def loadgen_tag(via: str, scenario: str) -> str:
+    """`devicebench.loadgen.<via>.<scenario>`: VALID, or INVALID with LoadGen's reason."""
+    return tag(f"loadgen.{via}.{scenario}")
 
 
 def class_accuracy_key(class_name: str) -> str:

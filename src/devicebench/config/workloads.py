@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from devicebench.config import job_fields, shared_fields
 from devicebench.config.fields import NOT_KEYED, Unset, is_keyed, param, spelt
+from devicebench.config.serving_fields import LOADGEN_SCENARIOS, ServingLoad
 from devicebench.config.spelling import check_model_spec, check_model_uri, input_text, parse_input, path_text
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.schema import MAX_EPOCHS, check_workers
@@ -356,9 +357,9 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class InferConfig:
+class InferConfig(ServingLoad):
     """`devicebench infer`'s parameters: serving figures for a logged model (`model_uri`) or a model
-    built by name (`model`), on one device."""
+    built by name (`model`), on one device; how it is loaded, `ServingLoad`'s."""
 
     ABOUT: ClassVar[str] = (
         "a model served: latency p50/p90/p99 per request and throughput per batch size"  # its command's line in `devicebench --help`
@@ -411,6 +412,13 @@ class InferConfig:
             check_model_spec(self.model)
         if self.input:
             parse_input(self.input)
+        if "http" in self.via and not self.model_uri:
+            raise UsageError("via http serves a logged model: give model_uri too", param="via")
+        if "http" in self.via and not set(self.scenarios) & set(LOADGEN_SCENARIOS):
+            raise UsageError(
+                f"via http drives LoadGen's scenarios: give scenarios one of {', '.join(LOADGEN_SCENARIOS)}",
+                param="scenarios",
+            )
 
 
 WorkloadConfig = MatmulConfig | CifarConfig | UNetConfig | ModelConfig | InferConfig

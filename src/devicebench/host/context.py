@@ -17,12 +17,15 @@ if TYPE_CHECKING:
 class LoadedModel:
     """A logged model loaded for serving (tracking/artifacts.py loads it; a workload never imports
     MLflow): the module on the CPU, one sample's shape from its signature where it has one, its URI,
-    and what it is called (its logged model's name: the run that serves it is named by it)."""
+    what it is called (its logged model's name: the run that serves it is named by it), and where
+    MLflow's scoring server serves it when it is asked over HTTP."""
 
     module: Any  # a torch.nn.Module
     input_shape: tuple[int, ...] | None
     uri: str
     name: str = ""
+    url: str = ""  # where MLflow's scoring server serves it (infer's via=http), started by the CLI
+    log: Path | None = None  # that server's log
 
 
 @dataclass(frozen=True)

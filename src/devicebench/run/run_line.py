@@ -91,6 +91,8 @@ def _serving_glance(result: Any, costs: Mapping[str, float]) -> dict[str, float]
         "serve_samples_per_s": result.serve_samples_per_s,
         "serve_batch_size": result.best_batch,
     }
+    if getattr(result, "answer", None) is not None:  # LoadGen's server: its rate is QPS within the promise
+        out["p99_bound_s"] = result.p99_bound_s
     if COST_PER_MILLION in costs:
         out["usd_per_million"] = costs[COST_PER_MILLION]
     return out
@@ -140,7 +142,8 @@ def _serving_figures(g: Mapping[str, float], kind: Kind) -> list[str]:
         parts.append(f"p50 {fmt_s(g['latency_p50_s'])} · p99 {fmt_s(g.get('latency_p99_s'))} per request")
     if "serve_samples_per_s" in g:
         at = f" at batch {int(g['serve_batch_size'])}" if "serve_batch_size" in g else ""
-        parts.append(f"{fmt_count(g['serve_samples_per_s'])} {kind.rate_unit}{at}")
+        within = f" held within p99 {fmt_s(g['p99_bound_s'])}" if "p99_bound_s" in g else ""
+        parts.append(f"{fmt_count(g['serve_samples_per_s'])} {kind.rate_unit}{within}{at}")
     return parts
 
 

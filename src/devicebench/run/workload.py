@@ -33,7 +33,7 @@ from devicebench.host.job import record_run, worker_rank
 from devicebench.plan.handoff import Handoff
 from devicebench.pricing.costs import log_costs, log_price, usable_price
 from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_share, price_side
-from devicebench.run import tuning
+from devicebench.run import scoring, tuning
 from devicebench.run.launch import check_job, launch
 from devicebench.run.run_line import glance_metrics, summary_line
 from devicebench.run.work import join_world, run_module
@@ -75,7 +75,7 @@ def run_workload(
     tuned = _tuned_from_env()
     if rank is None and world_size > 1:
         return _launch_job(name, cfg, settings, module)
-    served = _checked_before_run(module, cfg)
+    served = _checked_before_run(module, cfg, settings.tracking_uri)
     if served is not None and served.name:  # an infer run logs, and is named by, the model it served
         cfg = dataclasses.replace(cfg, model=served.name)
     with _workload_run(name, cfg, settings, module, world_size, tuned.tags if tuned else None) as tracker:
@@ -129,11 +129,12 @@ def _log_times(
     return total_s, busy
 
 
-def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | None:
+def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str) -> LoadedModel | None:
     """What must hold before a run is created, so that its failure leaves no run: the workload's own
     `check` (the `model` workload's model builds and takes its input), and a model URI to serve names a
     logged model, which is loaded here, once (an `infer` run's model), and checked by infer's `check`
-    (it has an input shape and gives one output per sample)."""
+    (it has an input shape and gives one output per sample); over HTTP, MLflow's scoring server is
+    started for it here (run/scoring.py), so a model that does not serve leaves no run either."""
     uri = getattr(cfg, "model_uri", "")
     served = load_logged_model(uri) if uri else None
     check = getattr(module, "check", None)
@@ -141,6 +142,9 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | 
         check(cfg, served)
     elif check is not None:
         check(cfg)
+    if served is not None and "http" in getattr(cfg, "via", ()):  # infer over MLflow's scoring server
+        server = scoring.start(uri, cfg.serve_port, tracking_uri)
+        served = dataclasses.replace(served, url=server.url, log=server.log)
     return served
 
 

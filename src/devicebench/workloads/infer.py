@@ -13,8 +13,11 @@ does not depend on what the weights learnt.
 
 from __future__ import annotations
 
+import math
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,11 +32,16 @@ from devicebench.models import zoo
 from devicebench.schema import (
     FORWARD_FLOPS,
     SERVE_BATCH,
+    SERVE_MAX_QPS,
+    SERVE_MAX_QPS_P99,
+    SERVE_MAX_WAIT,
     SERVE_P50,
     SERVE_P90,
     SERVE_P99,
+    SERVE_P99_BOUND,
     SERVE_RATE,
     SERVE_TFLOPS,
+    loadgen_artifact,
     serve_batch_key,
     serve_series_key,
     tag,
@@ -41,7 +49,9 @@ from devicebench.schema import (
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.setup import autocast, peak_memory, reset_peak_memory, seed_everything
 from devicebench.train.summary import forward_flops_per_sample, utilization_metrics
+from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.util.stats import quantile
+from devicebench.workloads.serving import SAMPLES, Served, drive, in_process, log_served, over_http, p99_chart
 
 DATA = "synthetic"  # random inputs of the model's shape: serving time does not depend on the pixels
 MEMORY_PARAMS = ("batch_sizes", "input")
@@ -60,14 +70,40 @@ class InferResult:
     samples_per_s: dict[int, float] = field(default_factory=dict)
     batch_latency_s: dict[int, float] = field(default_factory=dict)
     forward_flops: float | None = None
+    served: dict[str, Served] = field(default_factory=dict)  # LoadGen's outcomes, per way in
+    p99_bound_s: float = math.nan  # the server scenario's promise
+
+    @property
+    def answer(self) -> Served | None:
+        """The way whose server scenario answers for the run: over HTTP where it ran (what a deployed
+        server holds), else in-process; None without a server scenario."""
+        return next(
+            (
+                self.served[v]
+                for v in ("http", "in_process")
+                if "server" in self.served.get(v, Served(v)).outcomes
+            ),
+            None,
+        )
 
     @property
     def best_batch(self) -> int:
+        if self.answer is not None:
+            return self.answer.max_batch
+        if not self.samples_per_s:
+            return 1
         return max(self.samples_per_s, key=lambda b: self.samples_per_s[b])
 
     @property
     def serve_samples_per_s(self) -> float:
-        return self.samples_per_s[self.best_batch]
+        """The highest QPS held within the p99 promise where the server scenario ran, else the best
+        rate timed, else LoadGen's offline rate."""
+        if self.answer is not None:
+            return self.answer.outcomes["server"].target_qps
+        if self.samples_per_s:
+            return self.samples_per_s[self.best_batch]
+        offline = [s.outcomes["offline"].rate for s in self.served.values() if "offline" in s.outcomes]
+        return offline[0] if offline else math.nan
 
 
 def check(cfg: Config, served: LoadedModel | None = None) -> None:
@@ -148,6 +184,8 @@ def measure(cfg: Config, model: torch.nn.Module, shape: tuple[int, ...], device:
     g = torch.Generator().manual_seed(cfg.seed)
     one = torch.randn((1, *shape), generator=g)
     _one_row_each(cfg, model, one, device)
+    if "timed" not in cfg.scenarios:
+        return InferResult(math.nan, math.nan, math.nan, 0)
     latency = _request_times(
         _request(model, one, device, amp, cfg.channels_last), device, cfg.warmup, cfg.requests, 0.0
     )
@@ -180,13 +218,81 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> InferResult:
     reset_peak_memory(ctx.device)
     result = measure(cfg, model, shape, ctx.device)
     result.forward_flops = forward
+    result.served, result.p99_bound_s = under_load(cfg, ctx, tracker, model, shape), cfg.p99_ms / 1e3
+    _loadgen_latencies(result)
     _log(tracker, result, ctx.device, peaks.training_dtype(cfg.precision, math_tags[tag("fp32_math")]))
-    print(
-        f"{name} on {ctx.device}: batch 1 p50 {1e3 * result.p50_s:.2f} ms, p99 {1e3 * result.p99_s:.2f} ms "
-        f"over {result.requests} requests; best {result.serve_samples_per_s:,.0f} predictions/s at batch "
-        f"{result.best_batch}"
-    )
+    if "timed" in cfg.scenarios:
+        print(
+            f"{name} on {ctx.device}: batch 1 p50 {fmt_s(result.p50_s)}, p99 {fmt_s(result.p99_s)} over "
+            f"{result.requests} requests; best {fmt_count(max(result.samples_per_s.values()))} predictions/s"
+        )
+    for way in result.served.values():
+        print(f"{name} on {ctx.device} {way.via}, LoadGen: {said(way)}")
     return result
+
+
+def said(way: Served) -> str:
+    """One way's LoadGen scenarios in a line: each figure, VALID or INVALID, the server's setting."""
+    words = {True: "VALID", False: "INVALID"}
+    parts = []
+    for scenario, o in way.outcomes.items():
+        if scenario == "single_stream":
+            parts.append(f"single_stream p90 {fmt_s(o.p90_s)} p99 {fmt_s(o.p99_s)} {words[o.valid]}")
+        elif scenario == "offline":
+            parts.append(f"offline {fmt_count(o.rate)} samples/s {words[o.valid]}")
+        else:
+            wait = f", waiting up to {fmt_s(way.max_wait_s)}" if way.max_wait_s else ""
+            parts.append(
+                f"server {fmt_count(o.target_qps)} QPS held with p99 {fmt_s(o.p99_s)} "
+                f"(batch up to {way.max_batch}{wait}) {words[o.valid]}"
+            )
+    return " · ".join(parts)
+
+
+def under_load(
+    cfg: Config, ctx: Context, tracker: Tracker, model: torch.nn.Module, shape: tuple[int, ...]
+) -> dict[str, Served]:
+    """LoadGen's scenarios through each way in `cfg.via` (in-process first), each logged as it ends."""
+    if set(cfg.scenarios) <= {"timed"}:
+        return {}
+    amp = precision.check_precision(cfg.precision, ctx.device)
+    xs = torch.randn((SAMPLES, *shape), generator=torch.Generator().manual_seed(cfg.seed))
+    if cfg.channels_last and xs.dim() == 4:
+        xs = xs.contiguous(memory_format=torch.channels_last)
+    out: dict[str, Served] = {}
+    for via in sorted(cfg.via, key=lambda v: v != "in_process"):
+        if via == "http":
+            url, log = ctx.served.url, ctx.served.log  # started by the CLI before the run: check() saw it
+            predict, workers = over_http(url, xs, log), cfg.clients
+            tracker.set_tags({tag("serve.url"): url})
+        else:
+            predict, workers = in_process(model, xs, ctx.device, amp), 1
+        with tempfile.TemporaryDirectory(prefix="devicebench-loadgen-") as folder:
+            out[via] = drive(cfg, predict, via, workers, Path(folder))
+            log_served(tracker, out[via], Path(folder))
+    searched = [way for way in out.values() if way.tried]
+    if searched:
+        tracker.log_figure(
+            p99_chart(searched, cfg.p99_ms / 1e3, str(ctx.device)), loadgen_artifact("all", "p99_vs_qps.png")
+        )
+    if "http" in out and ctx.served is not None and ctx.served.log is not None:
+        tracker.log_text(
+            ctx.served.log.read_text(errors="replace"), loadgen_artifact("http", "scoring_server.log")
+        )
+    for way in out.values():  # a search that held no QPS fails the run, its figures logged first
+        if way.failure is not None:
+            raise way.failure
+    return out
+
+
+def _loadgen_latencies(r: InferResult) -> None:
+    """Without timed requests, the run's p50/p90/p99 are LoadGen's single_stream's (else its server's
+    at the highest QPS held), from the way that answers."""
+    if not math.isnan(r.p50_s) or not r.served:
+        return
+    way = r.answer or next(iter(r.served.values()))
+    o = way.outcomes.get("single_stream") or way.outcomes.get("server") or next(iter(way.outcomes.values()))
+    r.p50_s, r.p90_s, r.p99_s, r.requests = o.p50_s, o.p90_s, o.p99_s, o.queries
 
 
 def _log(tracker: Tracker, r: InferResult, device: torch.device, dtype: str) -> None:
@@ -214,4 +320,15 @@ def _log(tracker: Tracker, r: InferResult, device: torch.device, dtype: str) -> 
             **peak_memory(device),
         }
     )
-    tracker.log_table(rows, "serving.json")
+    if rows["batch_size"]:
+        tracker.log_table(rows, "serving.json")
+    if r.answer is not None:
+        server = r.answer.outcomes["server"]
+        tracker.log_metrics(
+            {
+                SERVE_MAX_QPS: server.target_qps,
+                SERVE_MAX_QPS_P99: server.p99_s,
+                SERVE_P99_BOUND: r.p99_bound_s,
+                SERVE_MAX_WAIT: r.answer.max_wait_s,
+            }
+        )

@@ -38,6 +38,7 @@ from devicebench.schema import (
     SERVE_P50,
     SERVE_P90,
     SERVE_P99,
+    SERVE_P99_BOUND,
     SERVE_RATE,
     TOTAL_S,
     gflops,
@@ -312,7 +313,9 @@ def _best_batch(side: Side) -> str:
     runs' best batch sizes, as every figure of a side)."""
     rate, batch = side.metrics.get(SERVE_RATE), side.metrics.get(SERVE_BATCH)
     at = f" at batch {batch.median:g}" if batch else ""
-    return f"{fmt_rate(rate)}/s{at}" if rate else NONE
+    bound = side.metrics.get(SERVE_P99_BOUND)  # LoadGen's server: the QPS held within the promise
+    within = f" within p99 {fmt_s(bound.median)}" if bound else ""
+    return f"{fmt_rate(rate)}/s{within}{at}" if rate else NONE
 
 
 def _gflop_text(side: Side) -> str:

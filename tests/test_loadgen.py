@@ -1,0 +1,194 @@
+"""infer under MLPerf's LoadGen: its three scenarios in-process, each figure read from LoadGen's own
+logs (the tests parse LoadGen's summary text apart from the detail log the code reads, so a figure timed
+beside LoadGen fails them), the server scenario's search for the highest QPS within the p99 promise,
+its cost per million, and the bad inputs: a promise of 0 or below, a search no QPS passes."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from devicebench.config.fields import build_config
+from devicebench.config.workloads import InferConfig
+from devicebench.errors import UsageError
+from devicebench.host.context import Context, LoadedModel
+from devicebench.pricing.costs import serving_costs
+from devicebench.run.run_line import glance_metrics, summary_line
+from devicebench.schema import (
+    COST_PER_MILLION,
+    SERVE_MAX_QPS,
+    SERVE_P90,
+    SERVE_RATE,
+    loadgen_key,
+    loadgen_tag,
+)
+from devicebench.tracking.protocol import MemoryTracker
+from devicebench.util.fmt import fmt_count, fmt_money, fmt_s
+from devicebench.workloads import infer, loadgen
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def summary_ns(text: str, label: str) -> float:
+    """A figure of LoadGen's summary log, by its label: read apart from the detail log the code reads."""
+    match = re.search(rf"^{re.escape(label)}\s*:\s*([0-9.]+)", text, re.M)
+    assert match, f"{label!r} not in the summary"
+    return float(match.group(1))
+
+
+def _cfg(**over: object) -> InferConfig:
+    base = dict(model="tiny", scenarios=("single_stream", "server", "offline"), min_duration_s=0.3,
+                min_queries=512, serve_budget_s=6.0, p99_ms=250.0, input="3x8x8")  # fmt: skip
+    base.update(over)
+    return InferConfig(**base)  # type: ignore[arg-type]
+
+
+def test_the_three_scenarios_log_what_loadgens_logs_say(tmp_path: Path) -> None:
+    """Each scenario's figure equals LoadGen's summary text; the run's p90 is single_stream's, its rate
+    and cost the server's highest VALID QPS; LoadGen's logs are artifacts."""
+    torch.manual_seed(0)
+    cfg = _cfg()
+    tracker = MemoryTracker()
+    model = Tiny().eval()
+    served = infer.under_load(cfg, Context(torch.device("cpu"), tmp_path, False), tracker, model, (3, 8, 8))
+    metrics = {k: v for k, v, step in tracker.metrics if step is None}
+    way = served["in_process"]
+    texts = {
+        name: text
+        for name, text in tracker.artifacts.items()
+        if name.startswith("loadgen/in_process/") and name.endswith(".txt")
+    }
+    single = texts["loadgen/in_process/single_stream_summary.txt"]
+    assert metrics[loadgen_key("in_process", "single_stream", "p90_s")] == pytest.approx(
+        summary_ns(single, "90.00 percentile latency (ns)") * 1e-9, rel=1e-9
+    )
+    offline = texts["loadgen/in_process/offline_summary.txt"]
+    assert metrics[loadgen_key("in_process", "offline", "rate")] == pytest.approx(
+        summary_ns(offline, "Samples per second"), rel=1e-4
+    )
+    server = texts["loadgen/in_process/server_summary.txt"]  # the last test the search ran
+    last = way.tried[-1]
+    assert last.p99_s == pytest.approx(summary_ns(server, "99.00 percentile latency (ns)") * 1e-9, rel=1e-9)
+    assert all(o.valid for o in way.outcomes.values()), {s: o.reason for s, o in way.outcomes.items()}
+    assert tracker.tags[loadgen_tag("in_process", "server")] == "VALID"
+    best = way.outcomes["server"]
+    assert best.target_qps == max(o.target_qps for o in way.tried if o.valid)
+    assert best.p99_s <= cfg.p99_ms / 1e3
+    assert metrics[loadgen_key("in_process", "server", "max_qps")] == best.target_qps
+    assert "loadgen/in_process/server_search.json" in tracker.tables
+    chart = tracker.artifacts["loadgen/all/p99_vs_qps.png"]
+    (ax,) = chart.axes
+    assert ax.lines[0].get_ydata()[0] == 250.0  # the promise, in ms
+
+
+def test_the_runs_answer_is_the_highest_qps_held_and_its_cost(tmp_path: Path) -> None:
+    """Through `infer.run`: SERVE_RATE and SERVE_MAX_QPS are the server's VALID QPS, SERVE_P90 is
+    single_stream's p90 (no timed requests asked), and a million predictions cost the hour over it."""
+    cfg = _cfg(scenarios=("single_stream", "server"))
+    tracker = MemoryTracker()
+    ctx = Context(torch.device("cpu"), tmp_path, False, served=LoadedModel(Tiny().eval(), (3, 8, 8), "x"))
+    result = infer.run(cfg, ctx, tracker)
+    metrics = {k: v for k, v, step in tracker.metrics if step is None}
+    server = result.served["in_process"].outcomes["server"]
+    assert metrics[SERVE_RATE] == metrics[SERVE_MAX_QPS] == server.target_qps
+    assert metrics[SERVE_P90] == result.served["in_process"].outcomes["single_stream"].p90_s
+    costs = serving_costs(3.6, result.serve_samples_per_s)
+    assert costs[COST_PER_MILLION] == pytest.approx(3.6 * 1e6 / server.target_qps / 3600)
+    line = summary_line("infer", "cpu", glance_metrics("infer", result, costs), "no price table")
+    assert f"{fmt_count(server.target_qps)} predictions/s held within p99 {fmt_s(0.25)} at batch 1" in line
+    assert f"{fmt_money(costs[COST_PER_MILLION])}/M predictions" in line
+
+
+def test_a_promise_of_zero_or_below_is_refused_in_one_line() -> None:
+    for bad in ("0", "-5"):
+        with pytest.raises(UsageError, match=r"out of range; expected a number > 0"):
+            build_config(InferConfig, {"p99_ms": bad})
+
+
+def test_a_search_no_qps_passes_says_the_lowest_tried_and_its_p99(tmp_path: Path) -> None:
+    """A model slower than the promise: every test INVALID, one line with the lowest QPS and its p99."""
+    load = loadgen.Load(min_duration_s=0.2, min_queries=8, p99_s=0.005)
+
+    def predict(indices: object) -> None:
+        time.sleep(0.012)
+
+    tried = loadgen.peak_search(
+        lambda q: loadgen.run_test("server", predict, 8, load, q, 0.012, tmp_path), 40.0, load, 1.5
+    )
+    assert tried and not any(o.valid for o in tried)
+    low = min(tried, key=lambda o: o.target_qps)
+    with pytest.raises(UsageError) as err:
+        loadgen.highest_held(tried, load.p99_s)
+    text = str(err.value)
+    assert "no QPS held p99 <= 5.00 ms" in text and "\n" not in text
+    assert (
+        f"the lowest tried, {fmt_count(low.target_qps)} QPS" in text
+        and "had p99" in text
+        and not math.isnan(low.p99_s)
+    )
+
+
+def test_tune_searches_each_batching_setting_and_keeps_the_highest(tmp_path: Path) -> None:
+    """With `tune`, the server search runs at a few (max_batch, max_wait) settings; the one kept held
+    the highest QPS of them, and the table says each."""
+    from devicebench.workloads.serving import settings_to_try
+
+    cfg = _cfg(scenarios=("server",), tune=True, serve_budget_s=3.0)
+    assert settings_to_try(cfg) == [(1, 0.0), (4, 25.0), (16, 25.0)]
+    assert settings_to_try(_cfg(max_batch=2, max_wait_ms=1.0)) == [(2, 1.0)]
+    tracker = MemoryTracker()
+    ctx = Context(torch.device("cpu"), tmp_path, False)
+    way = infer.under_load(cfg, ctx, tracker, Tiny().eval(), (3, 8, 8))["in_process"]
+    table = tracker.artifacts["loadgen/in_process/tune.json"]
+    assert table["max_batch"] == [1, 4, 16]
+    best = max(range(3), key=lambda i: table["max_qps"][i])
+    assert way.max_batch == table["max_batch"][best]
+    assert way.outcomes["server"].target_qps == table["max_qps"][best]
+
+
+def test_the_reports_serving_cell_says_the_promise_the_rate_was_held_within() -> None:
+    """A LoadGen run's side: `<QPS>/s within p99 50.00 ms at batch 4`; a timed run's side keeps its
+    `<rate>/s at batch 32` (fails before: the cell never said the promise)."""
+    from test_report_logic import rec, side
+
+    from devicebench.report.render.tables import SERVING_COLUMNS
+    from devicebench.schema import SERVE_BATCH, SERVE_P99_BOUND
+
+    cell = next(c for c in SERVING_COLUMNS if c.name == "throughput")
+    held = {SERVE_RATE: 120.0, SERVE_BATCH: 4.0, SERVE_P99_BOUND: 0.05, "time/total_s": 9.0}
+    timed = {SERVE_RATE: 900.0, SERVE_BATCH: 32.0, "time/total_s": 9.0}
+
+    class Item:
+        def __init__(self, metrics: dict[str, float]) -> None:
+            self.side, self.config = side([rec("cpu", workload="infer", metrics=metrics)]), "c"
+
+    assert cell.cell(Item(held)) == f"{fmt_count(120.0)}/s within p99 {fmt_s(0.05)} at batch 4"
+    assert cell.cell(Item(timed)) == f"{fmt_count(900.0)}/s at batch 32"
+
+
+def test_a_search_that_holds_nothing_fails_the_run_after_logging_what_it_measured(tmp_path: Path) -> None:
+    """single_stream's figures and the failed search's tests are logged; then the one-line UsageError
+    (fails before: the error left nothing of the other scenarios)."""
+    cfg = _cfg(scenarios=("single_stream", "server"), p99_ms=0.001, min_queries=50, serve_budget_s=1.0)
+    tracker = MemoryTracker()
+    with pytest.raises(UsageError, match="no QPS held p99"):
+        infer.under_load(
+            cfg, Context(torch.device("cpu"), tmp_path, False), tracker, Tiny().eval(), (3, 8, 8)
+        )
+    logged = {k for k, _, _ in tracker.metrics}
+    assert loadgen_key("in_process", "single_stream", "p90_s") in logged
+    assert loadgen_key("in_process", "server", "tried_p99_s") in logged
