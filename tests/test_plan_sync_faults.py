@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from devicebench.tracking.runs import run_context
 from devicebench.util.children import python_argv
 from devicebench.util.forkserver import ForkServer
 from servers import MlflowServer, devicebench_env, run_cli, runs_of
+from zygote import shared
 
 
 def settings_for(uri: str, tmp_path: Path, experiment: str) -> Settings:
@@ -404,6 +406,48 @@ def test_a_journal_another_sync_just_removed_is_not_pending(
     (leftover / "lock").write_text("")
     _sync_journal(leftover, out, mlflow_server.url, "")
     assert (out.pending, out.replayed, out.broken) == (0, 0, 0) and not leftover.exists()
+
+
+BUSY = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"  # stops by itself
+
+
+def test_two_syncs_at_once_beside_four_busy_loops_replay_each_run_once(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """Two `devicebench sync` at once over one spool, with four busy processes beside them: each run is
+    replayed by one of them, exactly once, and neither calls one pending nor exits 1. Before, a sync
+    removed a replayed journal in place, its lock file first: the other locked a new one in the
+    half-removed folder and said "1 still pending" (exit 1), or sent it again."""
+    client = MlflowClient(mlflow_server.url)
+    exp = client.create_experiment(experiment_name)
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(4)]
+    try:
+        for round_ in range(3):
+            runs = [client.create_run(exp).info.run_id for _ in range(6)]
+            for i, run_id in enumerate(runs):
+                ops = [{"op": "metrics", "values": {"sync/i": float(k)}, "step": k, "ts": 1_700_000_000_000 + k}
+                       for k in range(20 + i)]  # fmt: skip
+                _journal(tmp_path / "spool", run_id, mlflow_server.url, [*ops, OPS[-1]]).close()
+            syncs = [shared().start(["sync"], env, tmp_path) for _ in range(2)]
+            done = [s.communicate(timeout=120) for s in syncs]
+            said = [
+                f"{s.returncode}: {out.strip()} {err.strip()}"
+                for s, (out, err) in zip(syncs, done, strict=True)
+            ]
+            assert [s.returncode for s in syncs] == [0, 0], said
+            assert all(", 0 still pending" in line for line in said), said
+            replayed = sum(int(re.search(r"(\d+) run\(s\) replayed", x).group(1)) for x in said)
+            assert replayed == 6, f"round {round_}: {said}"
+            for i, run_id in enumerate(runs):
+                steps = [m.step for m in client.get_metric_history(run_id, "sync/i")]
+                assert sorted(steps) == list(range(20 + i)), f"round {round_}: run {i} sent {len(steps)}"
+                assert client.get_run(run_id).info.status == "FINISHED"
+            assert not list((tmp_path / "spool").iterdir()), "a replayed journal was left behind"
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
 
 
 # ---------------------------------------------------------- one real suite: items 2, 7, 11 and 12

@@ -79,6 +79,7 @@ class Journal:
     """
 
     NEW_PREFIX = ".new-"
+    GONE_PREFIX = ".gone-"  # a folder on its way out: `discard` renamed it, no `sync` replays it
 
     def __init__(self, root: Path, run_id: str, tracking_uri: str) -> None:
         """A journal for a run that already exists (the folder is created and locked here)."""
@@ -176,8 +177,7 @@ class Journal:
     def remove(self) -> None:
         with self._lock, contextlib.suppress(OSError):
             self._ops.close()
-        # still locked while it goes: no `sync` can pick up a half-removed folder
-        shutil.rmtree(self.dir, ignore_errors=True)
+        discard(self.dir)
         self.close()
 
     @staticmethod
@@ -205,3 +205,16 @@ class Journal:
         if not 0 <= sent <= last:
             raise ValueError(f"its `sent` mark ({sent}) is past its last operation ({last})")
         return sent, ops, ended
+
+
+def discard(run_dir: Path) -> None:
+    """Remove a journal folder whose lock we hold, atomically as far as a `sync` can see: renamed out of
+    the way first, then deleted. Deleted in place, its `lock` file went before the rest, and a second
+    `sync` locked a new one in the half-removed folder and read what was left (a run it called pending,
+    or replayed again from a `sent` mark already gone)."""
+    gone = run_dir.with_name(f"{Journal.GONE_PREFIX}{run_dir.name}-{os.getpid()}-{time.time_ns()}")
+    try:
+        run_dir.rename(gone)
+    except OSError:  # not there any more, or not ours to rename: delete what we can, as before
+        gone = run_dir
+    shutil.rmtree(gone, ignore_errors=True)

@@ -24,7 +24,7 @@ from devicebench.config.settings import Settings
 from devicebench.errors import UsageError
 from devicebench.schema import MAX_BATCH_METRICS, tag
 from devicebench.tracking.artifacts import link_metrics, log_saved_model, mark_tables, upload_files
-from devicebench.tracking.journal import Journal
+from devicebench.tracking.journal import Journal, discard
 from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.store import configure_mlflow_client
@@ -131,6 +131,9 @@ def sync_spool(settings: Settings, recreate_lost: bool = False) -> SyncOutcome:
     if not root.is_dir():
         return out
     for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if run_dir.name.startswith(Journal.GONE_PREFIX):  # replayed or ended: its remover died midway
+            shutil.rmtree(run_dir, ignore_errors=True)
+            continue
         _sync_journal(run_dir, out, settings.tracking_uri, settings.experiment if recreate_lost else "")
     return out
 
@@ -177,7 +180,7 @@ def _sync_journal(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment
             _replay(run_dir, out, tracking_uri, experiment)
         # a process that died before its run existed, or our lock made in a journal another sync removed
         elif run_dir.name.startswith(Journal.NEW_PREFIX) or {p.name for p in run_dir.iterdir()} <= {"lock"}:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            discard(run_dir)
     finally:
         release(fd)
 
@@ -296,5 +299,5 @@ def _replay(run_dir: Path, out: SyncOutcome, tracking_uri: str, experiment: str)
             file=sys.stderr,
         )
         out.died += 1
-    shutil.rmtree(run_dir, ignore_errors=True)
+    discard(run_dir)
     out.replayed += 1
