@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from devicebench.report.judge.judgement import Judgement
+from devicebench.report.judge.reliability import left_out_lines
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import any_price
 from devicebench.report.model.pairs import Pair
@@ -240,6 +241,14 @@ def _unpaired(doc: list[Block], judged: Judgement, varying: Varying) -> None:
             paragraph(doc, f"{describe(s, varying)} on {s.label}: {line}")
 
 
+def _left_out(doc: list[Block], comp: Comparison, varying: Varying) -> None:
+    """The runs no figure counts: measured on a busy host beside a quiet run of the same side."""
+    said = [(describe(s, varying), tuple(left_out_lines(s))) for s in comp.all_sides if s.left_out]
+    if said:
+        heading(doc, 2, "Left out: measured on a busy host (a quiet run of the same config counts instead)")
+        bullets(doc, said)
+
+
 def _unfinished(doc: list[Block], comp: Comparison) -> None:
     if comp.unfinished:
         heading(doc, 2, "Failed, killed or unfinished runs (not counted)")
@@ -296,6 +305,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     _matmul(doc, comp)
     _quality(doc, comp, varying)
     _unpaired(doc, judged, varying)
+    _left_out(doc, comp, varying)
     _unfinished(doc, comp)
     _per_host(doc, comp, varying)
     _regressions(doc, comp, varying)
