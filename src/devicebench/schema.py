@@ -215,7 +215,9 @@ RUN_TAGS = tuple(
 )
 MAX_RUN_TAGS = 15  # a workload run's own tags at most (tests/test_run_tags.py)
 # Tags of devicebench's own runs that are not workload runs: the report run's, the suite run's heartbeat
-OTHER_RUN_TAGS = (tag("report.run_count"), tag("suite.alive"))  # the report's and the suite's own
+# what a report run read, as one digest: the next compare of the same selection logs no second run
+REPORT_SELECTION = tag("report.selection")
+OTHER_RUN_TAGS = (tag("report.run_count"), REPORT_SELECTION, tag("suite.alive"))  # the report's, the suite's
 MAX_PARAM_VALUE = 6000  # MLflow's param value limit
 
 
