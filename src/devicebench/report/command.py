@@ -28,7 +28,7 @@ from devicebench.report.render.headline import headline_metrics, regression_line
 from devicebench.report.render.labels import describe, varying_params
 from devicebench.report.render.money import budget_lines
 from devicebench.report.render.terminal import terminal_table
-from devicebench.schema import NOTE_TAG, REPORT_SELECTION, UNSET_WORDS, tag
+from devicebench.schema import NOTE_TAG, UNSET_WORDS, tag
 from devicebench.tracking.runs import run_context
 from devicebench.tracking.store import check_store, configure_mlflow_client
 from devicebench.util.fmt import fmt_s, fmt_share
@@ -124,7 +124,7 @@ def _last_report(home: Settings, digest: str) -> str | None:
         max_results=1,
         order_by=["attributes.start_time DESC"],
     )
-    same = newest and newest[0].data.tags.get(REPORT_SELECTION) == digest
+    same = newest and newest[0].data.tags.get(tag("report.selection")) == digest
     return newest[0].info.run_id if same else None
 
 
@@ -151,7 +151,7 @@ def log_report(
     tags = {
         tag("report.run_count"): str(len(runs)),
         NOTE_TAG: summary_note(judged, read, metrics=metrics),
-        **({REPORT_SELECTION: digest} if digest else {}),
+        **({tag("report.selection"): digest} if digest else {}),
     }
     with run_context(
         settings, "report", params, tags=tags, run_name=report_name(judged.comp, scope)
