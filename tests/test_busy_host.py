@@ -317,3 +317,35 @@ def test_a_demo_cifar_run_beside_four_busy_loops_is_left_out_for_the_same_run_qu
     assert (
         said in md and f"{fmt_x(slower)} the {fmt_s(quiet_run.data.metrics[TRAIN_S])} of the quiet" in md
     ), md
+
+
+def test_a_busy_run_s_mark_says_its_cost_against_the_last_quiet_run_of_its_config(
+    mlflow_server: MlflowServer, experiment_name: str
+) -> None:
+    """`other processes took 56% of its CPU` read as about 2x; the run took 11x. A busy run's line says
+    its time against the newest quiet run of its config on the same kind of device, found in any
+    experiment; a busy run between them is passed over."""
+    from benchmarks.bench_compare import log_runs, specs_for
+    from devicebench.run.run_line import quiet_cost
+    from devicebench.schema import HOST_SLOWDOWN
+
+    client = MlflowClient(mlflow_server.url)
+    exp = client.create_experiment(experiment_name)
+    quiet, busy, gpu = specs_for("cifar", ["cpu", "cpu", "cuda:0"], batch=13, width=3)
+    quiet.metrics.update(
+        {TRAIN_S: 1.09, HOST_OTHERS_SHARE: 0.02},
+    )
+    busy.metrics.update({TRAIN_S: 30.0, HOST_OTHERS_SHARE: 0.6})
+    gpu.metrics.update({TRAIN_S: 0.2})
+    now = int(time.time() * 1000)
+    quiet.start_time, busy.start_time, gpu.start_time = now - 3000, now - 2000, now - 1000
+    key = quiet.config_key()
+    assert quiet_cost(mlflow_server.url, "this", key, "cpu", 12.23) == {}, "no run of this config yet"
+    log_runs(client, exp, [quiet, busy, gpu])
+    cost = quiet_cost(mlflow_server.url, "this", key, "cpu", 12.23)
+    assert cost == {HOST_SLOWDOWN: pytest.approx(12.23 / 1.09)}
+    line = busy_caveat({HOST_OTHERS_SHARE: 0.56, HOST_LOAD_1M: 7.5, **cost})
+    assert line == (
+        "busy host: other processes took 56% of its CPU (load 7.5), 11.2× the time of the last quiet run of "
+        "its config"
+    )
