@@ -89,8 +89,21 @@ def side_answer(judged: Judgement, side: Side, config: str) -> Answer:
     cost = f", {fmt_money(c.per_unit, side.price.currency)} per {c.unit}" if c.per_unit else ""
     said = ([judged.break_even[side]] if side in judged.break_even else []) + said
     lines = tuple(f"verdict: {line}" for line in said[:1]) + tuple(said[1:]) + tuple(left_out_lines(side))
+    lines += (tune_hint(judged, side),) * bool(tune_hint(judged, side))
     doubt = f", ⚠ {mark}" if (mark := unreliable(side)) else ""
     return f"{config}: only {side.label} ran: {time_text(side, c)}{cost}{doubt}", lines
+
+
+def tune_hint(judged: Judgement, side: Side) -> str:
+    """`next: devicebench tune cifar with its run's flags measures this CPU at its best`, for a CPU side
+    without a GPU partner whose work no tuned run has measured: the clearest answer a host without a
+    GPU can give (the best CPU is what a GPU must beat)."""
+    kind = side.kind
+    if not side.is_cpu or side.tuned or kind is None or not kind.tunable:
+        return ""
+    if any(s.tuned and s.work_key == side.work_key for s in judged.comp.all_sides):
+        return ""
+    return f"next: devicebench tune {side.workload} with its run's flags measures this CPU at its best"
 
 
 def answers(judged: Judgement, describe: Describe) -> list[Answer]:
