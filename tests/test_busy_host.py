@@ -27,6 +27,7 @@ from devicebench.report.read.options import Query
 from devicebench.report.read.query import read_runs
 from devicebench.report.render.content import build_doc
 from devicebench.report.render.document import to_markdown
+from devicebench.report.render.terminal import terminal_table
 from devicebench.run.run_line import summary_line
 from devicebench.schema import HOST_LOAD_1M, HOST_OTHERS_SHARE, TRAIN_S
 from devicebench.util.busy_host import BUSY_SHARE, busy_caveat, is_busy
@@ -167,6 +168,7 @@ def test_a_busy_run_beside_a_quiet_one_is_left_out_of_every_figure_and_listed_wi
     md = to_markdown(build_doc(judged, {}, {}))
     assert "Left out: measured on a busy host" in md and said in md, md
     assert "| training, all epochs | 10.20 s | 1.01 s" in md, "the base time is the quiet run's"
+    assert said in terminal_table(judged).splitlines(), "compare's terminal lists it too"
     assert "⚠ busy host" not in md, md
 
 
