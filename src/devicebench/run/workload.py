@@ -157,12 +157,12 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig) -> LoadedModel | 
     logged model, which is loaded here, once (an `infer` run's model), and checked by infer's `check`
     (it has an input shape and gives one output per sample)."""
     uri = getattr(cfg, "model_uri", "")
-    if uri:  # a logged model's download and load took minutes with nothing printed
-        print(f"{PROG}: loading the logged model {uri} ...", file=sys.stderr, flush=True)
+    if uri:  # a logged model's download and load took minutes with nothing printed; stderr is for errors
+        print(f"{PROG}: loading the logged model {uri} ...", flush=True)
     t0 = time.perf_counter()
     served = load_logged_model(uri) if uri else None
     if served is not None:
-        print(f"{PROG}: loaded {uri} in {fmt_s(time.perf_counter() - t0)}", file=sys.stderr, flush=True)
+        print(f"{PROG}: loaded {uri} in {fmt_s(time.perf_counter() - t0)}", flush=True)
     check = getattr(module, "check", None)
     if check is not None and served is not None:
         check(cfg, served)
