@@ -234,3 +234,20 @@ def test_the_key_shows_only_where_two_configs_would_share_a_label() -> None:
     varying = varying_params(comp.all_sides)
     labels = sorted(describe(s, varying) for s in comp.all_sides)
     assert labels == ["cifar · lr 0.02 (key aaaa1111)", "cifar · lr 0.02 (key bbbb2222)", "cifar · lr 0.5"]
+
+
+def test_a_cpu_config_without_a_gpu_points_to_tune_until_a_tuned_run_of_its_work_exists() -> None:
+    """The no-GPU demo never pointed to `tune`, the clearest answer a host without a GPU has."""
+    from test_report_logic import rec, train
+
+    from devicebench.report.render.answer import answers
+
+    work = {"devicebench.work_key": "w-hint"}
+    plain = rec("cpu", key="k-hint", metrics=train(2.0), tags=work)
+    hint = "next: devicebench tune cifar with its run's flags measures this CPU at its best"
+    judged = judge(compare([plain]))
+    ((_, lines),) = answers(judged, lambda s: s.config_key)
+    assert lines[-1] == hint, lines
+    tuned = rec("cpu", key="k-hint-tuned", metrics=train(1.0), tags={**work, "devicebench.tuned": "true"})
+    judged = judge(compare([plain, tuned]))
+    assert not any(hint in line for _, said in answers(judged, lambda s: s.config_key) for line in said)

@@ -218,5 +218,7 @@ def test_infer_through_a_server_leaves_no_download_behind(
                       "--requests", "100", "--min_time_s", "0", *QUIET], env, cwd=tmp_path)  # fmt: skip
     assert served.returncode == 0, served.stderr[-3000:]
     assert "Downloading artifacts" not in served.stderr, served.stderr  # MLflow's progress bar
+    assert f"loading the logged model models:/{model.model_id} ..." in served.stdout, served.stdout  # our own
+    assert f"loaded models:/{model.model_id} in " in served.stdout, served.stdout
     left = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
     assert left == [], left

@@ -77,3 +77,9 @@ def test_it_is_shorter_and_keeps_the_docker_section() -> None:
     """590 lines told the same story twice; the Docker section (another part's) stays as it is."""
     assert len(README.splitlines()) < 500
     assert "\n## Run in Docker\n" in README and "make docker-build" in README
+
+
+def test_start_says_what_a_first_make_demo_spends_on_set_up() -> None:
+    """A first `make demo` spent ~3:20 creating `.venv` before any run, which the README did not say."""
+    start = README.split("## Start", 1)[1].split("```", 1)[0]
+    assert "a first `make demo` spends 2-4 minutes there before any run" in " ".join(start.split())

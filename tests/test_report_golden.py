@@ -274,3 +274,18 @@ def test_the_report_says_exactly_what_the_golden_files_say(tmp_path: Path) -> No
         pytest.skip("golden files written")
     for name, text in got.items():
         assert text == (GOLDEN / name).read_text(encoding="utf-8"), f"tests/golden/{name} differs"
+
+
+def test_each_config_s_break_even_is_said_once_in_report_md() -> None:
+    """A price's break-even read three times per config (its answer, the verdicts under the tables, the
+    price section): each config says it once, in its answer or, where another verdict leads, below."""
+    said: dict[str, int] = {}
+    config = ""
+    for line in (GOLDEN / "report.md").read_text().splitlines():
+        if line.startswith("- "):  # an answer's or a pair's lead: the config is named before its first colon
+            config = line[2:].split(":")[0]
+        elif not line.startswith("  - "):
+            config = line.split(":")[0] if ": " in line and not line.startswith(("|", "#")) else ""
+        if "break-even" in line:
+            said[config] = said.get(config, 0) + 1
+    assert said and all(n == 1 for n in said.values()), said

@@ -493,3 +493,79 @@ def test_cpu_matmul_read_into_a_report(mlflow_server, experiment_name: str, tmp_
     r = run_cli(["compare", "--experiment", "nope", "--no-log"], env, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
     assert r.stderr.startswith("devicebench: error: --experiment: unknown experiment 'nope'")
+
+
+# --------------------------------------------------------------------------------------------- what a report logs
+
+
+def test_a_filter_that_empties_the_selection_is_named_with_the_hosts_there(
+    store, experiment_name: str
+) -> None:
+    """`compare --workload cifar,infer --host A10` on runs of another host said `--experiment: no runs
+    match`, though --experiment was never given: the option that emptied the selection is named."""
+    client, exp_id = store
+    log_runs(client, exp_id, specs_for("cifar", ["cpu", "cuda:0"]))
+    asked = Query(experiments=(experiment_name,), workloads=("cifar", "infer"), host="H100")
+    with pytest.raises(UsageError) as got:
+        read_runs(client, asked)
+    assert (
+        str(got.value)
+        == "--host: no runs match --host 'H100' (2 runs without it); hosts there: bench-a10 (NVIDIA A10)"
+    )
+    with pytest.raises(
+        UsageError, match=r"^--workload: no runs match --workload infer,matmul \(2 runs without it\)$"
+    ):
+        read_runs(client, Query(experiments=(experiment_name,), workloads=("infer", "matmul")))
+    flt = "params.batch_size = '999'"
+    with pytest.raises(UsageError, match=r"^--filter: no runs match --filter \"params.batch_size = '999'\""):
+        read_runs(client, Query(experiments=(experiment_name,), filter=flt))
+
+
+def _reports(client: MlflowClient, exp_id: str) -> list:
+    return client.search_runs([exp_id], "tags.`devicebench.workload` = 'report'")
+
+
+def test_no_report_run_for_no_finished_run_or_the_same_selection_as_the_last(
+    store, env: Path, experiment_name: str, capsys
+) -> None:
+    """Every plain compare logged another identical report run, and one with 0 finished runs logged
+    `report · devicebench · 0 runs`: neither says anything the last report run did not."""
+    client, exp_id = store
+    failed = specs_for("cifar", ["cpu"])
+    failed[0].status = "FAILED"
+    log_runs(client, exp_id, failed)
+    assert compare_here(experiment_name, "--out", str(env / "none")) == 0
+    assert "report run: not logged: none of the 1 runs read has finished" in capsys.readouterr().out
+    assert _reports(client, exp_id) == []
+    log_runs(client, exp_id, specs_for("cifar", ["cpu", "cuda:0"]))
+    assert compare_here(experiment_name, "--out", str(env / "a")) == 0
+    (first,) = _reports(client, exp_id)
+    assert compare_here(experiment_name, "--out", str(env / "b")) == 0
+    said = capsys.readouterr().out
+    assert f"report run: not logged: the same selection as the last report run {first.info.run_id}" in said
+    assert len(_reports(client, exp_id)) == 1 and read_report_run(env / "b") == (first.info.run_id, exp_id)
+    assert compare_here(experiment_name, "--out", str(env / "c"), "--threshold", "20%") == 0
+    assert len(_reports(client, exp_id)) == 2, "another question of the same runs is another report"
+    log_runs(client, exp_id, specs_for("cifar", ["cpu"]))
+    assert compare_here(experiment_name, "--out", str(env / "d"), "--threshold", "20%") == 0
+    assert len(_reports(client, exp_id)) == 3, "a new run is a new selection"
+
+
+def test_the_report_lands_in_the_experiment_that_held_most_of_its_runs(
+    mlflow_server, env: Path, experiment_name: str
+) -> None:
+    """`compare --baseline previous` read the demo's runs and a tuned run in the configured experiment,
+    and logged its report (and printed its link) in the configured one: it goes where most runs are."""
+    client = MlflowClient(mlflow_server.url)
+    token = f"most-{experiment_name}"
+    demo = client.create_experiment(f"{experiment_name}-demo")
+    configured = client.create_experiment(experiment_name)
+    specs = specs_for("cifar", ["cpu", "cuda:0", "cpu"])
+    for spec in specs:
+        spec.suite = token
+    log_runs(client, demo, specs[:2])
+    log_runs(client, configured, specs[2:])
+    flt = f"tags.`devicebench.suite` = '{token}'"
+    assert compare_cli("--filter", flt, "--out", str(env / "most"), "--baseline", "previous") == 0
+    assert len(_reports(client, demo)) == 1 and _reports(client, configured) == []
+    assert read_report_run(env / "most")[1] == demo

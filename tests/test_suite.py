@@ -384,6 +384,7 @@ def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
     assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED", "FINISHED"]
     assert all(facts_of(r)["devicebench.suite"] == f"tiny:{parent.info.run_id}" for r in children)
     assert parent.data.metrics["suite/failed"] == 1.0
+    assert parent.data.tags["mlflow.note.content"] == "plan tiny: 2 finished, 1 failed, 0 skipped"
     assert float(parent.data.tags["devicebench.suite.alive"]) > 0, "the suite said it was alive while it ran"
 
     resumed = run_cli(["suite", str(path), "--resume", parent.info.run_id], env, cwd=tmp_path)
@@ -485,3 +486,33 @@ def test_resume_of_a_suite_still_running_is_refused_on_this_host_and_from_anothe
         check_resumable(settings, plan, run_id)  # resuming onto that journal was the raw Errno 39
     shutil.rmtree(lock.parent)  # what sync does once it has sent it
     check_resumable(settings, plan, run_id)
+
+
+def test_a_dry_run_says_what_this_host_lacks_and_how_long_the_plan_may_take(tmp_path: Path) -> None:
+    """`suite --dry-run` of cpu_vs_gpu.yaml listed cuda and real-data items without saying that this
+    host had no CUDA and no CIFAR-10, or how long the plan would take."""
+    from devicebench.plan.cli import dry_run, has_cuda
+
+    plan_file = tmp_path / "p.yaml"
+    plan_file.write_text(
+        textwrap.dedent(
+            f"""\
+            name: lacks
+            skip_unavailable: true
+            time_limit_s: 600
+            runs:
+              - entry: cifar
+                params: {{data: cifar10, data_dir: "{tmp_path}", epochs: 1}}
+                matrix: {{device: [cpu, cuda]}}
+            """
+        )
+    )
+    lines = dry_run(load_plan(plan_file))
+    assert lines[0] == f"plan lacks ({plan_file}): 2 runs; their time limits add up to 20.0 min"
+    missing = f"no cifar10 files in {tmp_path / 'cifar-10-batches-py'}"
+    assert lines[1].endswith(f"device=cpu  [{missing}: skipped here]"), lines
+    cuda = "" if has_cuda() else "no CUDA on this host; "
+    assert lines[2].endswith(f"device=cuda  [{cuda}{missing}: skipped here]"), lines
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    lines = dry_run(load_plan(plan_file))
+    assert lines[1].endswith("device=cpu") and ("no CUDA" in lines[2]) == bool(cuda), lines

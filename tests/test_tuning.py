@@ -361,3 +361,72 @@ def test_a_compile_that_outlasts_its_time_is_cut_and_the_search_goes_on(tmp_path
     assert __import__("time").perf_counter() - started < 5.0
     skipped = tuning.run_isolated("cifar", cfg, compiled, 2, tmp_path, 0.0)
     assert skipped.note == "skipped: past the tuning budget"
+
+
+def test_a_trial_without_a_figure_says_why() -> None:
+    """`[9/9] … compiled: no figure (41.59 s)` kept its reason in the trials table but never said it."""
+    compiled = Setting(1, "tensor", 0, compile="default")
+    cut = Trial(compiled, 0, None, 41.59, "cut: not done in 40.00 s")
+    assert tuning._said(cut, 10.0) == "no figure: cut: not done in 40.00 s (41.59 s)"
+    failed = Trial(compiled, 0, None, 3.0, "failed: RuntimeError: no C compiler")
+    assert tuning._said(failed, 10.0) == "no figure: failed: RuntimeError: no C compiler (3.00 s)"
+    again = Trial(compiled, 4, None, 2.0, CONFIRMATION)
+    assert tuning._said(again, 10.0) == f"no figure: {tuning.NO_RATE} (2.00 s)"
+    assert tuning._said(Trial(compiled, 4, 812.0, 2.0), 10.0) == "812 samples/s (2.00 s)"
+
+
+def test_the_tuned_run_goes_to_the_experiment_of_the_runs_of_its_work(
+    mlflow_server, experiment_name: str
+) -> None:
+    """The demo's runs are in devicebench-demo; the tuned run went to the configured experiment, where
+    the demo's report did not read it. It goes where the newest run of the same work is, any setting."""
+    from mlflow.tracking import MlflowClient
+
+    from devicebench.config.fields import work_key
+    from devicebench.schema import tag
+
+    cfg = CifarConfig(device="cpu", data="synthetic", batch_size=7, train_limit=777, test_limit=77)
+    assert tuning.tuned_home(mlflow_server.url, "cifar", cfg) is None, "no run of this work stored yet"
+    client = MlflowClient(mlflow_server.url)
+    demo = client.create_experiment(f"{experiment_name}-demo")
+    same = {tag("workload"): "cifar", tag("work_key"): work_key("cifar", cfg)}
+    client.set_terminated(client.create_run(demo, tags=same).info.run_id)
+    tuned = Setting(1, "tensor", 0, channels_last=True).applied(cfg)
+    assert tuning.tuned_home(mlflow_server.url, "cifar", tuned) == f"{experiment_name}-demo"
+    other = dataclasses.replace(cfg, batch_size=9)
+    assert tuning.tuned_home(mlflow_server.url, "cifar", other) is None
+
+
+def test_tune_puts_its_run_beside_the_runs_of_its_work(
+    mlflow_server, experiment_name: str, tmp_path: Path
+) -> None:
+    """End to end: a cifar run in `<exp>-demo`, then `tune` of the same work with the configured
+    experiment elsewhere: the tuned run lands in `<exp>-demo`, where that report reads it."""
+    from servers import devicebench_env, run_cli, runs_of
+
+    args = [
+        "--data",
+        "synthetic",
+        "--epochs",
+        "1",
+        "--batch_size",
+        "8",
+        "--train_limit",
+        "48",
+        "--test_limit",
+        "8",
+    ]
+    demo = f"{experiment_name}-demo"
+    env = devicebench_env(mlflow_server.url, OMP_NUM_THREADS="1")
+    first = run_cli(["cifar", *args], {**env, "DEVICEBENCH_EXPERIMENT": demo}, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    tuned = run_cli(
+        ["tune", "cifar", *args, "--tune_budget_s", "2"],
+        {**env, "DEVICEBENCH_EXPERIMENT": experiment_name},
+        cwd=tmp_path,
+    )
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    assert f"the tuned run goes to experiment {demo}, beside its work's runs" in tuned.stderr, tuned.stderr
+    there = runs_of(mlflow_server.url, demo)
+    assert sorted(r.data.tags.get("devicebench.tuned", "") for r in there) == ["", "true"]
+    assert runs_of(mlflow_server.url, experiment_name) == []

@@ -86,6 +86,7 @@ GPU_THERMAL_CAPPED_S = "gpu/thermal_capped_s"  # ... by temperature
 # How busy the host was while the run ran (host/busy.py; util/busy_host.py judges it)
 HOST_OTHERS_SHARE = "host/others_cpu_share"  # the run's cores' time other processes took (0-1)
 HOST_LOAD_1M = "host/load_1m"  # the 1-minute load average when its work ended
+HOST_SLOWDOWN = "host/slowdown_vs_quiet"  # a busy run's training time over the last quiet run's of its config
 # Money (pricing/costs.py), where the run had a price
 COST_USD = "cost/usd"
 COST_PER_HOUR = "cost/usd_per_hour"
@@ -223,7 +224,9 @@ RUN_TAGS = tuple(
 )
 MAX_RUN_TAGS = 15  # a workload run's own tags at most (tests/test_run_tags.py)
 # Tags of devicebench's own runs that are not workload runs: the report run's, the suite run's heartbeat
-OTHER_RUN_TAGS = (tag("report.run_count"), tag("suite.alive"))  # the report's and the suite's own
+# the report's own (report.selection: what it read, as one digest, so the same selection logs no second
+# report run) and the suite's
+OTHER_RUN_TAGS = (tag("report.run_count"), tag("report.selection"), tag("suite.alive"))
 MAX_PARAM_VALUE = 6000  # MLflow's param value limit
 
 

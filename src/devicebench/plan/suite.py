@@ -38,7 +38,7 @@ from devicebench.report.links import (
     ui_start_command,
     venv_command,
 )
-from devicebench.schema import tag
+from devicebench.schema import NOTE_TAG, tag
 from devicebench.tracking.journal import spool_root
 from devicebench.tracking.locks import holder, release, try_lock
 from devicebench.tracking.protocol import one_line
@@ -196,6 +196,7 @@ def _run_plan(
         report_code, report_out = 0, None
         if plan.report and outcome.finished:
             report_code, report_out = _report(plan, settings, suite_tag, starter)
+        parent.set_tags({NOTE_TAG: suite_note(plan, outcome, report_out)})
     _print_summary(plan, outcome, time.monotonic() - started, settings.tracking_uri)
     _print_plan_links(settings, experiment_id, report_out)
     return 1 if outcome.failed or report_code else 0
@@ -375,6 +376,15 @@ def _run_items(
             outcome.failed.append((item, verdict.reason))
             print(f"{prefix} ... FAILED: {verdict.reason}{eta}", flush=True)
     return outcome
+
+
+def suite_note(plan: Plan, outcome: Outcome, report_out: Path | None) -> str:
+    """The parent run's description (the UI showed it empty): what the plan is, what became of its
+    runs, and the report run that answers it."""
+    found = read_report_run(report_out) if report_out else None
+    report = f"; its report: run {found[0]}" if found else ""
+    counts = f"{outcome.finished} finished, {len(outcome.failed)} failed, {len(outcome.skipped)} skipped"
+    return f"{plan.description or f'plan {plan.name}'}: {counts}{report}"
 
 
 def _print_summary(plan: Plan, outcome: Outcome, elapsed: float, tracking_uri: str) -> None:

@@ -5,6 +5,7 @@ an MLflow run whose name, metrics and description carry the answer.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import replace
@@ -74,13 +75,57 @@ def compare_and_report(
         # exists already (MLflow made it), so it holds the report as a plain compare's does.
         print("report run: not logged for a --budget or --deadline question (a plain compare logs one)")
     elif not no_log:
-        home = report_home(settings, selection)
-        params = _report_params(query, baseline, threshold)
-        report_id = log_report(home, files, judged, selection.read_line(), params, report_scope(selection))
-        print(f"report run: {report_id} -> {redact(settings.tracking_uri)} (experiment {home.experiment})")
-        if report_id:
-            _print_report_links(home, out, report_id)
+        _log_once(settings, selection, judged, files, _report_params(query, baseline, threshold))
     return _regression_exit(judged, threshold)
+
+
+def _log_once(
+    settings: Settings, selection: Selection, judged: Judgement, files: list[Path], params: dict[str, str]
+) -> None:
+    """The report run, unless it would say nothing new: no finished run to report, or the same runs,
+    in the same states, asked the same way as the last report run of its experiment (a plain compare
+    after each look logged one identical report run per look)."""
+    home = report_home(settings, selection)
+    digest = selection_digest(judged, params)
+    made = bool(os.environ.get("MLFLOW_RUN_ID"))  # under `mlflow run` the run exists: it holds the report
+    if not judged.comp.finished and not made:
+        print(f"report run: not logged: none of the {len(judged.comp.runs)} runs read has finished")
+        return
+    last = None if made else _last_report(home, digest)
+    if last is not None:
+        print(f"report run: not logged: the same selection as the last report run {last} ({home.experiment})")
+        _print_report_links(home, files[0].parent, last)
+        return
+    scope = report_scope(selection)
+    report_id = log_report(home, files, judged, selection.read_line(), params, scope, digest)
+    print(f"report run: {report_id} -> {redact(settings.tracking_uri)} (experiment {home.experiment})")
+    if report_id:
+        _print_report_links(home, files[0].parent, report_id)
+
+
+def selection_digest(judged: Judgement, params: dict[str, str]) -> str:
+    """What a report answered from, as one short digest: each run read with its status, and the
+    report's own params (a baseline or a threshold asks another question of the same runs)."""
+    said = sorted(f"{r.run_id}:{r.status}" for r in judged.comp.runs) + sorted(
+        f"{k}={v}" for k, v in params.items()
+    )
+    return hashlib.sha256("\n".join(said).encode()).hexdigest()[:32]
+
+
+def _last_report(home: Settings, digest: str) -> str | None:
+    """The id of the newest report run of `home`'s experiment where it read the same selection, else None."""
+    client = MlflowClient(home.tracking_uri)
+    exp = client.get_experiment_by_name(home.experiment)
+    if exp is None:
+        return None
+    newest = client.search_runs(
+        [exp.experiment_id],
+        f"tags.`{tag('workload')}` = 'report'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
+    same = newest and newest[0].data.tags.get(tag("report.selection")) == digest
+    return newest[0].info.run_id if same else None
 
 
 def compared_runs(judged: Judgement) -> list[dict[str, str]]:
@@ -96,6 +141,7 @@ def log_report(
     read: str,
     params: dict[str, str],
     scope: str = "",
+    digest: str = "",
 ) -> str | None:
     """The report as a run of its own: its files as artifacts, the compared runs in
     `compared_runs.json`, and the answer where the MLflow UI shows it at once: a name that says what it
@@ -105,6 +151,7 @@ def log_report(
     tags = {
         tag("report.run_count"): str(len(runs)),
         NOTE_TAG: summary_note(judged, read, metrics=metrics),
+        **({tag("report.selection"): digest} if digest else {}),
     }
     with run_context(
         settings, "report", params, tags=tags, run_name=report_name(judged.comp, scope)
@@ -117,19 +164,16 @@ def log_report(
 
 
 def report_home(settings: Settings, selection: Selection) -> Settings:
-    """The experiment the report run goes to: the one experiment the runs it read belong to; else the
-    first one named with --experiment; else the configured one where it exists; else the one that held
-    the most of the runs. So `compare` after `make demo` puts its report beside the demo's runs, and
-    no compare creates an experiment behind the user's back."""
-    held = {r.experiment_id for r in selection.runs}
-    if len(held) == 1:
-        return replace(settings, experiment=selection.experiments[held.pop()])
-    if not selection.every_experiment:
-        return replace(settings, experiment=next(iter(selection.experiments.values())))
-    if settings.experiment in selection.experiments.values():
-        return settings
-    counts = run_counts(selection.experiments, [r.experiment_id for r in selection.runs], True)
-    return replace(settings, experiment=counts[0][0]) if counts else settings
+    """The experiment the report run goes to: the one that held the most of the runs it read (the
+    configured one where it ties), one of those named with --experiment where none held a run. So a
+    `compare` after `make demo` and `tune` puts its report beside the demo's runs, and no compare
+    creates an experiment behind the user's back."""
+    ids = [r.experiment_id for r in selection.runs]
+    counts = run_counts(selection.experiments, ids, bool(ids))
+    if not counts:
+        return replace(settings, experiment=next(iter(selection.experiments.values()), settings.experiment))
+    most = [name for name, n in counts if n == counts[0][1]]
+    return settings if settings.experiment in most else replace(settings, experiment=most[0])
 
 
 def report_scope(selection: Selection) -> str:

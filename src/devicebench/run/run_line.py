@@ -19,20 +19,25 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from devicebench.errors import UsageError
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
+from devicebench.report.read.options import Query
 from devicebench.schema import (
     COST_PER_EPOCH,
     COST_PER_MILLION,
     GFLOP_PER_USD,
+    HOST_SLOWDOWN,
     KIND_OF,
     PRODUCT,
     SERVING,
+    TRAIN_S,
     TRAINING,
     Kind,
     glance_key,
     headline_point,
+    tag,
 )
-from devicebench.util.busy_host import RERUN, busy_caveat
+from devicebench.util.busy_host import RERUN, busy_caveat, is_busy
 from devicebench.util.fmt import (
     fmt_amount,
     fmt_count,
@@ -202,3 +207,33 @@ def summary_line(
     elif isinstance(price, str):
         parts.append(f"no price: {price}")
     return SEP.join(parts)
+
+
+def quiet_cost(
+    tracking_uri: str, run_id: str, config_key: str, device: str, train_s: float
+) -> dict[str, float]:
+    """`host/slowdown_vs_quiet` for a training run measured on a busy host: its training time over that
+    of the newest quiet finished run of the same config on the same kind of device, in any experiment;
+    {} where there is none (or the store cannot say). Asked only of a busy run: the share of the CPU
+    others took does not say what it cost (56% cost one run 11x its time)."""
+    from mlflow.exceptions import MlflowException  # deferred: only a busy run asks the store
+    from mlflow.tracking import MlflowClient  # deferred: only a busy run asks the store
+
+    from devicebench.report.read.query import read_runs  # deferred: only a busy run asks the store
+
+    same = f"tags.`{tag('config_key')}` = '{config_key}' and attributes.status = 'FINISHED'"
+    try:
+        runs = read_runs(MlflowClient(tracking_uri), Query(experiments=("all",), filter=same)).runs
+    except (UsageError, MlflowException, OSError):
+        return {}
+    kind = device.split(":")[0]
+    quiet = (
+        r.metrics[TRAIN_S]
+        for r in runs  # newest first
+        if r.run_id != run_id
+        and r.device.split(":")[0] == kind
+        and not is_busy(r.metrics)
+        and r.metrics.get(TRAIN_S)
+    )
+    last = next(quiet, None)
+    return {HOST_SLOWDOWN: train_s / last} if last and math.isfinite(train_s) else {}

@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from devicebench.config.fields import work_key
 from devicebench.errors import UsageError
 from devicebench.host.context import Context
 from devicebench.run.trial_plan import EAGER, Change, Setting, trial_plan
@@ -69,6 +70,7 @@ MIN_STEPS, MAX_STEPS = 2, 300  # "a few hundred steps" where the budget allows, 
 CONFIRM = 2  # the fastest settings that run a second time, each then judged by the median of its runs
 CONFIRMATION = "confirmation"  # the note on a second run's row
 SIZING = "sized its feed; not counted"  # the note on a new feed's short first run, run again at length
+NO_RATE = "its steps gave no finite rate"  # a trial that ran to its end without a figure
 
 
 @dataclass
@@ -292,10 +294,33 @@ def _sized(setting: Setting, trials: list[Trial], share_s: float, batch_size: in
 
 
 def _said(trial: Trial, left: float) -> str:
+    """A trial's line: its rate, or why it has none (`no figure: cut: not done in 40.0 s`)."""
     if trial.note.startswith("skipped"):
         return f"skipped, {fmt_s(max(left, 0))} of the budget left"
-    rate = f"{fmt_count(trial.samples_per_s)} samples/s" if trial.samples_per_s else "no figure"
+    why = trial.note if trial.note and trial.note != CONFIRMATION else NO_RATE
+    rate = f"{fmt_count(trial.samples_per_s)} samples/s" if trial.samples_per_s else f"no figure: {why}"
     return f"{rate} ({fmt_s(trial.seconds)})"
+
+
+def tuned_home(tracking_uri: str, workload: str, cfg: Any) -> str | None:
+    """The experiment of the newest stored run of the same work as `cfg` (its work key: any setting),
+    where the tuned run belongs: the report of those runs then finds it beside them. None where the
+    store holds no run of that work (or cannot be read: the run that follows says why)."""
+    from mlflow.exceptions import MlflowException  # deferred: the trials need no MLflow
+    from mlflow.tracking import MlflowClient  # deferred: the trials need no MLflow
+
+    try:
+        client = MlflowClient(tracking_uri)
+        ids = [e.experiment_id for e in client.search_experiments()]
+        same = f"tags.`{tag('work_key')}` = '{work_key(workload, cfg)}' and tags.`{tag('workload')}` = '{workload}'"
+        found = (
+            client.search_runs(ids, same, max_results=1, order_by=["attributes.start_time DESC"])
+            if ids
+            else []
+        )
+        return client.get_experiment(found[0].info.experiment_id).name if found else None
+    except (MlflowException, OSError):
+        return None
 
 
 def _same_feed(setting: Setting, trials: list[Trial]) -> list[Trial]:

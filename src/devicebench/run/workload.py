@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from contextlib import AbstractContextManager
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -35,14 +35,16 @@ from devicebench.pricing.costs import log_costs, log_price, usable_price
 from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_share, price_side
 from devicebench.run import scoring, tuning
 from devicebench.run.launch import check_job, launch
-from devicebench.run.run_line import glance_metrics, summary_line
+from devicebench.run.run_line import glance_metrics, quiet_cost, summary_line
 from devicebench.run.work import join_world, run_module
 from devicebench.schema import ARTIFACTS_S, HOST_S, NOTE_TAG, PROCESS_S, SCHEMA_VERSION, TOTAL_S, tag
 from devicebench.tracking.artifacts import load_logged_model
 from devicebench.tracking.protocol import Tracker
 from devicebench.tracking.runs import FromPlan, process_age_s, run_context
 from devicebench.tracking.tracker import MlflowTracker
+from devicebench.util.busy_host import is_busy
 from devicebench.util.children import death_signal, python_argv
+from devicebench.util.fmt import fmt_s
 from devicebench.util.redact import redact
 from devicebench.workloads import Workload, load, progress_enabled
 
@@ -52,6 +54,7 @@ class Tuned(NamedTuple):
 
     tags: dict[str, str]  # the tuned run's tags: the setting chosen, the budget, the trials' count
     trials: dict[str, list]  # the trials table, logged as tuning.json
+    home: str = ""  # the experiment of the runs of its work, where it is not the configured one
 
 
 PROG = "devicebench"
@@ -103,6 +106,7 @@ def run_workload(
         finally:
             world.leave()
         total_s, busy = _log_times(tracker, time.perf_counter() - started, host_s, before, world.distributed)
+        busy = {**busy, **_busy_cost(tracker, settings, (name, cfg), str(device), result, busy)}
         usage = _usage(device, world.size, host, cfg)  # its memory is known now
         price = usable_price(price_side(pricing, host, usage))
         log_price(tracker, price)
@@ -115,6 +119,24 @@ def run_workload(
     print(f"{PROG}: {name} run {run_id} finished on {on} -> {redact(settings.tracking_uri)}", file=sys.stderr)
     print(line, flush=True)  # the last thing the command (and `mlflow run`'s entry point) prints
     return 0
+
+
+def _busy_cost(
+    tracker: Tracker,
+    settings: Settings,
+    work: tuple[str, Any],
+    device: str,
+    result: object,
+    busy: dict[str, float],
+) -> dict[str, float]:
+    """What a busy host cost a training run against the last quiet run of its config (run_line.quiet_cost),
+    logged; {} for a quiet run, or one that trained nothing."""
+    train_s = getattr(result, "train_s", None)
+    if not is_busy(busy) or not isinstance(train_s, float):
+        return {}
+    cost = quiet_cost(settings.tracking_uri, str(tracker.run_id), config_key(*work), device, train_s)
+    tracker.log_metrics(cost)
+    return cost
 
 
 def _log_times(
@@ -136,7 +158,12 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str
     (it has an input shape and gives one output per sample); over HTTP, MLflow's scoring server is
     started for it here (run/scoring.py), so a model that does not serve leaves no run either."""
     uri = getattr(cfg, "model_uri", "")
+    if uri:  # a logged model's download and load took minutes with nothing printed; stderr is for errors
+        print(f"{PROG}: loading the logged model {uri} ...", flush=True)
+    t0 = time.perf_counter()
     served = load_logged_model(uri) if uri else None
+    if served is not None:
+        print(f"{PROG}: loaded {uri} in {fmt_s(time.perf_counter() - t0)}", flush=True)
     check = getattr(module, "check", None)
     if check is not None and served is not None:
         check(cfg, served)
@@ -166,8 +193,11 @@ def _tune(
     trials = tuning.tune(name, here, budget_s, usable_cores(), settings.data_dir, tuning.stderr, precision)
     chosen = tuning.best(trials)
     tuning.stderr(f"tune {name}: fastest on {device}: {chosen.setting}; measuring it that way")
+    home = tuning.tuned_home(settings.tracking_uri, name, cfg)
     return chosen.setting.applied(cfg), Tuned(
-        tuning.tags(trials, chosen, budget_s), tuning.trials_table(trials)
+        tuning.tags(trials, chosen, budget_s),
+        tuning.trials_table(trials),
+        home if home != settings.experiment else "",
     )
 
 
@@ -179,8 +209,9 @@ def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
 
     Not in the process that ran the trials: after the trials have resized torch's thread pools and
     forked DataLoader workers, a run measured there trains measurably slower than the same flags in a
-    fresh process (docs/measured.md). The child
-    logs the trials (TUNED_ENV) into its own run; its exit code is the command's.
+    fresh process (docs/measured.md). The child logs the trials (TUNED_ENV) into its own run, in the
+    experiment of the stored runs of the same work (tuning.tuned_home), where their report finds it;
+    its exit code is the command's.
     """
 
     argv = [a for k, v in to_params(cfg).items() for a in (f"--{k}", v)]
@@ -190,6 +221,11 @@ def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
             json.dump({"tags": tuned.tags, "table": tuned.trials}, f)
         child = python_argv("-m", "devicebench", name, *argv)
         env = {**os.environ, TUNED_ENV: path}
+        if tuned.home:  # beside the runs it tunes, where their report reads
+            tuning.stderr(
+                f"tune {name}: the tuned run goes to experiment {tuned.home}, beside its work's runs"
+            )
+            env["DEVICEBENCH_EXPERIMENT"] = tuned.home
         return subprocess.run(child, env=env, check=False, preexec_fn=death_signal()).returncode
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from devicebench.schema import HOST_LOAD_1M, HOST_OTHERS_SHARE
-from devicebench.util.fmt import fmt_share
+from devicebench.schema import HOST_LOAD_1M, HOST_OTHERS_SHARE, HOST_SLOWDOWN
+from devicebench.util.fmt import fmt_share, fmt_x
 from devicebench.util.stats import is_figure
 
 BUSY_SHARE = 0.25
@@ -27,10 +27,13 @@ def is_busy(figures: Mapping[str, float]) -> bool:
 
 
 def busy_caveat(figures: Mapping[str, float]) -> str:
-    """`busy host: other processes took 63% of its CPU (load 4.1)`, or "" on a host that was quiet
-    enough (or where no one measured it)."""
+    """`busy host: other processes took 63% of its CPU (load 4.1), 11.2× the time of the last quiet run
+    of its config`, or "" on a host that was quiet enough (or where no one measured it). The share
+    alone understates it: 56% of the CPU taken cost one run 11× its time."""
     if not is_busy(figures):
         return ""
     load = figures.get(HOST_LOAD_1M)
     said = f" (load {load:.1f})" if is_figure(load) else ""
-    return f"busy host: other processes took {fmt_share(figures[HOST_OTHERS_SHARE])} of its CPU{said}"
+    slow = figures.get(HOST_SLOWDOWN)
+    cost = f", {fmt_x(slow)} the time of the last quiet run of its config" if is_figure(slow) else ""
+    return f"busy host: other processes took {fmt_share(figures[HOST_OTHERS_SHARE])} of its CPU{said}{cost}"

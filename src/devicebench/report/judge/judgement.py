@@ -49,6 +49,6 @@ def judge(comp: Comparison) -> Judgement:
         comp,
         {p: tuple(explain(p)) for p in comp.pairs},
         {pt: tuple(explain_scaling(s, pt)) for s in comp.scaling for pt in s.points},
-        {s: line for s in comp.unpaired if (line := break_even(s))},
+        {s: line for s in comp.unpaired if not s.unusable and (line := break_even(s))},
         {s: tuple(lines) for s in comp.unpaired if (lines := explain_side(s))},
     )

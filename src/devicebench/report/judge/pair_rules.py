@@ -113,8 +113,10 @@ RULES: tuple[Callable[[Pair], str | None], ...] = (
 
 
 def explain(pair: Pair) -> list[str]:
-    """Every rule that applies to the pair, in RULES order (the first is the headline verdict)."""
-    return [line for rule in RULES if (line := rule(pair))]
+    """Every rule that applies to the pair, in RULES order (the first is the headline verdict). A pair
+    with a side measured only on a busy host has that one verdict: the others would read its neighbours."""
+    unusable = busy_host(pair)
+    return [unusable] if unusable else [line for rule in RULES if (line := rule(pair))]
 
 
 # The rules of a side without a partner device (its price's break-even is said apart: `break_even`)
@@ -122,5 +124,7 @@ SIDE_RULES: tuple[Callable[[Side], str | None], ...] = (busy_side, oversubscribe
 
 
 def explain_side(side: Side) -> list[str]:
-    """Every side rule that applies to a side without a partner, in SIDE_RULES order."""
-    return [line for rule in SIDE_RULES if (line := rule(side))]
+    """Every side rule that applies to a side without a partner, in SIDE_RULES order (only the first
+    where its figures are unusable)."""
+    unusable = busy_side(side)
+    return [unusable] if unusable else [line for rule in SIDE_RULES if (line := rule(side))]

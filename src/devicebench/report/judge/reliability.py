@@ -9,7 +9,7 @@ from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.schema import HOST_OTHERS_SHARE
 from devicebench.util.busy_host import RERUN, busy_caveat
-from devicebench.util.fmt import fmt_share
+from devicebench.util.fmt import fmt_s, fmt_share, fmt_x
 from devicebench.util.stats import Stat
 
 NOISY_SPREAD = 0.5  # repeats spread over more than 50 % of their median
@@ -38,21 +38,41 @@ def noisy(pair: Pair) -> str | None:
 
 
 def busy_side(side: Side) -> str | None:
-    """`measured on a busy host: other processes took 63% of its CPU (load 4.1) in 2/3 runs; rerun
-    when the host is idle`: a side some of whose runs shared their cores with other processes
-    (util/busy_host.py), the busiest named; None where none did or no run measured it."""
-    runs = side.busy_runs
-    if not runs:
+    """`cpu figure unusable: measured only on a busy host (other processes took 63% of its CPU (load 4.1)
+    in 2/2 runs); rerun when the host is idle`: a side every run of which shared its cores with other
+    processes (util/busy_host.py), the busiest named; None where a quiet run exists (model/sides.py
+    left the busy ones out) or no run measured it."""
+    if not side.unusable:
         return None
+    runs = side.busy_runs
     worst = max(runs, key=lambda r: r.metrics[HOST_OTHERS_SHARE])
     said = busy_caveat(worst.metrics).removeprefix("busy host: ")
-    return f"{side.device} measured on a busy host: {said} in {len(runs)}/{len(side.runs)} runs; {RERUN}"
+    return (
+        f"{side.device} figure unusable: measured only on a busy host ({said} in {len(runs)}/{len(side.runs)} "
+        f"runs); {RERUN}"
+    )
 
 
 def busy_host(pair: Pair) -> str | None:
     """A side timed while other processes took its cores measured the sharing as much as the device:
     the speedup may be either side's neighbours."""
     return next((said for side in (pair.base, pair.other) if (said := busy_side(side))), None)
+
+
+def left_out_lines(side: Side) -> list[str]:
+    """`left out: cifar-cpu-3f2a measured on a busy host (other processes took 56% of its CPU (load 7.5)):
+    12.23 s, 11.2× the 1.09 s of the quiet runs`, one per run the side's figures leave out."""
+    key = side.time_metric()
+    quiet = side.metrics[key].median if key else None
+    out = []
+    for r in side.left_out:
+        took = busy_caveat(r.metrics).removeprefix("busy host: ")
+        t = r.metrics.get(key) if key else None
+        cost = f": {fmt_s(t)}, {fmt_x(t / quiet)} the {fmt_s(quiet)} of the quiet runs" if t and quiet else ""
+        out.append(
+            f"left out: {r.run_name or r.run_id} on {side.device} measured on a busy host ({took}){cost}"
+        )
+    return out
 
 
 def single_repeat(pair: Pair) -> str | None:

@@ -128,6 +128,8 @@ class Side:
     price: SidePrice = field(default_factory=SidePrice)  # an hour of what its runs used (price.py)
     # `$0.5/h set by hand` where runs of its config on its device were priced two ways (price.by_hand)
     priced_by_hand: str = ""
+    # its runs measured on a busy host while a quiet run of the side exists: shown, never in a figure
+    left_out: list[RunRecord] = field(default_factory=list)
 
     @property
     def kind(self) -> Kind | None:
@@ -155,6 +157,11 @@ class Side:
     def busy_runs(self) -> list[RunRecord]:
         """Its runs measured while other processes kept the host busy (util/busy_host.is_busy)."""
         return [r for r in self.runs if is_busy(r.metrics)]
+
+    @property
+    def unusable(self) -> bool:
+        """Every run of it was measured on a busy host: its figures time the neighbours, not the device."""
+        return bool(self.runs) and len(self.busy_runs) == len(self.runs)
 
     @property
     def is_cpu(self) -> bool:
@@ -204,7 +211,12 @@ class Placement:
 def summarise(
     workload: str, key: str, device: str, name: str, runs: list[RunRecord], placed: Placement = Placement()
 ) -> Side:
-    """Medians and spreads of everything the report shows, over one side's repeats."""
+    """Medians and spreads of everything the report shows, over one side's repeats. A run measured on
+    a busy host counts only where no quiet run of the side exists: a host that others kept busy slowed
+    one config's run 11-fold, and repeats cannot average that away. The busy ones are kept to be listed."""
+    quiet = [r for r in runs if not is_busy(r.metrics)]
+    left_out = sorted((r for r in runs if quiet and is_busy(r.metrics)), key=lambda r: r.start_time)
+    runs = quiet or runs
     ordered = sorted(runs, key=lambda r: r.start_time)
     metrics = {m: s for m in SUMMARY_METRICS if (s := Stat.of(r.metrics.get(m) for r in runs)) is not None}
     points: dict[tuple[str, str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -232,6 +244,7 @@ def summarise(
         tuned=placed.tuned,
         price=price_of(runs),
         priced_by_hand=placed.priced_by_hand,
+        left_out=left_out,
     )
 
 

@@ -11,7 +11,7 @@ with the run (read/points.py): no request per run.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -235,36 +235,46 @@ class Selection:
         return f"{line}; {self.left_out}" if self.left_out else line
 
 
-def _nothing_matched(query: Query, experiments: dict[str, str], every: bool) -> UsageError:
-    """No run matched: say what was asked, so the user sees which part of the selection to widen."""
+def _nothing_matched(
+    query: Query, experiments: dict[str, str], every: bool, search: Callable[[Query], list[RunRecord]]
+) -> UsageError:
+    """No run matched: name the option that emptied the selection (the first whose removal alone finds
+    runs; for --host, with the hosts there are), else everything that was asked."""
+    emptied = (
+        ("host", replace(query, host=None)),
+        ("filter", replace(query, filter=None)),
+        ("since", replace(query, since=None)),
+        ("workload", replace(query, workloads=())),
+    )
+    for param, wider in emptied:
+        asked = getattr(query, "workloads" if param == "workload" else param)
+        if asked and (found := search(wider)):
+            there = f"; hosts there: {', '.join(hosts_of(found))}" if param == "host" else ""
+            shown = ",".join(asked) if param == "workload" else repr(asked)
+            return UsageError(
+                f"no runs match --{param} {shown} ({len(found)} runs without it){there}", param=param
+            )
     what = ["any experiment" if every else f"experiment {', '.join(experiments.values())}"]
-    if query.workloads:
-        what.append(f"workload {','.join(query.workloads)}")
-    if query.since:
-        what.append(f"since {query.since}")
-    if query.host:
-        what.append(f"host {query.host}")
-    if query.filter:
-        what.append(f"filter {query.filter!r}")
+    what += [f"workload {','.join(query.workloads)}"] if query.workloads else []
+    what += [f"{name} {value!r}" for name in ("since", "host", "filter") if (value := getattr(query, name))]
     return UsageError(
         f"no runs match ({'; '.join(what)}); run a workload first (devicebench matmul) or widen the selection",
         param="experiment",
     )
 
 
-def read_runs(client: Any, query: Query) -> Selection:
-    """Resolve experiments and page through runs, each made whole from its search result (a matmul
-    run's points from its flat keys). No runs is a usage error; a run logged in another form (older, newer, or no version) is named
-    and left out. The search runs as streams by workload and start time (time_slices), a few at once.
-    """
-    t0 = time.perf_counter()
-    if query.since:
-        parse_since(query.since)  # a bad window is named before any request
-    every = query.every_experiment
-    if every:  # only runs tagged with a workload come back: every search clause names the tag
-        experiments = active_experiments(client, query.page_size)
-    else:
-        experiments = resolve_experiments(client, query.experiments)
+def hosts_of(runs: Sequence[RunRecord]) -> list[str]:
+    """Each run's host as --host matches it: its label or hostname, with its GPU or CPU model."""
+    said = set()
+    for r in runs:
+        name = r.tag("host.label") or r.tag("host.hostname") or "?"
+        model = r.tag("host.gpu_name") or r.tag("host.cpu_model")
+        said.add(f"{name} ({model})" if model else name)
+    return sorted(said)
+
+
+def _search(client: Any, experiments: dict[str, str], query: Query) -> list[RunRecord]:
+    """Every run of `experiments` that `query` selects, newest first, each made whole."""
 
     def stream(clauses: tuple[str | None, str | None]) -> list[RunRecord]:
         return [r for page in search_pages(client, list(experiments), query, *clauses) for r in page]
@@ -276,14 +286,34 @@ def read_runs(client: Any, query: Query) -> Selection:
         found = [r for got in search_pool.map(stream, tasks) for r in got]
     # a matmul record made whole from its flat per-size keys once: records are never changed
     whole = [replace(r, history=points) if (points := flat_points(r)) else r for r in found]
-    read = sorted(whole, key=lambda r: r.start_time, reverse=True)
+    return sorted(whole, key=lambda r: r.start_time, reverse=True)
+
+
+def read_runs(client: Any, query: Query) -> Selection:
+    """Resolve experiments and page through runs, each made whole from its search result (a matmul
+    run's points from its flat keys). No runs is a usage error; a run logged in another form (older,
+    newer, or no version) is named and left out. The search runs as streams by workload and start time (time_slices), a few at once.
+    """
+    t0 = time.perf_counter()
+    if query.since:
+        parse_since(query.since)  # a bad window is named before any request
+    every = query.every_experiment
+    if every:  # only runs tagged with a workload come back: every search clause names the tag
+        experiments = active_experiments(client, query.page_size)
+    else:
+        experiments = resolve_experiments(client, query.experiments)
+
+    def search(asked: Query) -> list[RunRecord]:
+        return _search(client, experiments, asked)
+
+    read = search(query)
     left_out = [r for r in read if schema_mismatch(r)]
     runs = [r for r in read if not schema_mismatch(r)]
     if not runs:
         raise (
             UsageError(f"no runs to compare: {left_out_line(left_out)}", param="experiment")
             if left_out
-            else _nothing_matched(query, experiments, every)
+            else _nothing_matched(query, experiments, every, search)
         )
     return Selection(
         runs,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from devicebench.report.judge.best_rules import best_against_best
 from devicebench.report.judge.judgement import Judgement
-from devicebench.report.judge.reliability import unreliable
+from devicebench.report.judge.reliability import left_out_lines, unreliable
 from devicebench.report.model.cost import side_cost
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
@@ -66,24 +66,44 @@ def cost_text(p: Pair) -> str:
 
 def pair_answer(judged: Judgement, p: Pair, config: str) -> Answer:
     """A pair's answer: who is faster and by how much, then its cost, each device at its best against
-    the other where a faster setting than the pair's own was measured, and its headline verdict."""
+    the other where a faster setting than the pair's own was measured, and its headline verdict; only
+    that a figure is unusable where a side ran on a busy host alone."""
     verdicts = judged.of(p)
+    left = tuple(line for s in (p.base, p.other) for line in left_out_lines(s))
+    if p.base.unusable or p.other.unusable:
+        return f"{config}: no answer: {verdicts[0]}", (f"as measured: {faster_text(p)}", *left)
     best = best_against_best(p)
     lines = (cost_text(p), *(f"best against best: {best}",) * bool(best))
-    lines += (*(f"verdict: {verdicts[0]}",) * bool(verdicts),)
+    lines += (*(f"verdict: {verdicts[0]}",) * bool(verdicts), *left)
     return f"{config}: {faster_text(p)}", lines
 
 
 def side_answer(judged: Judgement, side: Side, config: str) -> Answer:
     """A config that ran on one device only: its time per unit and cost, then what a GPU must do to
-    be worth it, or what its own figures measure."""
+    be worth it, or what its own figures measure; only that its figure is unusable where it ran on a
+    busy host alone."""
     c = side_cost(side)
+    said = judged.alone(side)
+    if side.unusable:
+        return f"{config}: no answer: {said[0]}", (f"as measured: {time_text(side, c)}",)
     cost = f", {fmt_money(c.per_unit, side.price.currency)} per {c.unit}" if c.per_unit else ""
-    said = [judged.break_even[side]] if side in judged.break_even else []
-    said += judged.alone(side)
-    lines = tuple(f"verdict: {line}" for line in said[:1]) + tuple(said[1:])
+    said = ([judged.break_even[side]] if side in judged.break_even else []) + said
+    lines = tuple(f"verdict: {line}" for line in said[:1]) + tuple(said[1:]) + tuple(left_out_lines(side))
+    lines += (tune_hint(judged, side),) * bool(tune_hint(judged, side))
     doubt = f", ⚠ {mark}" if (mark := unreliable(side)) else ""
     return f"{config}: only {side.label} ran: {time_text(side, c)}{cost}{doubt}", lines
+
+
+def tune_hint(judged: Judgement, side: Side) -> str:
+    """`next: devicebench tune cifar with its run's flags measures this CPU at its best`, for a CPU side
+    without a GPU partner whose work no tuned run has measured: the clearest answer a host without a
+    GPU can give (the best CPU is what a GPU must beat)."""
+    kind = side.kind
+    if not side.is_cpu or side.tuned or kind is None or not kind.tunable:
+        return ""
+    if any(s.tuned and s.work_key == side.work_key for s in judged.comp.all_sides):
+        return ""
+    return f"next: devicebench tune {side.workload} with its run's flags measures this CPU at its best"
 
 
 def answers(judged: Judgement, describe: Describe) -> list[Answer]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from devicebench.report.judge.judgement import Judgement
+from devicebench.report.judge.reliability import left_out_lines
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import any_price
 from devicebench.report.model.pairs import Pair
@@ -71,14 +72,15 @@ def _add_table(doc: list[Block], columns: Sequence[Column], items: Sequence) -> 
 
 
 def _why(doc: list[Block], items: Sequence[PairItem]) -> None:
-    """Each pair's verdicts under its tables, a line each: sentences read at the page's width, where a
+    """Each pair's verdicts under its tables past the headline one its answer already says (a price's
+    break-even read three times per config), a line each: sentences read at the page's width, where a
     table's column made them a tall strip."""
     bullets(
         doc,
         [
-            (f"{r.config}: {r.pair.other.label} over {r.pair.base.label}", r.verdicts)
+            (f"{r.config}: {r.pair.other.label} over {r.pair.base.label}", r.verdicts[1:])
             for r in items
-            if r.verdicts
+            if r.verdicts[1:]
         ],
     )
 
@@ -131,7 +133,7 @@ def _speedups(doc: list[Block], judged: Judgement, varying: Varying) -> None:
         items = pair_items(judged, comp.pairs, varying)
         for view in PAIR_VIEWS:  # narrow enough for MLflow's artifact view, each table one question
             _add_table(doc, shown(PAIR_COLUMNS, view), items)
-        paragraph(doc, "Why, pair by pair:")
+        paragraph(doc, "Why, pair by pair (past the verdict each answer above opens on):")
         _why(doc, items)
     else:
         paragraph(
@@ -190,8 +192,7 @@ def _price_performance(doc: list[Block], judged: Judgement, varying: Varying) ->
     for view in (PRICE, WORK):  # two narrower tables: what each side costs; what a unit of money buys
         columns = shown(PRICE_COLUMNS, view)
         _add_table(doc, [c for c in columns if c.name != "vs_best" or compared_to_best(items)], items)
-    for side, line in judged.break_even.items():  # no GPU side yet: what a GPU must do to be worth it
-        paragraph(doc, f"{describe(side, varying)}: {line}")
+    # a CPU side without a GPU partner: what a GPU must do to be worth it is its answer's verdict, said once
 
 
 def _serving(doc: list[Block], comp: Comparison, varying: Varying) -> None:
@@ -238,6 +239,14 @@ def _unpaired(doc: list[Block], judged: Judgement, varying: Varying) -> None:
     for s in comp.unpaired:
         for line in judged.alone(s):
             paragraph(doc, f"{describe(s, varying)} on {s.label}: {line}")
+
+
+def _left_out(doc: list[Block], comp: Comparison, varying: Varying) -> None:
+    """The runs no figure counts: measured on a busy host beside a quiet run of the same side."""
+    said = [(describe(s, varying), tuple(left_out_lines(s))) for s in comp.all_sides if s.left_out]
+    if said:
+        heading(doc, 2, "Left out: measured on a busy host (a quiet run of the same config counts instead)")
+        bullets(doc, said)
 
 
 def _unfinished(doc: list[Block], comp: Comparison) -> None:
@@ -296,6 +305,7 @@ def build_doc(judged: Judgement, meta: dict[str, str], charts: dict[str, str]) -
     _matmul(doc, comp)
     _quality(doc, comp, varying)
     _unpaired(doc, judged, varying)
+    _left_out(doc, comp, varying)
     _unfinished(doc, comp)
     _per_host(doc, comp, varying)
     _regressions(doc, comp, varying)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from devicebench.report.judge.judgement import Judgement
+from devicebench.report.judge.reliability import left_out_lines
 from devicebench.report.model.scaling import Series
 from devicebench.report.render.content import pair_items
 from devicebench.report.render.labels import Varying, describe, varying_params
@@ -57,6 +58,7 @@ def terminal_table(judged: Judgement, limit: int = 40) -> str:
     lines.extend(f"price: {describe(s, varying)}: {line}" for s, line in judged.break_even.items())
     if len(comp.unpaired) > limit:
         lines.append(f"... {len(comp.unpaired) - limit} more configs without a partner in report.md")
+    lines.extend(line for s in comp.all_sides for line in left_out_lines(s))  # busy runs no figure counts
     lines.extend(scaling_line(judged, s, varying) for s in comp.scaling[:limit])
     if len(comp.scaling) > limit:
         lines.append(f"... {len(comp.scaling) - limit} more scaling series in report.md")
