@@ -348,11 +348,18 @@ def test_a_corrupt_journal_is_skipped_named_and_the_others_replayed(tmp_path: Pa
         journal.append({"op": "end", "status": "FINISHED", "ts": 2})
         journal.close()
     (spool / runs[0] / "sent").write_text("twelve")
+    dup = spool / runs[0][::-1]  # a journal with one line twice: sent twice if read as it is
+    dup.mkdir()
+    (dup / "run.json").write_text(json.dumps({"run_id": runs[0][::-1], "tracking_uri": uri}))
+    line = json.dumps({"op": "metrics", "values": {"x": 1.0}, "step": 0, "ts": 1, "seq": 1})
+    (dup / "ops.jsonl").write_text(f"{line}\n{line}\n")
     proc = run_cli(["sync"], env, cwd=tmp_path, timeout_s=100)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # the user's to fix: not "try again later"
+    assert f"journal {dup} skipped: its `sent` mark or operations are corrupt" in proc.stderr
+    assert "operation 1 is in its ops.jsonl twice" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert str(spool / "aaa-bad-json") in proc.stderr and str(spool / runs[0]) in proc.stderr
-    assert "1 run(s) replayed" in proc.stdout and "2 corrupt journal(s) skipped" in proc.stdout
+    assert "1 run(s) replayed" in proc.stdout and "3 corrupt journal(s) skipped" in proc.stdout
     good = client.get_run(runs[1])
     assert good.info.status == "FINISHED" and good.data.metrics == {"x": 2.0}
     assert (spool / runs[0]).is_dir() and not (spool / runs[1]).exists()

@@ -260,7 +260,8 @@ def _run_sync(args: argparse.Namespace) -> int:
         f"{PROG}: sync: {out.replayed} run(s) replayed{died}, {out.pending} still pending{live}{broken} "
         f"in {settings.spool_dir}"
     )
-    return 1 if out.pending or out.broken else 0
+    # a corrupt journal waits for the user (fix or remove it); a pending run only for the store
+    return 2 if out.broken else 1 if out.pending else 0
 
 
 def _add_module_command(sub: argparse._SubParsersAction, name: str, module_name: str, help: str) -> None:
@@ -284,8 +285,8 @@ def _unset(args: argparse.Namespace, words: dict[str, str]) -> argparse.Namespac
 SYNC_DESCRIPTION = (
     "Send the runs kept in the local spool (DEVICEBENCH_SPOOL_DIR) while the tracking store was "
     "unreachable to the store, each exactly once. A run whose process still lives is skipped; one whose "
-    "process died without ending is sent and ended FAILED. Exit 1 while a run is still pending or a "
-    "journal is unreadable."
+    "process died without ending is sent and ended FAILED. Exit 1 while a run is still pending (the store "
+    "is away), 2 when a journal is unreadable (named: fix or remove it)."
 )
 
 # One line each in `devicebench --help`: a whole phrase, never one that reads as cut off (a test looks).

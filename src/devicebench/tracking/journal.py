@@ -190,12 +190,16 @@ class Journal:
         ops = []
         ended = False
         last = 0
+        seen: set[int] = set()
         path = run_dir / "ops.jsonl"
         if path.exists():
             for line in path.open(encoding="utf-8"):
                 if line.strip():
                     with contextlib.suppress(json.JSONDecodeError):  # a torn last line from a kill
                         op = json.loads(line)
+                        if op["seq"] in seen:  # written once by its run: a copy would be sent twice
+                            raise ValueError(f"operation {op['seq']} is in its ops.jsonl twice")
+                        seen.add(op["seq"])
                         ended = ended or op["op"] == "end"
                         last = max(last, op["seq"])
                         if op["seq"] > since:
