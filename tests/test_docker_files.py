@@ -353,6 +353,19 @@ def test_make_server_refuses_a_bad_dotenv_in_one_line(tmp_path: Path) -> None:
     assert not seen.exists()
 
 
+def test_make_ui_refuses_a_port_that_is_no_port_in_devicebenchs_one_line(tmp_path: Path) -> None:
+    """`MLFLOW_UI_PORT=5977; touch x` reached MLflow's CLI as text and got Click's three-line error."""
+    venv, seen = fake_venv(tmp_path)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("MLFLOW_UI_PORT=5977; touch x\n")
+    proc = run_make("ui", venv, dotenv)
+    said = [line for line in proc.stderr.splitlines() if line.startswith("devicebench: error:")]
+    assert said == [
+        "devicebench: error: setting MLFLOW_UI_PORT='5977; touch x' must be a TCP port, a number from 1 to 65535"
+    ], proc.stderr
+    assert "Error 2" in proc.stderr and not seen.exists()
+
+
 @pytest.mark.parametrize(("setting", "expected"), [("", "false"), ("true", "true")])
 def test_make_ui_starts_without_mlflows_job_runner_unless_dotenv_asks(
     tmp_path: Path, setting: str, expected: str

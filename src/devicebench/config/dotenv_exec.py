@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
-from devicebench.config.settings import load_dotenv_file
+from devicebench.config.settings import load_dotenv_file, port_setting
 from devicebench.errors import UsageError
+
+
+PORTS = ("MLFLOW_UI_PORT", "MLFLOW_PORT")  # `make ui`'s and `make server`'s
 
 
 def main(argv: list[str]) -> int:
@@ -22,6 +25,8 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         load_dotenv_file()
+        for name in PORTS:  # checked here: the commands this starts would say it in Click's words
+            port_setting(os.environ, name)
     except UsageError as e:
         print(f"devicebench: error: {e}", file=sys.stderr)
         return e.exit_code

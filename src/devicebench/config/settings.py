@@ -80,6 +80,15 @@ def _float_setting(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def port_setting(env: Mapping[str, str], name: str) -> str:
+    """A TCP port setting as text ("" when unset): digits from 1 to 65535, or one line naming it. A
+    `.env` line `MLFLOW_UI_PORT=5977; touch x` reached MLflow's CLI as text, and Click's three lines."""
+    raw = (env.get(name) or "").strip()
+    if raw and not (raw.isascii() and raw.isdigit() and 0 < int(raw) < 65536):
+        raise UsageError(f"setting {name}={raw!r} must be a TCP port, a number from 1 to 65535")
+    return raw
+
+
 def _http_url(env: Mapping[str, str], name: str, default: str) -> str:
     """An http(s) URL with a host, or the default when unset: `::::` failed only in the run, as a
     ValueError from urllib."""
@@ -232,7 +241,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         price_shape=(env.get("DEVICEBENCH_PRICE_SHAPE") or "").strip(),
         whole_shape=_flag(env, "DEVICEBENCH_PRICE_WHOLE_SHAPE"),
         ui_url=(env.get("MLFLOW_UI_URL") or "").strip(),
-        ui_port=(env.get("MLFLOW_UI_PORT") or "").strip(),
+        ui_port=port_setting(env, "MLFLOW_UI_PORT"),
     )
 
 
