@@ -14,7 +14,6 @@ import sys
 from devicebench.config.settings import load_dotenv_file, port_setting
 from devicebench.errors import UsageError
 
-
 PORTS = ("MLFLOW_UI_PORT", "MLFLOW_PORT")  # `make ui`'s and `make server`'s
 
 
