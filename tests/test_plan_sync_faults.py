@@ -177,6 +177,42 @@ def test_an_item_that_failed_before_its_run_existed_is_started_once_more(
     ]
 
 
+def test_an_item_killed_before_its_run_existed_is_a_killed_run_in_the_store(
+    mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
+) -> None:
+    """A factory that hangs at import is stopped at the item's time limit before its run exists: it was a
+    line in the summary and suite/failed only, nothing in the store. Now a KILLED run of the item, with
+    the reason, under the parent, with the plan's tag and the current schema."""
+    (tmp_path / "stuck.py").write_text(
+        "import time\ntime.sleep(600)\n\ndef build(num_classes=10):\n    pass\n"
+    )
+    plan = load_plan(
+        write(
+            tmp_path,
+            "name: t\nruns:\n  - entry: model\n    params: {model: 'stuck.py:build', input: 3x8x8}\n"
+            "    time_limit_s: 5\n",
+        )
+    )
+    client = MlflowClient(mlflow_server.url)
+    exp = client.create_experiment(experiment_name)
+    parent = client.create_run(exp).info.run_id
+    base = devicebench_env(mlflow_server.url, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
+    item = plan.runs[0]
+
+    def env_for(_: object) -> dict[str, str]:
+        return Handoff(parent, exp, f"t:{parent}", item.item_id, "").env(base)
+
+    settings = settings_for(mlflow_server.url, tmp_path, experiment_name)
+    where = Parent(settings, exp, parent, suite=f"t:{parent}")
+    outcome = _run_items(plan, set(), env_for, Starter(None), where)
+    assert [r for _, r in outcome.failed] == ["KILLED: ran past its time limit of 5 s (time_limit_s)"]
+    (run,) = client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent}'")
+    assert run.info.status == "KILLED"
+    assert run.data.tags["devicebench.error"].endswith("stopped by the suite before its run existed")
+    assert run.data.tags["devicebench.suite.item"] == item.item_id
+    assert run.data.tags["devicebench.suite"] == f"t:{parent}" and run.data.tags["devicebench.schema"] == "1"
+
+
 def test_a_store_away_is_waited_for_once_then_failed_fast(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

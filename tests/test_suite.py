@@ -384,6 +384,8 @@ def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
     assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED", "FINISHED"]
     assert all(facts_of(r)["devicebench.suite"] == f"tiny:{parent.info.run_id}" for r in children)
     assert parent.data.metrics["suite/failed"] == 1.0
+    assert parent.info.status == "FAILED", "a plan with a failed item is not FINISHED as if whole"
+    assert parent.data.tags["devicebench.error"] == "1 of 3 plan runs failed (suite.json)"
     assert parent.data.tags["mlflow.note.content"] == "plan tiny: 2 finished, 1 failed, 0 skipped"
     assert float(parent.data.tags["devicebench.suite.alive"]) > 0, "the suite said it was alive while it ran"
 

@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from devicebench.errors import Interrupted, signal_name
 from devicebench.plan.spec import PlannedRun
-from devicebench.schema import tag
+from devicebench.schema import SCHEMA_VERSION, tag
 from devicebench.tracking.journal import spool_root
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.replay import sync_journal
@@ -142,6 +142,7 @@ class Parent:
     experiment_id: str
     run_id: str
     gone: bool = False  # a wait ran out: the store is away for good, and later items fail fast again
+    suite: str = ""  # the plan's tag ("<plan>:<parent run id>"), the report's filter, on a run made here
 
     def run_of(self, item: PlannedRun) -> Any | None:
         """The item's newest run under this parent, or None when it made none."""
@@ -177,6 +178,24 @@ class Parent:
                     )
                     said = True
                 time.sleep(1.0)
+
+    def record_unstarted(self, item: PlannedRun, why: str) -> None:
+        """An item the suite stopped before its run existed (a factory that hangs at import): a run in
+        the store all the same, KILLED with `why`, so the store says it and not only the summary. It
+        carries the plan's tags and the current schema, so the report lists it as a run that did not
+        finish, never as an older one."""
+        tags = {
+            "mlflow.parentRunId": self.run_id,
+            tag("suite.item"): item.item_id,
+            tag("workload"): item.entry,
+            tag("schema"): str(SCHEMA_VERSION),
+            tag("error"): why,
+            **({tag("suite"): self.suite} if self.suite else {}),
+        }
+        client = MlflowClient(self.settings.tracking_uri)
+        with contextlib.suppress(Exception):  # the store away: the summary and suite/failed still say it
+            run = client.create_run(self.experiment_id, run_name=item.label, tags=tags)
+            client.set_terminated(run.info.run_id, "KILLED")
 
     def settle(self, run: Any, ended: Ended, why: str) -> Any:
         """A run its process left RUNNING, the process gone: its journal replayed as `sync` would (what
@@ -246,6 +265,8 @@ def item_verdict(item: PlannedRun, ended: Ended, parent: Parent | None) -> Verdi
             return Verdict(True, note=f"its run had FINISHED, but its process {limit}: stopped")
         if run is not None and parent is not None:
             parent.settle(run, ended, f"{limit}; stopped by the suite")
+        elif parent is not None and not unread:
+            parent.record_unstarted(item, f"{limit}; stopped by the suite before its run existed")
         return Verdict(False, f"KILLED: {limit}")
     if run is not None and run.info.status == "RUNNING" and parent is not None:
         run = parent.settle(run, ended, f"its process ended ({_code(ended.code)}) without ending its run")

@@ -183,7 +183,7 @@ def _run_plan(
                 done,
                 lambda item: _child_env(parent.run_id, experiment_id, suite_tag, item, store),
                 starter,
-                Parent(settings, experiment_id, parent.run_id),
+                Parent(settings, experiment_id, parent.run_id, suite=suite_tag),
             )
         parent.log_metrics(
             {
@@ -193,6 +193,8 @@ def _run_plan(
             }
         )
         parent.log_dict(outcome.as_dict(), "suite.json")
+        if outcome.failed:  # a plan with a failed item is no whole result: its parent run says so
+            parent.incomplete = f"{len(outcome.failed)} of {len(plan.runs)} plan runs failed (suite.json)"
         report_code, report_out = 0, None
         if plan.report and outcome.finished:
             report_code, report_out = _report(plan, settings, suite_tag, starter)

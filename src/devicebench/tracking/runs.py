@@ -104,7 +104,8 @@ def run_context(
                 tracker, "KILLED", f"{interrupted}; the run went on after it, so its figures are not kept"
             )
             raise interrupted
-        if not _finish(tracker, "FINISHED", None, timed=workload in WORKLOADS):
+        status = "FAILED" if tracker.incomplete else "FINISHED"
+        if not _finish(tracker, status, tracker.incomplete, timed=workload in WORKLOADS, to_end=True):
             raise _spooled_error(settings, tracker)
 
 
@@ -194,16 +195,19 @@ def process_age_s() -> float:
         return time.time() - psutil.Process().create_time()
 
 
-def _finish(tracker: MlflowTracker, status: str, error: str | None, timed: bool = False) -> bool:
-    """End the run with `status`; `timed`: a workload run that logs what its end cost (END_S)."""
-    if status == "FINISHED":  # the end's cost, measured on what it mostly is: flushing what was logged
+def _finish(
+    tracker: MlflowTracker, status: str, error: str | None, timed: bool = False, to_end: bool = False
+) -> bool:
+    """End the run with `status`; `timed`: a workload run that logs what its end cost (END_S); `to_end`:
+    its work ran to its end (FINISHED, or FAILED as incomplete), and a spool is the caller's to say."""
+    if to_end:  # the end's cost, measured on what it mostly is: flushing what was logged
         t0 = time.perf_counter()
         tracker.drain(tracker.settings.final_flush_s, while_reachable=True)  # close waits out an outage
         if timed:
             tracker.log_metrics({END_S: time.perf_counter() - t0})
     with ending():
         delivered = tracker.close(status, error)
-    if not delivered and status != "FINISHED":
+    if not delivered and not to_end:
         print(
             f"devicebench: store unreachable, run {tracker.run_id} spooled to {tracker.journal.dir}",
             file=sys.stderr,

@@ -45,6 +45,8 @@ class MlflowTracker:
             journal.bind(run_id, settings.tracking_uri)
         self.journal = journal
         self._system_monitor: Any = None
+        # why a run that ran to its end is not whole (a plan with failed items): it then ends FAILED with it
+        self.incomplete: str | None = None
         # The latest point of every metric (value, step, timestamp ms): what `log_model` links to a model.
         self._latest: dict[str, tuple[float, int, int]] = {}
         self._sender = Sender(self.client, run_id, journal, settings.flush_interval_s)
