@@ -34,6 +34,7 @@ from devicebench.schema import (
 )
 from devicebench.util.busy_host import RERUN, busy_caveat
 from devicebench.util.fmt import (
+    SEP,
     fmt_amount,
     fmt_count,
     fmt_money,
@@ -43,8 +44,6 @@ from devicebench.util.fmt import (
     fmt_s,
 )
 from devicebench.util.gpu_caveat import gpu_caveat
-
-SEP = " · "
 
 
 def _finite(x: Any) -> bool:

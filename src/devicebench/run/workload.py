@@ -43,6 +43,7 @@ from devicebench.tracking.protocol import Tracker
 from devicebench.tracking.runs import FromPlan, process_age_s, run_context
 from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.children import death_signal, python_argv
+from devicebench.util.fmt import PROG
 from devicebench.util.redact import redact
 from devicebench.workloads import Workload, load, progress_enabled
 
@@ -52,9 +53,6 @@ class Tuned(NamedTuple):
 
     tags: dict[str, str]  # the tuned run's tags: the setting chosen, the budget, the trials' count
     trials: dict[str, list]  # the trials table, logged as tuning.json
-
-
-PROG = "devicebench"
 
 
 def run_workload(
