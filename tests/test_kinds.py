@@ -115,3 +115,27 @@ def test_every_workload_has_a_kind_and_a_config() -> None:
     assert set(KIND_OF.values()) == {PRODUCT, TRAINING, SERVING}
     assert tuple(w for w in WORKLOADS if KIND_OF[w] is TRAINING) == TRAINING_WORKLOADS
     assert len({k.unit for k in KIND_OF.values()}) == 3  # a cost per unit is never compared across kinds
+
+
+# Names that were written out in two modules with the same value, so one could change without the other.
+DEFINED_ONCE = ("PROG", "SEP", "QUALITY_METRICS")
+
+
+def _module_constants(path: Path) -> list[str]:
+    """The names a module assigns at its top level."""
+    return [
+        t.id
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    ]
+
+
+def test_shared_constants_are_defined_once() -> None:
+    where: dict[str, list[str]] = {name: [] for name in DEFINED_ONCE}
+    for path in sorted(SRC.rglob("*.py")):
+        for name in _module_constants(path):
+            if name in where:
+                where[name].append(str(path.relative_to(SRC)))
+    assert {n: ps for n, ps in where.items() if len(ps) != 1} == {}

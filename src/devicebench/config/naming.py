@@ -15,8 +15,8 @@ from typing import Any
 
 from devicebench.config.fields import is_keyed
 from devicebench.schema import MAX_RUN_NAME
+from devicebench.util.fmt import SEP
 
-SEP = " · "
 # Short spellings for the runs list; a field not named here shows as `name value`.
 SHORT = {
     "batch_size": "bs",

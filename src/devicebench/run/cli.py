@@ -40,10 +40,9 @@ from devicebench.schema import (
 )
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import exiting
+from devicebench.util.fmt import PROG
 from devicebench.util.leave import leave
 from devicebench.util.redact import redact
-
-PROG = "devicebench"
 
 
 class OneLineParser(argparse.ArgumentParser):

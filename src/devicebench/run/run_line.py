@@ -39,6 +39,7 @@ from devicebench.schema import (
 )
 from devicebench.util.busy_host import RERUN, busy_caveat, is_busy
 from devicebench.util.fmt import (
+    SEP,
     fmt_amount,
     fmt_count,
     fmt_money,
@@ -48,8 +49,6 @@ from devicebench.util.fmt import (
     fmt_s,
 )
 from devicebench.util.gpu_caveat import gpu_caveat
-
-SEP = " · "
 
 
 def _finite(x: Any) -> bool:

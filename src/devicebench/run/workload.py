@@ -44,7 +44,7 @@ from devicebench.tracking.runs import FromPlan, process_age_s, run_context
 from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.busy_host import is_busy
 from devicebench.util.children import death_signal, python_argv
-from devicebench.util.fmt import fmt_s
+from devicebench.util.fmt import PROG, fmt_s
 from devicebench.util.redact import redact
 from devicebench.workloads import Workload, load, progress_enabled
 
@@ -55,9 +55,6 @@ class Tuned(NamedTuple):
     tags: dict[str, str]  # the tuned run's tags: the setting chosen, the budget, the trials' count
     trials: dict[str, list]  # the trials table, logged as tuning.json
     home: str = ""  # the experiment of the runs of its work, where it is not the configured one
-
-
-PROG = "devicebench"
 
 
 def run_workload(

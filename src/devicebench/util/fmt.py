@@ -14,6 +14,8 @@ import math
 from devicebench.util.stats import Stat
 
 NONE = "–"  # what a cell shows when there is nothing to show
+SEP = " · "  # between the parts of one name or line: a run name, a side's label, a run's answer
+PROG = "devicebench"  # the command's name, in front of what it says on stderr
 
 
 def _missing(x: float | None) -> bool:

@@ -13,6 +13,7 @@ from devicebench.report.judge.reliability import left_out_lines
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import any_price
 from devicebench.report.model.pairs import Pair
+from devicebench.report.model.sides import QUALITY_METRICS
 from devicebench.report.render.answer import answers
 from devicebench.report.render.document import Block, Doc, bullets, heading, image, paragraph, table
 from devicebench.report.render.labels import Varying, describe, selection_row, varying_params
@@ -24,7 +25,6 @@ from devicebench.report.render.tables import (
     PRICE,
     PRICE_COLUMNS,
     QUALITY_COLUMNS,
-    QUALITY_METRICS,
     REGRESSION_COLUMNS,
     SCALING_COLUMNS,
     SELECTION_COLUMNS,

@@ -16,12 +16,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from devicebench.config.fields import is_keyed, to_params
-from devicebench.config.naming import PRIORITY, SEP, always_named, spelled
+from devicebench.config.naming import PRIORITY, always_named, spelled
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.model.sides import NOT_WORK, Side
 from devicebench.report.read.records import RunRecord
 from devicebench.schema import SERVE_P50, TOTAL_S, TRAIN_S
-from devicebench.util.fmt import NONE
+from devicebench.util.fmt import NONE, SEP
 
 # What each headline time measures, for the column that shows it (sides.Side.time_metric's choices)
 TIMED = {

@@ -28,9 +28,7 @@ from devicebench.report.read.records import RunRecord
 from devicebench.report.render import money
 from devicebench.report.render.labels import timed_label
 from devicebench.schema import (
-    ACCURACY,
     FORWARD_FLOPS,
-    MIOU,
     PEAK_BYTES,
     PEAK_RSS_BYTES,
     PRODUCT,
@@ -351,7 +349,6 @@ class QualityItem:
         return self.side.metrics.get(self.metric)
 
 
-QUALITY_METRICS = (ACCURACY, MIOU)
 QUALITY_COLUMNS: tuple[Column[QualityItem], ...] = (
     Column("config", "config", lambda r: r.config),
     Column("device", "device", lambda r: r.side.label),
