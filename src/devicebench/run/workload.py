@@ -43,7 +43,7 @@ from devicebench.tracking.protocol import Tracker
 from devicebench.tracking.runs import FromPlan, process_age_s, run_context
 from devicebench.tracking.tracker import MlflowTracker
 from devicebench.util.busy_host import is_busy
-from devicebench.util.children import death_signal, python_argv
+from devicebench.util.children import death_signal, python_argv, wait_through_ctrl_c
 from devicebench.util.fmt import PROG, fmt_s
 from devicebench.util.redact import redact
 from devicebench.workloads import Workload, load, progress_enabled
@@ -223,7 +223,7 @@ def _measure_tuned(name: str, cfg: WorkloadConfig, tuned: Tuned) -> int:
                 f"tune {name}: the tuned run goes to experiment {tuned.home}, beside its work's runs"
             )
             env["DEVICEBENCH_EXPERIMENT"] = tuned.home
-        return subprocess.run(child, env=env, check=False, preexec_fn=death_signal()).returncode
+        return wait_through_ctrl_c(subprocess.Popen(child, env=env, preexec_fn=death_signal()))
 
 
 def _tuned_from_env() -> Tuned | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 
@@ -52,3 +53,14 @@ def death_signal(signum: int = signal.SIGTERM) -> Callable[[], None]:
 
 
 die_with_parent = death_signal(signal.SIGKILL)
+
+
+def wait_through_ctrl_c(proc: subprocess.Popen) -> int:
+    """The exit code of a child that shares this terminal: a Ctrl-C reaches it too, and it ends its own
+    run and says so, once. Raised here as well, it printed a second "interrupted by Ctrl-C", and
+    subprocess.run killed the child a quarter second later, maybe before its run had ended."""
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
