@@ -43,6 +43,9 @@ def test_a_ctrl_c_is_the_childs_to_say_and_its_exit_code_the_commands() -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a shell starts background jobs (CI's, nohup's) with SIGINT ignored, and Python then never
+        # raises KeyboardInterrupt: the default given back, as a terminal's foreground job has it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
     time.sleep(0.2)  # the parent is inside wait_through_ctrl_c
