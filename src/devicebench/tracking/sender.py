@@ -34,8 +34,7 @@ class Sender:
         self._cond = threading.Condition()
         self._closing = False
         self._deadline: float | None = None
-        self._down_since: float | None = None  # when the current run of failed sends began
-        self._failures = 0  # failed sends so far: a drain that must not wait out an outage watches it
+        self._down_since: float | None = None  # when the current run of failed sends began; None: up
         self._thread = threading.Thread(target=self._loop, name="devicebench-tracker", daemon=True)
         self._thread.start()
 
@@ -71,7 +70,6 @@ class Sender:
             except Exception as e:
                 with self._cond:
                     self.last_error = one_line(e)
-                    self._failures += 1
                     if self._down_since is None:
                         self._down_since = time.monotonic()
                     self._cond.notify_all()  # a drain that gives up when the store is away learns it now
@@ -89,14 +87,13 @@ class Sender:
 
     def drain(self, timeout_s: float, while_reachable: bool = False) -> bool:
         """Wait until everything queued so far reached the store; False if it did not in time.
-        `while_reachable`: False at once when the store is away or a send fails meanwhile (mid-run, a
-        model is spooled rather than the run held for the whole final flush)."""
+        `while_reachable`: False as soon as a send finds the store away (mid-run, a model is spooled
+        rather than the run held for the whole final flush)."""
         with self._cond:
             self._cond.notify()
             end = time.monotonic() + timeout_s
-            failures = self._failures
             while self._pending:
-                if while_reachable and (self._down_since is not None or self._failures > failures):
+                if while_reachable and self._down_since is not None:
                     return False
                 left = end - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
