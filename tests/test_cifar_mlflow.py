@@ -38,8 +38,8 @@ def _env(server: MlflowServer) -> dict[str, str]:
     return devicebench_env(server.url, OMP_NUM_THREADS="1")
 
 
-def _finished_run(uri: str, experiment: str):
-    runs = runs_of(uri, experiment)
+def _finished_run(uri: str, experiment: str, tuned: bool = False):
+    runs = [r for r in runs_of(uri, experiment) if not tuned or facts_of(r).get("devicebench.tuned")]
     assert len(runs) == 1, [r.info.status for r in runs]
     run = runs[0]
     assert run.info.status == "FINISHED"
@@ -258,13 +258,21 @@ def test_tune_tries_threads_feeding_nhwc_and_compile_then_measures_the_cpu_the_f
     assert thread_counts(16) == [16, 8, 4, 2, 1] and thread_counts(6) == [6, 4, 2, 1]
     env = _env(mlflow_server) | {"DEVICEBENCH_EXPERIMENT": experiment_name}
     args = ["--data", "synthetic", "--epochs", "1", "--batch_size", "8", "--train_limit", "800"]
+    args += ["--test_limit", "100"]
+    # Issue 66: a run of this work in `<exp>-demo` first, the configured experiment elsewhere: the tuned
+    # run lands beside its work's runs, where their report reads it
+    demo = f"{experiment_name}-demo"
+    first = run_cli(["cifar", *args], env | {"DEVICEBENCH_EXPERIMENT": demo}, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
     budget = 15  # what fits is the machine's to say (below); 15 s ran 7 of 7 trials alone here
-    proc = run_cli(
-        ["tune", "cifar", *args, "--test_limit", "100", "--tune_budget_s", str(budget)], env, cwd=tmp_path
-    )
+    proc = run_cli(["tune", "cifar", *args, "--tune_budget_s", str(budget)], env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"the tuned run goes to experiment {demo}, beside its work's runs" in proc.stderr, proc.stderr
+    assert runs_of(mlflow_server.url, experiment_name) == []
     said = [line for line in proc.stderr.splitlines() if line.startswith("tune cifar: [")]
-    run = _finished_run(mlflow_server.url, experiment_name)
+    tuned_and_first = runs_of(mlflow_server.url, demo)
+    assert sorted(facts_of(r).get("devicebench.tuned", "") for r in tuned_and_first) == ["", "true"]
+    run = _finished_run(mlflow_server.url, demo, tuned=True)
     tags = facts_of(run)
     # How many trials fit is the machine's to say: 7 of 7 ran alone here, 2 of 7 in a CI run on a busier
     # machine (a 2-thread trial beside the suite's 3 workers can take 20x longer). What must hold at any

@@ -395,38 +395,3 @@ def test_the_tuned_run_goes_to_the_experiment_of_the_runs_of_its_work(
     assert tuning.tuned_home(mlflow_server.url, "cifar", tuned) == f"{experiment_name}-demo"
     other = dataclasses.replace(cfg, batch_size=9)
     assert tuning.tuned_home(mlflow_server.url, "cifar", other) is None
-
-
-def test_tune_puts_its_run_beside_the_runs_of_its_work(
-    mlflow_server, experiment_name: str, tmp_path: Path
-) -> None:
-    """End to end: a cifar run in `<exp>-demo`, then `tune` of the same work with the configured
-    experiment elsewhere: the tuned run lands in `<exp>-demo`, where that report reads it."""
-    from servers import devicebench_env, run_cli, runs_of
-
-    args = [
-        "--data",
-        "synthetic",
-        "--epochs",
-        "1",
-        "--batch_size",
-        "8",
-        "--train_limit",
-        "48",
-        "--test_limit",
-        "8",
-    ]
-    demo = f"{experiment_name}-demo"
-    env = devicebench_env(mlflow_server.url, OMP_NUM_THREADS="1")
-    first = run_cli(["cifar", *args], {**env, "DEVICEBENCH_EXPERIMENT": demo}, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-2000:]
-    tuned = run_cli(
-        ["tune", "cifar", *args, "--tune_budget_s", "2"],
-        {**env, "DEVICEBENCH_EXPERIMENT": experiment_name},
-        cwd=tmp_path,
-    )
-    assert tuned.returncode == 0, tuned.stderr[-2000:]
-    assert f"the tuned run goes to experiment {demo}, beside its work's runs" in tuned.stderr, tuned.stderr
-    there = runs_of(mlflow_server.url, demo)
-    assert sorted(r.data.tags.get("devicebench.tuned", "") for r in there) == ["", "true"]
-    assert runs_of(mlflow_server.url, experiment_name) == []

@@ -9,6 +9,7 @@ file and the key, and nothing runs. --dry-run prints the expanded runs only.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -91,6 +92,7 @@ def _lacks(item: PlannedRun, cuda: bool, data_dir: Path) -> str:
     return "; ".join(said)
 
 
+@functools.cache  # a child that imports torch each time; the answer does not change in a process
 def has_cuda() -> bool:
     """Whether torch sees CUDA here, asked of a child (host/capacity.py) so this process stays torch-free."""
     argv = python_argv("-m", "devicebench.host.capacity", "cuda")
