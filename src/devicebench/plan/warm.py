@@ -9,8 +9,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from devicebench.config.workloads import WORKLOADS
 from devicebench.plan.handoff import child_env
-from devicebench.schema import WORKLOADS
 from devicebench.tracking.protocol import one_line
 from devicebench.util.forkserver import ForkServer
 

@@ -60,7 +60,7 @@ def work_as_rank(name: str, cfg: WorkloadConfig, settings: Settings) -> int:
     nothing logged."""
 
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
-    world, device = join_world(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
+    world, device = join_world(cfg.device, worker_rank(), cfg.cpu_threads)
     ctx = Context(device=device, data_root=settings.data_dir, progress=False, world=world)
     try:
         run_module(load(name), cfg, ctx, null_tracker())

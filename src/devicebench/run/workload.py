@@ -22,6 +22,8 @@ import torch
 
 from devicebench.config.fields import config_key, to_params, work_key
 from devicebench.config.naming import run_name
+from devicebench.config.parts import Fed, Job, Serving, SystemMetrics, Training
+from devicebench.config.serving_fields import ServingLoad
 from devicebench.config.settings import Settings
 from devicebench.config.workloads import WorkloadConfig
 from devicebench.errors import UsageError
@@ -69,7 +71,7 @@ def run_workload(
     device's setting is tuned first (tuning.py) and the run measures it the fastest way found."""
     rank = worker_rank()
     module = load(name)
-    world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
+    world_size = cfg.world_size if isinstance(cfg, Job) else 1
     if tune_budget_s is not None:
         return _measure_tuned(name, *_tune(name, cfg, settings, (tune_budget_s, tune_precision), world_size))
     tuned = _tuned_from_env()
@@ -88,10 +90,10 @@ def run_workload(
             record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
         if tuned:
             tracker.log_table(tuned.trials, "tuning.json")
-        if getattr(cfg, "system_metrics", False):
+        if isinstance(cfg, SystemMetrics) and cfg.system_metrics:
             tracker.start_system_metrics()
         host_t0 = time.perf_counter()
-        world, device = join_world(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
+        world, device = join_world(cfg.device, rank, cfg.cpu_threads)
         host = _log_host(tracker, device, settings)
         budget = _log_budget(tracker, host, cfg)
         host_s = time.perf_counter() - host_t0
@@ -154,7 +156,7 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str
     logged model, which is loaded here, once (an `infer` run's model), and checked by infer's `check`
     (it has an input shape and gives one output per sample); over HTTP, MLflow's scoring server is
     started for it here (run/scoring.py), so a model that does not serve leaves no run either."""
-    uri = getattr(cfg, "model_uri", "")
+    uri = cfg.model_uri if isinstance(cfg, Serving) else ""
     if uri:  # a logged model's download and load took minutes with nothing printed; stderr is for errors
         print(f"{PROG}: loading the logged model {uri} ...", flush=True)
     t0 = time.perf_counter()
@@ -166,7 +168,9 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str
         check(cfg, served)
     elif check is not None:
         check(cfg)
-    if served is not None and "http" in getattr(cfg, "via", ()):  # infer over MLflow's scoring server
+    if (
+        served is not None and isinstance(cfg, ServingLoad) and "http" in cfg.via
+    ):  # infer over MLflow's scoring server
         server = scoring.start(uri, cfg.serve_port, tracking_uri)
         served = dataclasses.replace(served, url=server.url, log=server.log)
     return served
@@ -282,8 +286,8 @@ def _workload_run(
         tag("work_key"): work_key(name, cfg),
         tag("schema"): str(SCHEMA_VERSION),
     }
-    tags[tag("data")] = getattr(cfg, "data", module.DATA)
-    if hasattr(cfg, "nproc"):
+    tags[tag("data")] = cfg.data if isinstance(cfg, Training) else module.DATA
+    if isinstance(cfg, Job):
         tags[tag("world_size")] = str(world_size)
         params["global_batch_size"] = str(cfg.batch_size * world_size)
     tags.update(extra_tags or {})
@@ -352,18 +356,11 @@ def _log_budget(tracker: Tracker, host: dict[str, str], cfg: WorkloadConfig) -> 
     """For training, the cores the run could use against its threads and loader processes, logged as
     `cpu.*` facts and returned for the run's line ({} for a workload without a loader): an
     oversubscribed CPU run is named there and in the report."""
-    if not hasattr(cfg, "num_workers"):
+    if not isinstance(cfg, Fed):
         return {}
-    budget = cpu_budget(int(host["torch_threads"]), _loader_workers(cfg))
+    budget = cpu_budget(int(host["torch_threads"]), cfg.loader_workers)
     tracker.set_tags({tag(k): v for k, v in budget.items()})
     return budget
-
-
-def _loader_workers(cfg: WorkloadConfig) -> int:
-    """The DataLoader processes a training run feeds itself with (none with its data in memory)."""
-    if getattr(cfg, "loader", "dataloader") != "dataloader":
-        return 0
-    return int(getattr(cfg, "num_workers", 0))
 
 
 def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: WorkloadConfig) -> Usage:
@@ -372,7 +369,7 @@ def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: Work
     needed, its processes' peak RSS (forked loader workers share their parent's pages, and the peak
     of reaped children depends on when they were reaped: they are not added). A matmul run's NumPy
     child runs one product at a time beside no torch work, on the same thread count."""
-    workers = _loader_workers(cfg)
+    workers = cfg.loader_workers if isinstance(cfg, Fed) else 0
     gpus = processes * mig_share(host.get("gpu_mig_profile", "")) if device.type == "cuda" else 0.0
     return Usage(
         device=device.type,

@@ -23,8 +23,9 @@ from mlflow.tracking.context.registry import resolve_tags
 
 from devicebench.config.naming import is_generated
 from devicebench.config.settings import Settings
+from devicebench.config.workloads import WORKLOADS
 from devicebench.errors import ExitedInsideRun, Interrupted, SpooledError, StoreUnavailable
-from devicebench.schema import END_S, START_S, STORE_S, WORKLOADS, is_tag, tag
+from devicebench.schema import END_S, START_S, STORE_S, is_tag, tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import ending, install_signal_handlers, received

@@ -22,7 +22,7 @@ from devicebench.schema import (
     TOTAL_S,
     TRAIN_RATE,
     TRAIN_S,
-    TRAINING_WORKLOADS,
+    TRAINING,
     Kind,
     headline_point,
 )
@@ -195,7 +195,7 @@ def make_pair(base: Side, other: Side, sides: Iterable[Side] = (), crossover: bo
 def _whole(base: Side, other: Side, fig: Figures, sides: Iterable[Side], crossover: bool) -> Pair:
     every = list(sides)
     best = gpu = None
-    if base.is_cpu and not other.is_cpu and base.workload in TRAINING_WORKLOADS:
+    if base.is_cpu and not other.is_cpu and base.kind is TRAINING:
         best, gpu = fastest_cpu(base, every), throughput(other)
     if best is None or gpu is None:
         return Pair(base, other, fig, pair_cost(base, other, fig.matmul_point), in_crossover=crossover)

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from devicebench.config.workloads import not_work
+from devicebench.config.workloads import KIND_OF, not_work
 from devicebench.report.model.price import SidePrice, by_hand, price_of
 from devicebench.report.read.records import RunRecord
 from devicebench.schema import (
@@ -37,7 +37,6 @@ from devicebench.schema import (
     GPU_THERMAL_CAPPED_S,
     HOST_LOAD_1M,
     HOST_OTHERS_SHARE,
-    KIND_OF,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
@@ -133,7 +132,7 @@ class Side:
 
     @property
     def kind(self) -> Kind | None:
-        """What kind of work its workload is (schema.KIND_OF); None for a name no workload has."""
+        """What kind of work its workload is (config.workloads.KIND_OF); None for a name no workload has."""
         return KIND_OF.get(self.workload)
 
     @property
