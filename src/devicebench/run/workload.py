@@ -30,7 +30,7 @@ from devicebench.errors import UsageError
 from devicebench.host.busy import CpuSample, busy_figures, sample
 from devicebench.host.context import Context, LoadedModel
 from devicebench.host.cpu import cpu_budget, peak_rss_bytes, usable_cores
-from devicebench.host.device import device_name, host_fingerprint, resolve_device
+from devicebench.host.device import ResolvedDevice, device_name, host_fingerprint
 from devicebench.host.job import record_run, worker_rank
 from devicebench.plan.handoff import Handoff
 from devicebench.pricing.costs import log_costs, log_price, usable_price
@@ -72,15 +72,34 @@ def run_workload(
     rank = worker_rank()
     module = load(name)
     world_size = cfg.world_size if isinstance(cfg, Job) else 1
+    resolved = ResolvedDevice.of(cfg.device)  # once: the run's name, its work, a job's check, a tuning
     if tune_budget_s is not None:
-        return _measure_tuned(name, *_tune(name, cfg, settings, (tune_budget_s, tune_precision), world_size))
+        tuned_cfg, tuned_by = _tune(name, cfg, settings, tune_budget_s, tune_precision, world_size, resolved)
+        return _measure_tuned(name, tuned_cfg, tuned_by)
+    if rank is None and isinstance(cfg, Job) and world_size > 1:
+        return _launch_job(name, cfg, settings, module, resolved)
+    return _run_here(name, cfg, settings, pricing, module, resolved)
+
+
+def _run_here(
+    name: str,
+    cfg: WorkloadConfig,
+    settings: Settings,
+    pricing: Pricing,
+    module: Workload,
+    resolved: ResolvedDevice,
+) -> int:
+    """The run in this process (a single process, or a job's rank 0): created, worked, priced, ended;
+    its one line printed last."""
+    rank = worker_rank()
+    world_size = cfg.world_size if isinstance(cfg, Job) else 1
     tuned = _tuned_from_env()
-    if rank is None and world_size > 1:
-        return _launch_job(name, cfg, settings, module)
     served = _checked_before_run(module, cfg, settings.tracking_uri)
     if served is not None and served.name:  # an infer run logs, and is named by, the model it served
         cfg = dataclasses.replace(cfg, model=served.name)
-    with _workload_run(name, cfg, settings, module, world_size, tuned.tags if tuned else None) as tracker:
+    with _workload_run(
+        name, cfg, settings, module, world_size, resolved, tuned.tags if tuned else None
+    ) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
         # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
@@ -93,7 +112,7 @@ def run_workload(
         if isinstance(cfg, SystemMetrics) and cfg.system_metrics:
             tracker.start_system_metrics()
         host_t0 = time.perf_counter()
-        world, device = join_world(cfg.device, rank, cfg.cpu_threads)
+        world, device = join_world(resolved.get(), rank, cfg.cpu_threads)
         host = _log_host(tracker, device, settings)
         budget = _log_budget(tracker, host, cfg)
         host_s = time.perf_counter() - host_t0
@@ -177,19 +196,24 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str
 
 
 def _tune(
-    name: str, cfg: WorkloadConfig, settings: Settings, ask: tuple[float, bool], world_size: int
+    name: str,
+    cfg: WorkloadConfig,
+    settings: Settings,
+    budget_s: float,
+    precision: bool,
+    world_size: int,
+    resolved: ResolvedDevice,
 ) -> tuple[WorkloadConfig, Tuned]:
     """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run, on
-    the run's device. `ask`: the budget in seconds, and whether reduced precision may be tried. A device
-    that is not here leaves a FAILED run, as the run itself would."""
+    the run's device, within `budget_s`; reduced precision tried where `precision` asks. A device that
+    is not here leaves a FAILED run, as the run itself would."""
     if world_size > 1:
         raise UsageError("tune measures one process; use nproc=1 and nnodes=1", param="nproc")
     try:
-        device = resolve_device(cfg.device)
+        device = resolved.get()
     except UsageError:
-        with _workload_run(name, cfg, settings, load(name), 1):
+        with _workload_run(name, cfg, settings, load(name), 1, resolved):
             raise
-    budget_s, precision = ask
     here = dataclasses.replace(cfg, device=str(device))
     trials = tuning.tune(name, here, budget_s, usable_cores(), settings.data_dir, tuning.stderr, precision)
     chosen = tuning.best(trials)
@@ -272,6 +296,7 @@ def _workload_run(
     settings: Settings,
     module: Workload,
     world_size: int,
+    resolved: ResolvedDevice,
     extra_tags: dict[str, str] | None = None,
 ) -> AbstractContextManager[MlflowTracker]:
     """The run's context (run_context): its params, tags, name and the plan that started it, if any.
@@ -299,7 +324,7 @@ def _workload_run(
         name,
         params,
         tags=tags,
-        run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
+        run_name=run_name(name, resolved.name, cfg, handoff.run_name if handoff else ""),
         plan=FromPlan(
             parent_run_id=(handoff and handoff.parent_run_id) or None,
             log_models=handoff.log_model if handoff else True,
@@ -308,29 +333,19 @@ def _workload_run(
     )
 
 
-def _launch_job(name: str, cfg: WorkloadConfig, settings: Settings, module: Workload) -> int:
+def _launch_job(name: str, cfg: Job, settings: Settings, module: Workload, resolved: ResolvedDevice) -> int:
     """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
     it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
 
     try:
-        check_job(cfg, resolve_device(cfg.device))
+        check_job(cfg, resolved.get())
     except UsageError as e:
         if cfg.node_rank == 0:
-            with _workload_run(name, cfg, settings, module, cfg.nproc * cfg.nnodes):
+            with _workload_run(name, cfg, settings, module, cfg.world_size, resolved):
                 raise
         raise e from None
     argv = [a for k, v in to_params(cfg).items() for a in (f"--{k}", v)]
     return launch(name, argv, cfg, settings, usable_cores())
-
-
-def _planned_device(requested: str) -> str:
-    """The device the run will resolve to, for its name (`auto` -> `cuda:0`); when it cannot resolve, the
-    request as typed: the error itself is raised inside the run, which then ends FAILED."""
-
-    try:
-        return str(resolve_device(requested))
-    except UsageError:  # DeviceUnavailable: raised again inside the run, which reports it
-        return requested
 
 
 def _log_host(tracker: Tracker, device: torch.device, settings: Settings) -> dict[str, str]:
