@@ -132,7 +132,7 @@ PRODUCT = Kind(
     rate_metric="",
     rate_unit="GFLOP/s",
     cost_metric=GFLOP_PER_USD,
-    speedup="matmul",
+    speedup="product",
     does="computes this product",
     to_do="compute this product",
 )

@@ -120,7 +120,7 @@ class Side:
     metrics: dict[str, Stat] = field(default_factory=dict)
     wait_share: Stat | None = None
     # (backend, dtype, size) -> {"time": Stat, "unsynced": Stat}
-    matmul: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
+    product_points: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
     shape: str = ""  # the OCI shape the runs were priced on (or ran on): its own side, at its own price
     world_size: int = 1  # processes in each run's job: a side of 8 is never a repeat of a side of 1
     tuned: bool = False  # `devicebench tune` CPU runs: never averaged with the CPU as configured
@@ -225,7 +225,7 @@ def summarise(
             kind = "unsynced" if parts[-1] == "unsynced_time_s" else "time"
             for size, value in hist.items():
                 points[(parts[1], parts[2], size)][kind].append(value)
-    matmul = {
+    product_points = {
         pt: {kind: s for kind, vs in points[pt].items() if (s := Stat.of(vs)) is not None}
         for pt in sorted(points)
     }
@@ -237,7 +237,7 @@ def summarise(
         ordered,
         metrics,
         Stat.of(wait_share(r) for r in runs),
-        matmul,
+        product_points,
         shape=placed.shape,
         world_size=placed.world_size,
         tuned=placed.tuned,
