@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -31,10 +31,11 @@ from devicebench.host.busy import CpuSample, busy_figures, sample
 from devicebench.host.context import Context, LoadedModel
 from devicebench.host.cpu import cpu_budget, peak_rss_bytes, usable_cores
 from devicebench.host.device import ResolvedDevice, device_name, host_fingerprint
+from devicebench.host.distributed import World
 from devicebench.host.job import record_run, worker_rank
 from devicebench.plan.handoff import Handoff
 from devicebench.pricing.costs import log_costs, log_price, usable_price
-from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_share, price_side
+from devicebench.pricing.prices import Pricing, Usage, gpu_to_weigh, mig_share, price_side
 from devicebench.run import scoring, tuning
 from devicebench.run.launch import check_job, launch
 from devicebench.run.run_line import glance_metrics, quiet_cost, summary_line
@@ -111,26 +112,23 @@ def _run_here(
             tracker.log_table(tuned.trials, "tuning.json")
         if isinstance(cfg, SystemMetrics) and cfg.system_metrics:
             tracker.start_system_metrics()
-        host_t0 = time.perf_counter()
-        world, device = join_world(resolved.get(), rank, cfg.cpu_threads)
-        host = _log_host(tracker, device, settings)
-        budget = _log_budget(tracker, host, cfg)
-        host_s = time.perf_counter() - host_t0
-        if world.distributed:
-            tracker.set_tags({tag("dist.backend"): world.backend(device)})
+        world, device, host, budget, host_s = _join_here(tracker, cfg, resolved, rank, settings)
         ctx = Context(device, settings.data_dir, progress_enabled(), world, served)
         try:
             result = run_module(module, cfg, ctx, tracker)
         finally:
             world.leave()
         total_s, busy = _log_times(tracker, time.perf_counter() - started, host_s, before, world.distributed)
-        busy = {**busy, **_busy_cost(tracker, settings, (name, cfg), str(device), result, busy)}
+        busy = {**busy, **_busy_cost(tracker, settings, config_key(name, cfg), str(device), result, busy)}
         usage = _usage(device, world.size, host, cfg)  # its memory is known now
         price = usable_price(price_side(pricing, host, usage))
         log_price(tracker, price)
         tracker.set_tags(gpu_to_weigh(pricing, usage))
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
-        line = _log_answer(tracker, name, (str(device), world.size), result, costs, price, budget, busy)
+        glance = glance_metrics(name, result, costs)
+        gpu = getattr(result, "gpu", {})  # over its epochs (host/gpu_state.py): a GPU run's caveat
+        line = summary_line(name, str(device), glance, price, world.size, budget, gpu, busy)
+        _log_answer(tracker, glance, line)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         run_id = tracker.run_id
     # said once the run has ended FINISHED: a run whose end did not reach the store says only that
@@ -139,20 +137,45 @@ def _run_here(
     return 0
 
 
+class Here(NamedTuple):
+    """Where a run works: its place in the job, its device, the host's fingerprint, its CPU budget
+    (`_log_budget`), and the seconds joining and fingerprinting took (`time/host_s`)."""
+
+    world: World
+    device: torch.device
+    host: dict[str, str]
+    budget: dict[str, str]
+    seconds: float
+
+
+def _join_here(
+    tracker: Tracker, cfg: WorkloadConfig, resolved: ResolvedDevice, rank: int | None, settings: Settings
+) -> Here:
+    """The run's device made current, its job joined, the host fingerprinted and its CPU budget logged."""
+    t0 = time.perf_counter()
+    world, device = join_world(resolved.get(), rank, cfg.cpu_threads)
+    host = _log_host(tracker, device, settings)
+    budget = _log_budget(tracker, host, cfg)
+    here = Here(world, device, host, budget, time.perf_counter() - t0)
+    if world.distributed:
+        tracker.set_tags({tag("dist.backend"): world.backend(device)})
+    return here
+
+
 def _busy_cost(
     tracker: Tracker,
     settings: Settings,
-    work: tuple[str, Any],
+    key: str,
     device: str,
     result: object,
     busy: dict[str, float],
 ) -> dict[str, float]:
     """What a busy host cost a training run against the last quiet run of its config (run_line.quiet_cost),
-    logged; {} for a quiet run, or one that trained nothing."""
+    logged; {} for a quiet run, or one that trained nothing. `key`: the run's config key."""
     train_s = getattr(result, "train_s", None)
     if not is_busy(busy) or not isinstance(train_s, float):
         return {}
-    cost = quiet_cost(settings.tracking_uri, str(tracker.run_id), config_key(*work), device, train_s)
+    cost = quiet_cost(settings.tracking_uri, str(tracker.run_id), key, device, train_s)
     tracker.log_metrics(cost)
     return cost
 
@@ -265,29 +288,13 @@ def _tuned_from_env() -> Tuned | None:
     return Tuned(got["tags"], got["table"])
 
 
-def _log_answer(
-    tracker: Tracker,
-    name: str,
-    on: tuple[str, int],
-    result: object,
-    costs: dict[str, float],
-    price: Price | str,
-    budget: dict[str, str],
-    busy: dict[str, float],
-) -> str:
-    """The run's answer where a person looks first: its one-line description (the UI shows it above
-    the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py); an
-    oversubscribed CPU (`budget`) is said there, since its figures measure contention, and so are a
-    host that other processes kept busy (`busy`: its `host/*` figures) and a GPU run whose speed may not
-    repeat (its result's `gpu` figures: host-bound, capped or slow clocks). `on`: the device and the
-    processes of its job."""
-
-    glance = glance_metrics(name, result, costs)
+def _log_answer(tracker: Tracker, glance: dict[str, float], line: str) -> None:
+    """The run's answer where a person looks first: its `at_a_glance/*` metrics, which sort before every
+    other name, and its one-line description (the UI shows it above the metrics; run_line.summary_line
+    says there an oversubscribed CPU, a host other processes kept busy and a GPU run whose speed may
+    not repeat)."""
     tracker.log_metrics(glance)
-    device, world_size = on
-    line = summary_line(name, device, glance, price, world_size, budget, getattr(result, "gpu", {}), busy)
     tracker.set_tags({NOTE_TAG: line})
-    return line
 
 
 def _workload_run(
