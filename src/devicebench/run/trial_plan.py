@@ -127,8 +127,9 @@ def trial_plan(
     tries, in order, before the leaders run again. A config's own setting (NHWC, compiled, its
     precision) is where every trial starts."""
     has_loader = isinstance(cfg, LoaderChoice)
-    # a config without the choice whose data is on the device already (model's synthetic) tries no loader
-    in_memory = not has_loader and isinstance(cfg, Fed) and cfg.in_memory
+    # a config without the choice whose data is on the device already (model's synthetic), or that no
+    # DataLoader feeds (not `Fed`), tries no loader: only threads
+    in_memory = not has_loader and (not isinstance(cfg, Fed) or cfg.in_memory)
     start = Setting(0, "", 0, _compiled(cfg))
     if isinstance(cfg, Numerics):
         start = dataclasses.replace(start, channels_last=cfg.channels_last, precision=cfg.precision)
