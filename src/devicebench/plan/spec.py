@@ -194,14 +194,7 @@ def _scalar(value: Any) -> str:
 def load_plan(path: str | Path, data: str | None = None) -> Plan:
     """Read, validate and expand a plan; every problem is one line naming the file, the key and what is allowed."""
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"plan {path}: no such file (plans live in experiments/)")
-    doc = _read_yaml(path)
-    if not isinstance(doc, dict):
-        raise _err(path, "top level", "must be a mapping with name and runs")
-    unknown = sorted(set(doc) - PLAN_KEYS)
-    if unknown:
-        raise _err(path, unknown[0], f"unknown key; allowed: {', '.join(sorted(PLAN_KEYS))}")
+    doc = _plan_doc(path)
     header = _header(doc, path)
     report = _report_section(doc.get("report", {}), path)
     default_repeats = _positive_int(doc.get("repeats", 1), path, "repeats")
@@ -250,6 +243,19 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
                 )
                 planned.append(item)
     return Plan(path=path, runs=planned, skip_unavailable=skip, log_models=log_models, **header, **report)
+
+
+def _plan_doc(path: Path) -> dict[str, Any]:
+    """The plan file's top-level mapping, with no key a plan does not have."""
+    if not path.is_file():
+        raise UsageError(f"plan {path}: no such file (plans live in experiments/)")
+    doc = _read_yaml(path)
+    if not isinstance(doc, dict):
+        raise _err(path, "top level", "must be a mapping with name and runs")
+    unknown = sorted(set(doc) - PLAN_KEYS)
+    if unknown:
+        raise _err(path, unknown[0], f"unknown key; allowed: {', '.join(sorted(PLAN_KEYS))}")
+    return doc
 
 
 def _one_process(values: dict[str, Any]) -> bool:
