@@ -15,14 +15,14 @@ import pytest
 
 from devicebench import __version__
 from devicebench.config.fields import Unset, param
-from devicebench.config.workloads import CONFIGS
+from devicebench.config.workloads import CONFIGS, TRAINING_WORKLOADS, WORKLOADS
 from devicebench.report.cli import parse_deadline
 from devicebench.report.command import budget_text
 from devicebench.report.judge.judgement import judge
 from devicebench.report.model.comparison import compare
 from devicebench.report.read.records import RunRecord
 from devicebench.run.cli import build_parser, main
-from devicebench.schema import COST_PER_MILLION, SERVE_P99, SERVE_RATE, TRAINING_WORKLOADS, WORKLOADS
+from devicebench.schema import COST_PER_MILLION, SERVE_P99, SERVE_RATE
 
 
 @pytest.fixture(autouse=True)

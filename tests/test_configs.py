@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 from devicebench.config.fields import config_key
-from devicebench.config.workloads import CONFIGS, not_work
-from devicebench.schema import WORKLOADS
+from devicebench.config.workloads import CONFIGS, WORKLOADS, not_work
 from devicebench.workloads import load
 
 

@@ -14,6 +14,7 @@ import torch
 from devicebench.errors import DeviceUnavailable, UsageError
 from devicebench.host.cpu import cpu_budget, numpy_blas, thread_facts
 from devicebench.host.device import (
+    ResolvedDevice,
     activate,
     host_fingerprint,
     indexed,
@@ -63,6 +64,17 @@ def test_cuda_without_a_gpu_is_an_error_that_says_what_torch_sees(monkeypatch: p
 def test_a_cuda_index_beyond_the_count_is_an_error() -> None:
     with pytest.raises(DeviceUnavailable, match="cuda:99"):
         resolve_device("cuda:99")
+
+
+def test_a_run_resolves_its_device_once_and_keeps_the_error_for_its_run() -> None:
+    """The run names itself by the device it resolved, and one that is not here raises its error only
+    once the run exists (so it ends FAILED), without resolving again."""
+    here = ResolvedDevice.of("cpu")
+    assert here.get() == torch.device("cpu") and here.name == "cpu"
+    missing = ResolvedDevice.of("cuda:99")
+    assert missing.name == "cuda:99"
+    with pytest.raises(DeviceUnavailable, match="cuda:99"):
+        missing.get()
 
 
 @pytest.mark.parametrize("bad", ["gpu", "cuda:x", "tpu", "", "cuda:-1"])

@@ -1,19 +1,26 @@
-"""Each kind of work is declared once (schema.KIND_OF), and nothing in src switches on a workload's name.
+"""Each workload is declared once (its config in config.workloads.CONFIGS, which carries its KIND), nothing
+in src switches on a workload's name, and nothing outside the config layer asks a config which fields it
+has.
 
 A branch on `workload == "cifar"` is a place a new workload must be added by hand, and one that is
-missed fails silently (the figure just is not shown); a branch on the workload's kind is not.
+missed fails silently (the figure just is not shown); a branch on the workload's kind is not. Likewise
+`hasattr(cfg, "nproc")` or `getattr(cfg, "loader", "dataloader")` decide what a run does by a field's
+name, which a type checker cannot follow and a new workload's config can meet by accident; what a run
+can do is what its config is composed of (`isinstance(cfg, Job)`, config.parts).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
-from devicebench.config.workloads import CONFIGS
-from devicebench.schema import KIND_OF, PRODUCT, SERVING, TRAINING, TRAINING_WORKLOADS, WORKLOADS
+from devicebench.config.workloads import CONFIGS, KIND_OF, TRAINING_WORKLOADS, WORKLOADS
+from devicebench.schema import PRODUCT, SERVING, TRAINING
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "devicebench"
-DECLARATION = "schema.py"
+DECLARATION = "config/workloads.py"
+CONFIG_LAYER = "config"
 # Also a parameter's name: a comparison with it is a switch on a workload only where it says `workload`.
 ALSO_A_FIELD = {"model"}
 # Dicts keyed by every workload's name that are a declaration, not a switch.
@@ -73,7 +80,7 @@ def test_no_module_switches_on_a_workloads_name() -> None:
     found = [
         s for p in sorted(SRC.rglob("*.py")) if str(p.relative_to(SRC)) != DECLARATION for s in switches(p)
     ]
-    assert not found, "ask the workload's kind (schema.KIND_OF), not its name:\n" + "\n".join(found)
+    assert not found, "ask the workload's kind (config.workloads.KIND_OF), not its name:\n" + "\n".join(found)
 
 
 def test_the_scan_finds_a_switch(tmp_path: Path) -> None:
@@ -112,6 +119,7 @@ def _tables(path: Path) -> list[str]:
 
 def test_every_workload_has_a_kind_and_a_config() -> None:
     assert WORKLOADS == tuple(KIND_OF) == tuple(CONFIGS)
+    assert all(KIND_OF[w] is cls.KIND for w, cls in CONFIGS.items())
     assert set(KIND_OF.values()) == {PRODUCT, TRAINING, SERVING}
     assert tuple(w for w in WORKLOADS if KIND_OF[w] is TRAINING) == TRAINING_WORKLOADS
     assert len({k.unit for k in KIND_OF.values()}) == 3  # a cost per unit is never compared across kinds
@@ -139,3 +147,65 @@ def test_shared_constants_are_defined_once() -> None:
             if name in where:
                 where[name].append(str(path.relative_to(SRC)))
     assert {n: ps for n, ps in where.items() if len(ps) != 1} == {}
+
+
+# Every parameter's name of every workload: a getattr or hasattr with one of them asks a config which
+# fields it has.
+FIELD_NAMES = {f.name for cls in CONFIGS.values() for f in dataclasses.fields(cls)}
+
+
+def _called(node: ast.Call) -> str:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else ast.unparse(func)
+
+
+def field_checks(path: Path, root: Path = SRC) -> list[str]:
+    """Every `hasattr`/`getattr` with a config field's name as a literal, and every walk over a
+    dataclass's fields (`dataclasses.fields(...)`, or `fields(...)` imported from dataclasses)."""
+    rel = str(path.relative_to(root))
+    tree = ast.parse(path.read_text())
+    fields_imported = any(
+        isinstance(n, ast.ImportFrom)
+        and n.module == "dataclasses"
+        and any(a.name == "fields" for a in n.names)
+        for n in ast.walk(tree)
+    )
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name, args = _called(node), node.args
+        named = len(args) > 1 and isinstance(args[1], ast.Constant) and args[1].value in FIELD_NAMES
+        if (
+            (name in ("hasattr", "getattr") and named)
+            or name == "dataclasses.fields"
+            or (name == "fields" and fields_imported)
+        ):
+            found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_field_checks_outside_the_config_layer() -> None:
+    found = [
+        s
+        for p in sorted(SRC.rglob("*.py"))
+        if p.relative_to(SRC).parts[0] != CONFIG_LAYER
+        for s in field_checks(p)
+    ]
+    assert not found, "ask what the config is (isinstance(cfg, <config.parts part>)), not its fields:\n" + (
+        "\n".join(found)
+    )
+
+
+def test_the_field_scan_finds_a_check(tmp_path: Path) -> None:
+    """The scan above is not vacuous: each form it looks for is found, and a getattr with a name that
+    is no parameter's is not."""
+    module = tmp_path / "probe.py"
+    module.write_text(
+        "import dataclasses\nfrom dataclasses import fields\n"
+        'def f(cfg):\n    a = getattr(cfg, "nproc", 1)\n    b = hasattr(cfg, "num_workers")\n'
+        "    c = dataclasses.fields(cfg)\n    d = fields(cfg)\n"
+        '    e = getattr(cfg, "not_a_parameter", 0)\n    return a, b, c, d, e\n'
+    )
+    found = field_checks(module, tmp_path)
+    assert [f.split(" ", 1)[0] for f in found] == ["probe.py:4", "probe.py:5", "probe.py:6", "probe.py:7"]

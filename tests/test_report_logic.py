@@ -181,8 +181,8 @@ def test_matmul_pairs_use_history_per_size_and_dtype() -> None:
     a = rec("cpu", workload="matmul", history=hist_cpu, params={"sizes": "1024,2048"})
     b = rec("cuda:0", workload="matmul", history=hist_gpu, params={"sizes": "1024,2048"})
     p = compare([a, b]).pairs[0]
-    assert p.matmul[("torch", "float32", 2048)] == pytest.approx(80.0)
-    assert p.matmul[("numpy", "float32", 2048)] == pytest.approx(100.0)
+    assert p.product_speedups[("torch", "float32", 2048)] == pytest.approx(80.0)
+    assert p.product_speedups[("numpy", "float32", 2048)] == pytest.approx(100.0)
     assert p.headline == pytest.approx(80.0)
     assert any("unsynchronised timing under-reports" in v for v in explain(p))
 

@@ -90,7 +90,7 @@ def test_pages_past_the_first_page_and_reads_matmul_points(store, experiment_nam
     assert sorted(mm.history["matmul/torch/float32/time_s"]) == [1024, 2048, 4096]
     comp = compare(sel.runs)
     pair = next(p for p in comp.pairs if p.workload == "matmul")
-    assert set(pair.matmul) >= {("torch", "float32", 4096), ("numpy", "float64", 1024)}
+    assert set(pair.product_speedups) >= {("torch", "float32", 4096), ("numpy", "float64", 1024)}
     assert any("unsynchronised timing under-reports" in v for v in explain(pair))
 
 

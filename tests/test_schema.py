@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from devicebench import schema
+from devicebench.config.workloads import WORKLOADS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "devicebench"
 
@@ -130,7 +131,7 @@ def test_no_metric_name_is_built_with_an_f_string_outside_schema() -> None:
 
 
 def test_the_workload_names_are_listed_once() -> None:
-    names = set(schema.WORKLOADS)
+    names = set(WORKLOADS)
     stray = []
     for path in _sources():
         for node in ast.walk(_code(path)):
@@ -138,13 +139,25 @@ def test_the_workload_names_are_listed_once() -> None:
                 values = {e.value for e in node.elts if isinstance(e, ast.Constant)}
                 if names <= values:
                     stray.append(f"{path.relative_to(SRC)}:{node.lineno}")
-    assert not stray, "use schema.WORKLOADS:\n" + "\n".join(stray)
+    assert not stray, "use config.workloads.WORKLOADS:\n" + "\n".join(stray)
+
+
+def test_the_workloads_are_declared_only_by_their_configs() -> None:
+    """WORKLOADS, KIND_OF and TRAINING_WORKLOADS are views of config.workloads.CONFIGS, defined there."""
+    pattern = re.compile(r"^\s*(WORKLOADS|KNOWN_WORKLOADS|KIND_OF|TRAINING_WORKLOADS|TUNABLE)\s*(:[^=]+)?=")
+    where = [
+        f"{p.relative_to(SRC)}:{i}"
+        for p in sorted(SRC.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.match(line)
+    ]
+    assert [w.split(":")[0] for w in where] == ["config/workloads.py"] * 3, where
 
 
 @pytest.mark.parametrize(
     "definition",
     [
-        r"^\s*(MAX_TAG\w*|MAX_BATCH\w*|MAX_RUN_NAME|MAX_EXPERIMENT|TAG_PREFIX|TAG|WORKLOADS|KNOWN_WORKLOADS)\s*(:[^=]+)?=",
+        r"^\s*(MAX_TAG\w*|MAX_BATCH\w*|MAX_RUN_NAME|MAX_EXPERIMENT|TAG_PREFIX|TAG)\s*(:[^=]+)?=",
         r"^def gflops\(",
     ],
 )

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
+from devicebench.config.parts import Numerics, Threaded, Training
 from devicebench.config.workloads import CifarConfig, UNetConfig
 from devicebench.errors import UsageError
 from devicebench.run import trial_plan, tuning
@@ -395,3 +396,25 @@ def test_the_tuned_run_goes_to_the_experiment_of_the_runs_of_its_work(
     assert tuning.tuned_home(mlflow_server.url, "cifar", tuned) == f"{experiment_name}-demo"
     other = dataclasses.replace(cfg, batch_size=9)
     assert tuning.tuned_home(mlflow_server.url, "cifar", other) is None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows(Training, Numerics, Threaded):
+    """A training config that no DataLoader feeds (not `Fed`) and names its held-out split its own way:
+    what a fourth workload composed of the existing parts may be."""
+
+    EVAL_LIMIT: ClassVar[str] = "holdout_rows"
+
+    device: str = "cpu"
+    seed: int = 0
+    holdout_rows: int = 0
+
+
+def test_a_config_no_dataloader_feeds_tries_threads_only_and_shortens_its_own_eval_limit() -> None:
+    import torch
+
+    first, todo = trial_plan.trial_plan(_Rows(), torch.device("cpu"), 2)
+    assert {(s.loader, s.num_workers) for s in first} == {("tensor", 0)}  # the threads vary, nothing else
+    assert [t for t in first if t.threads] and todo == [("channels_last", True)]  # not `Compiled`
+    short = _Rows(train_limit=6).shortened(8, 4)
+    assert (short.epochs, short.train_limit, short.holdout_rows) == (1, 6, 4)

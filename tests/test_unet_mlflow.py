@@ -17,7 +17,7 @@ from own_tags import facts_of
 from test_unet_data import write_voc
 
 from devicebench.data.voc import CLASSES
-from devicebench.train import setup
+from devicebench.train import seeding
 from devicebench.workloads.unet import Config, build_unet
 from servers import MlflowServer, devicebench_env, run_cli, run_mlflow_project, runs_of
 
@@ -139,7 +139,7 @@ def test_same_seed_same_initial_weights(synthetic_run: tuple, voc_run: tuple) ->
     (first, _), (second, _) = synthetic_run, voc_run
     assert second.data.tags["devicebench.config_key"] != first.data.tags["devicebench.config_key"]
     assert facts_of(second)["devicebench.init_weights"] == facts_of(first)["devicebench.init_weights"]
-    expected = setup.weights_fingerprint(build_unet(Config(base_channels=8)))
+    expected = seeding.weights_fingerprint(build_unet(Config(base_channels=8)))
     assert facts_of(first)["devicebench.init_weights"] == expected
 
 

@@ -7,7 +7,7 @@ import torch
 
 from devicebench.models import count_parameters
 from devicebench.models.unet import UNet
-from devicebench.train import setup
+from devicebench.train import seeding
 from devicebench.workloads.unet import Config, build_unet
 
 # milesial/Pytorch-UNet at n_classes=2: 31,037,698 (transposed convolutions), 17,263,042 (bilinear).
@@ -55,17 +55,17 @@ def test_backward_runs_in_channels_last() -> None:
 
 def test_same_seed_same_weights_other_seed_other_weights() -> None:
     cfg = Config(base_channels=4)
-    a = setup.weights_fingerprint(build_unet(cfg))
+    a = seeding.weights_fingerprint(build_unet(cfg))
     torch.randn(100)  # whatever ran before must not matter: build_unet seeds first
-    b = setup.weights_fingerprint(build_unet(cfg))
-    c = setup.weights_fingerprint(build_unet(Config(base_channels=4, seed=1)))
+    b = seeding.weights_fingerprint(build_unet(cfg))
+    c = seeding.weights_fingerprint(build_unet(Config(base_channels=4, seed=1)))
     assert a == b
     assert a != c
-    assert setup.weights_fingerprint(build_unet(Config(base_channels=4, bilinear=True))) != a
+    assert seeding.weights_fingerprint(build_unet(Config(base_channels=4, bilinear=True))) != a
 
 
 @pytest.mark.gpu
 def test_same_initial_weights_on_cuda() -> None:
     model = build_unet(Config(base_channels=4))
-    before = setup.weights_fingerprint(model)
-    assert setup.weights_fingerprint(model.to("cuda")) == before
+    before = seeding.weights_fingerprint(model)
+    assert seeding.weights_fingerprint(model.to("cuda")) == before

@@ -13,13 +13,13 @@ import pytest
 import torch
 from test_unet_data import write_voc
 
-from devicebench.config.fields import build_config
+from devicebench.config.fields import build_config, field_names
 from devicebench.data.voc import CLASSES
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.host.context import Context
 from devicebench.tracking.artifacts import portable_model
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.train import loop, setup
+from devicebench.train import loop, seeding, setup
 from devicebench.workloads.unet import (
     NUM_CLASSES,
     Config,
@@ -47,13 +47,10 @@ def _run(cfg: Config, tmp_path: Path, tracker: MemoryTracker | None = None) -> t
 
 
 def test_config_matches_the_mlproject_entry_point(repo_root: Path) -> None:
-    import dataclasses
-
     import yaml
 
     entry = yaml.safe_load((repo_root / "MLproject").read_text())["entry_points"]["unet"]["parameters"]
-    fields = dataclasses.fields(Config)
-    assert [f.name for f in fields] == list(entry)
+    assert field_names(Config) == list(entry)  # in the order a user sees them (config_fields)
     # each default spelled as the CLI logs it, so `mlflow run` and the CLI log the same params
     from devicebench.config.fields import to_params
 
@@ -91,7 +88,7 @@ def test_a_run_logs_the_schema(tmp_path: Path) -> None:
     assert {f"eval/iou/{c}" for c, v in result.iou.items() if not math.isnan(v)} == iou_keys
     assert all(0.0 <= v <= 1.0 for k, v, _ in tr.metrics if k.startswith("eval/") and k != "eval/loss")
     assert tr.values("throughput/train_samples_per_s")[0] == pytest.approx(32 / result.train_s)
-    assert tr.tags["devicebench.init_weights"] == setup.weights_fingerprint(build_unet(cfg))
+    assert tr.tags["devicebench.init_weights"] == seeding.weights_fingerprint(build_unet(cfg))
 
     assert set(tr.artifacts) >= {"per_class.json", "timings.json", "confusion_matrix.png", "predictions.png"}
     assert tr.tables == {"per_class.json", "confusion_matrix.json"}
@@ -250,7 +247,7 @@ def test_cli_bad_input_exits_2_with_one_line(args: list[str], tmp_path: Path) ->
 )
 def test_a_small_run_on_cuda(extra: dict, tmp_path: Path) -> None:
     cfg = Config(**{**TINY, "device": "cuda", "image_size": 64, "base_channels": 8}, train_limit=32, **extra)
-    cpu_start = setup.weights_fingerprint(build_unet(cfg))
+    cpu_start = seeding.weights_fingerprint(build_unet(cfg))
     tracker = MemoryTracker()
     with contextlib.redirect_stdout(io.StringIO()):
         result = run(cfg, Context(torch.device("cuda"), tmp_path, False), tracker)

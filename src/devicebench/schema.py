@@ -111,7 +111,7 @@ MAX_EXPERIMENT = 500  # MLflow's experiment name limit
 @dataclass(frozen=True)
 class Kind:
     """One kind of work, declared once: its unit of work, the figures that answer it, how a verdict says
-    what it does. A workload is one of these (`KIND_OF`); code reads the kind, never the workload's
+    what it does. A workload's config names one (`KIND`); code reads the kind, never the workload's
     name, so a new workload of a known kind needs no branch anywhere (tests/test_layout.py looks)."""
 
     name: str  # product, training, serving
@@ -123,7 +123,6 @@ class Kind:
     speedup: str  # which speedup is its headline (report.model.pairs.Figures)
     does: str  # a verdict's verb: "the A10 trains this 3× faster"
     to_do: str  # the same after "must": "a GPU must train this 2× faster"
-    tunable: bool  # `devicebench tune` searches its setting (threads, feeding, compilation)
 
 
 PRODUCT = Kind(
@@ -133,10 +132,9 @@ PRODUCT = Kind(
     rate_metric="",
     rate_unit="GFLOP/s",
     cost_metric=GFLOP_PER_USD,
-    speedup="matmul",
+    speedup="product",
     does="computes this product",
     to_do="compute this product",
-    tunable=False,
 )
 TRAINING = Kind(
     name="training",
@@ -148,7 +146,6 @@ TRAINING = Kind(
     speedup="train",
     does="trains this",
     to_do="train this",
-    tunable=True,
 )
 SERVING = Kind(
     name="serving",
@@ -160,18 +157,8 @@ SERVING = Kind(
     speedup="latency",
     does="serves this model",
     to_do="serve this model",
-    tunable=False,
 )
-# Every workload and its kind: the one declaration (the CLI's subcommands, the report's choices)
-KIND_OF: dict[str, Kind] = {
-    "matmul": PRODUCT,  # NumPy against torch: GFLOP/s per matrix size and dtype
-    "cifar": TRAINING,
-    "unet": TRAINING,
-    "model": TRAINING,  # any torchvision or user's model
-    "infer": SERVING,  # a model served: latency percentiles, throughput per batch
-}
-WORKLOADS = tuple(KIND_OF)
-TRAINING_WORKLOADS = tuple(name for name, kind in KIND_OF.items() if kind is TRAINING)
+# Each workload's kind is its config's (`config.workloads.KIND_OF`, read from each config's KIND)
 
 # The words MLproject passes for a command option that is not set, and the CLI's defaults too: `mlflow run`
 # logs every parameter shell-quoted, so an empty default was logged as the literal `''`. The CLI turns

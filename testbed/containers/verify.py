@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from devicebench.schema import WORKLOADS
+from devicebench.config.workloads import WORKLOADS
 
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"
 

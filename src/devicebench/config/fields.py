@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import types
@@ -38,6 +39,31 @@ class Unset:
 
     word: str
     kind: str
+
+
+def config_fields(cls: Any) -> tuple[dataclasses.Field, ...]:
+    """A config's fields (`cls` a config class or instance) in the order a user sees them, in its CLI
+    help, its MLproject entry point and its params: its own first, in the order it declares them, then
+    each part's (`config.parts`), in the order its bases are named. Dataclass inheritance alone would
+    list every part's before the config's own, `device` last."""
+    cls = cls if isinstance(cls, type) else type(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    order = [n for n in inspect.get_annotations(cls) if n in by_name]
+    for base in cls.__bases__:
+        if dataclasses.is_dataclass(base):
+            order += [f.name for f in config_fields(base)]
+    return tuple(by_name[n] for n in dict.fromkeys(order))
+
+
+def field_names(cls: Any) -> list[str]:
+    """A config's parameters' names, in `config_fields`' order."""
+    return [f.name for f in config_fields(cls)]
+
+
+def fields_by_name(cls: Any) -> dict[str, dataclasses.Field]:
+    """A config's fields by name, in `config_fields`' order: for a reader of logged params (the
+    report), which knows a workload's config class but holds no config."""
+    return {f.name: f for f in config_fields(cls)}
 
 
 def param(
@@ -177,7 +203,7 @@ def convert(raw: Any, f: dataclasses.Field, cls: type) -> Any:
 
 def build_config(cls: type[C], values: Mapping[str, Any]) -> C:
     """A validated config from name → raw value; unknown names are an error that lists the known ones."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in config_fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise UsageError(f"unknown parameter {unknown[0]!r}; known: {', '.join(fields)}")
@@ -196,7 +222,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """
     hints = typing.get_type_hints(cls)
     defaults = to_params(cls())
-    for f in dataclasses.fields(cls):
+    for f in config_fields(cls):
         elem, seq = _base_type(hints[f.name])
         spellings = [f.name, *([f.name.replace("_", "-")] if "_" in f.name else [])]
         what = f"{_describe(f, elem, seq)}; default {defaults[f.name]}"
@@ -225,9 +251,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
 
 def config_from_args(cls: type[C], args: argparse.Namespace) -> C:
     """The config for the flags the user actually gave (the rest keep their defaults)."""
-    given = {
-        f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None
-    }
+    given = {f.name: getattr(args, f.name) for f in config_fields(cls) if getattr(args, f.name) is not None}
     return build_config(cls, given)
 
 
@@ -236,7 +260,7 @@ def to_params(cfg: Any) -> dict[str, str]:
     as its unset word): the same strings MLproject's defaults are spelled in, so a run started by
     `mlflow run` and one started by the CLI log the same work alike."""
     out = {}
-    for f in dataclasses.fields(cfg):
+    for f in config_fields(cfg):
         v = getattr(cfg, f.name)
         if isinstance(v, tuple):
             v = ",".join(map(str, v))
@@ -258,7 +282,7 @@ def config_key(workload: str, cfg: Any) -> str:
     """A stable hash of the work a run did: every param except device, seed and the `key=False` ones,
     as the run logs them (to_params)."""
     params = to_params(cfg)
-    return key_of(workload, {f.name: params[f.name] for f in dataclasses.fields(cfg) if is_keyed(f)})
+    return key_of(workload, {f.name: params[f.name] for f in config_fields(cfg) if is_keyed(f)})
 
 
 # How a device is fed and set up, not what it computes: a side tuned to `loader=tensor`, NHWC and a
@@ -272,7 +296,7 @@ def work_key(workload: str, cfg: Any) -> str:
     """`config_key` without the setting fields: runs with equal work keys trained the same model on the
     same data for the same steps, however their data reached the device and the device ran it."""
     params = to_params(cfg)
-    keyed = (f.name for f in dataclasses.fields(cfg) if is_keyed(f) and f.name not in SETTING)
+    keyed = (f.name for f in config_fields(cfg) if is_keyed(f) and f.name not in SETTING)
     return key_of(workload, {name: params[name] for name in keyed})
 
 

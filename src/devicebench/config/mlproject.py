@@ -5,11 +5,10 @@ Torch-free."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import typing
 
-from devicebench.config.fields import to_params
+from devicebench.config.fields import config_fields, to_params
 from devicebench.config.workloads import CONFIGS
 
 ENTRY_COMMAND = "PYTHONPATH=src${{PYTHONPATH:+:$PYTHONPATH}} sh src/mlproject-python -m devicebench"
@@ -21,7 +20,7 @@ def entry_text(workload: str) -> str:
     cls = CONFIGS[workload]
     hints = typing.get_type_hints(cls)
     defaults = to_params(cls())
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in config_fields(cls)]
     lines = [f"  {workload}:", "    parameters:"]
     for name in names:
         kind = TYPES.get(hints[name], "string")

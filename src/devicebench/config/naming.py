@@ -13,7 +13,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from devicebench.config.fields import is_keyed
+from devicebench.config.fields import config_fields, is_keyed
+from devicebench.config.parts import Job
 from devicebench.schema import MAX_RUN_NAME
 from devicebench.util.fmt import SEP
 
@@ -108,13 +109,13 @@ def _differences(cfg: Any, workload: str = "") -> list[str]:
     found = _all_differences(cfg, always)
     if len(found) > MAX_SHOWN:
         found = [*found[:MAX_SHOWN], f"+{len(found) - MAX_SHOWN} more"]
-    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    fields = {f.name: f for f in config_fields(cfg)}
     return [spelled(n, _value(getattr(cfg, n)), fields[n]) for n in always] + found
 
 
 def _all_differences(cfg: Any, always: Sequence[str] = ()) -> list[str]:
     ranked = sorted(
-        (f for f in dataclasses.fields(cfg) if is_keyed(f) and f.name not in (*always, *NEVER)),
+        (f for f in config_fields(cfg) if is_keyed(f) and f.name not in (*always, *NEVER)),
         key=lambda f: PRIORITY.index(f.name) if f.name in PRIORITY else len(PRIORITY),
     )
     return [
@@ -124,10 +125,9 @@ def _all_differences(cfg: Any, always: Sequence[str] = ()) -> list[str]:
 
 def _world(cfg: Any) -> str:
     """` ×8` for a job of 8 processes (` ×16 (2 nodes)` across nodes): part of where it ran, not the work."""
-    nproc, nnodes = getattr(cfg, "nproc", 1), getattr(cfg, "nnodes", 1)
-    if nproc * nnodes == 1:
+    if not isinstance(cfg, Job) or cfg.world_size == 1:
         return ""
-    return f" ×{nproc * nnodes}" + (f" ({nnodes} nodes)" if nnodes > 1 else "")
+    return f" ×{cfg.world_size}" + (f" ({cfg.nnodes} nodes)" if cfg.nnodes > 1 else "")
 
 
 def run_name(workload: str, device: str, cfg: Any = None, suffix: str = "") -> str:

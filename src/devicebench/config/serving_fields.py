@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from devicebench.config.fields import param
+from devicebench.config.parts import Part
 
 # `timed`: infer's own timed requests and batch sizes; the others are LoadGen's scenarios
 SCENARIOS = ("timed", "single_stream", "server", "offline")
@@ -16,7 +17,7 @@ VIAS = ("in_process", "http")
 
 
 @dataclass(frozen=True)
-class ServingLoad:
+class ServingLoad(Part):
     """The serving fields of `devicebench infer` (LoadGen, the p99 promise, batching, HTTP)."""
 
     scenarios: tuple[str, ...] = param(

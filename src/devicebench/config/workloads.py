@@ -9,18 +9,30 @@ without importing torch, NumPy or mlflow; each workload module re-exports its ow
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from devicebench.config import job_fields, shared_fields
-from devicebench.config.fields import NOT_KEYED, Unset, is_keyed, param, spelt
+from devicebench.config import shared_fields
+from devicebench.config.fields import NOT_KEYED, Unset, config_fields, is_keyed, param, spelt
+from devicebench.config.parts import (
+    Compiled,
+    Fed,
+    Job,
+    LoaderChoice,
+    Numerics,
+    Priced,
+    Product,
+    Serving,
+    SystemMetrics,
+    Threaded,
+    Training,
+)
 from devicebench.config.serving_fields import LOADGEN_SCENARIOS, ServingLoad
 from devicebench.config.spelling import check_model_spec, check_model_uri, input_text, parse_input, path_text
 from devicebench.errors import DataUnavailable, UsageError
-from devicebench.schema import MAX_EPOCHS, check_workers
+from devicebench.schema import MAX_EPOCHS, TRAINING, Kind
 
 REDUCED_PRECISIONS = ("bf16", "fp16")  # autocast: changes the numerics, not only the speed
 CIFAR_MODELS = ("tutorial", "resnet18")  # devicebench/models/cifar_net.py builds them
@@ -38,7 +50,7 @@ def _check_lr(lr: float) -> None:
 
 
 @dataclass(frozen=True)
-class MatmulConfig:
+class MatmulConfig(Product, Priced, Threaded):
     """`devicebench matmul`'s parameters, in the order of the MLproject entry point's."""
 
     ABOUT: ClassVar[str] = (
@@ -77,13 +89,9 @@ class MatmulConfig:
         key=False,
     )
     seed: int = param(0, "seed for the random matrices", min=0)
-    price_per_hour: float = shared_fields.price_per_hour()
-    illustrative_price: bool = shared_fields.illustrative_price()
-    cpu_shape: str = shared_fields.cpu_shape()
-    price_shape: str = shared_fields.price_shape()
-    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
+        super().validate()
         if not self.points():
             raise UsageError(
                 f"no backend supports dtypes {','.join(self.dtypes)} (NumPy: {', '.join(NUMPY_DTYPES)})",
@@ -96,9 +104,11 @@ class MatmulConfig:
 
 
 @dataclass(frozen=True)
-class CifarConfig:
+class CifarConfig(Training, Numerics, Compiled, LoaderChoice, SystemMetrics, Priced, Job, Threaded):
     """`devicebench cifar`'s parameters, in the order of the MLproject entry point's; the defaults are
     the PyTorch tutorial's."""
+
+    EVAL_LIMIT: ClassVar[str] = "test_limit"
 
     ABOUT: ClassVar[str] = (
         "the PyTorch CIFAR-10 tutorial network, trained and timed on any device"  # its command's line in `devicebench --help`
@@ -118,18 +128,6 @@ class CifarConfig:
     )
     width: int = param(
         1, "multiplies the tutorial Net's channels 6/16 and fc 120/84 (1 = the tutorial)", min=1
-    )
-    precision: str = shared_fields.precision()
-    channels_last: bool = shared_fields.channels_last()
-    compile: bool = shared_fields.torch_compile()
-    compile_mode: str = shared_fields.compile_mode()
-    loader: str = param(
-        "dataloader",
-        "dataloader: the tutorial's transforms in worker processes; tensor: the dataset on the device",
-        choices=("dataloader", "tensor"),
-    )
-    num_workers: int = param(
-        2, "DataLoader worker processes (loader=dataloader only; at most 4 per usable core)", min=0
     )
     data: str = param(
         "cifar10",
@@ -153,22 +151,11 @@ class CifarConfig:
         min=0,
         max=1,
     )
-    system_metrics: bool = shared_fields.system_metrics()
-    price_per_hour: float = shared_fields.price_per_hour()
-    illustrative_price: bool = shared_fields.illustrative_price()
-    cpu_shape: str = shared_fields.cpu_shape()
-    price_shape: str = shared_fields.price_shape()
-    nproc: int = job_fields.nproc()
-    nnodes: int = job_fields.nnodes()
-    node_rank: int = job_fields.node_rank()
-    rdzv_endpoint: str = job_fields.rdzv_endpoint()
-    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
+        super().validate()
         _check_lr(self.lr)
-        check_workers(self.num_workers)
-        job_fields.check_job_fields(self)
-        if self.loader == "tensor" and self.nproc * self.nnodes > 1:
+        if self.loader == "tensor" and self.world_size > 1:
             raise UsageError(
                 "loader=tensor holds the whole split on every device and shards nothing; "
                 "use loader=dataloader with nproc > 1",
@@ -181,8 +168,10 @@ class CifarConfig:
 
 
 @dataclass(frozen=True)
-class UNetConfig:
+class UNetConfig(Training, Numerics, Fed, SystemMetrics, Priced, Job, Threaded):
     """`devicebench unet`'s parameters, in the order of the MLproject entry point's."""
+
+    EVAL_LIMIT: ClassVar[str] = "val_limit"
 
     ABOUT: ClassVar[str] = (
         "a UNet on a 300/100 sample of Pascal VOC 2012, trained and timed on any device"  # its command's line in `devicebench --help`
@@ -201,11 +190,6 @@ class UNetConfig:
         64, "width of the first UNet level, doubled per level (64: the classic 64-…-1024 UNet)", min=1
     )
     bilinear: bool = param(False, "bilinear upsampling instead of transposed convolutions (≈17 M params)")
-    precision: str = shared_fields.precision()
-    channels_last: bool = shared_fields.channels_last()
-    num_workers: int = param(
-        2, "DataLoader worker processes decoding and resizing images (at most 4 per usable core)", min=0
-    )
     data: str = param(
         "voc2012",
         "voc2012: Pascal VOC 2012 in its standard layout; synthetic: learnable offline scenes",
@@ -237,22 +221,11 @@ class UNetConfig:
     train_limit: int = param(0, "train on the first N listed images only (0 = all)", min=0)
     val_limit: int = param(0, "validate on the first N listed images only (0 = all)", min=0)
     log_every: int = param(10, "log the mean training loss every N steps", min=1, key=False)
-    system_metrics: bool = shared_fields.system_metrics()
-    price_per_hour: float = shared_fields.price_per_hour()
-    illustrative_price: bool = shared_fields.illustrative_price()
-    cpu_shape: str = shared_fields.cpu_shape()
-    price_shape: str = shared_fields.price_shape()
-    nproc: int = job_fields.nproc()
-    nnodes: int = job_fields.nnodes()
-    node_rank: int = job_fields.node_rank()
-    rdzv_endpoint: str = job_fields.rdzv_endpoint()
-    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
         """Checks that need more than one field, or the file system, before any run is created."""
+        super().validate()
         _check_lr(self.lr)
-        check_workers(self.num_workers)
-        job_fields.check_job_fields(self)
         if self.image_size % 2:
             raise UsageError(
                 f"{self.image_size} is odd; expected an even integer >= 16 (multiples of 16 work best)",
@@ -283,7 +256,7 @@ class UNetConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Training, Numerics, Compiled, Fed, SystemMetrics, Priced, Threaded):
     """`devicebench model`'s parameters: any torchvision model or the user's own, trained as cifar trains
     (the same loop, precisions, tuning, FLOPs and share of peak); names that mean what cifar's mean are
     cifar's."""
@@ -293,6 +266,7 @@ class ModelConfig:
     )
     # what its run names always say, whatever the defaults: which model ran (and on which data)
     ALWAYS_NAMED: ClassVar[tuple[str, ...]] = ("model", "data")
+    EVAL_LIMIT: ClassVar[str] = "test_limit"
 
     device: str = shared_fields.train_device()
     model: str = shared_fields.model_spec()
@@ -303,10 +277,6 @@ class ModelConfig:
     lr: float = param(0.01, "SGD learning rate", above=0)
     momentum: float = param(0.9, "SGD momentum", min=0, max=1)
     seed: int = shared_fields.train_seed()
-    precision: str = shared_fields.precision()
-    channels_last: bool = shared_fields.channels_last()
-    compile: bool = shared_fields.torch_compile()
-    compile_mode: str = shared_fields.compile_mode()
     data: str = param(
         "synthetic",
         "synthetic: random images of the input's shape held on the device (no loader cost); "
@@ -319,24 +289,15 @@ class ModelConfig:
         key=False,
         unset=Unset("auto", "a directory"),
     )
-    num_workers: int = param(
-        2, "DataLoader worker processes (data=imagefolder only; at most 4 per usable core)", min=0
-    )
     train_limit: int = param(
         0, "train on the first N images only (0 = all; synthetic: 512)", min=0, max=10_000_000
     )
     test_limit: int = param(0, "test on the first N images only (0 = all; synthetic: 128)", min=0)
     log_every: int = param(50, "log the mean training loss every N mini-batches", min=1, key=False)
-    system_metrics: bool = shared_fields.system_metrics()
-    price_per_hour: float = shared_fields.price_per_hour()
-    illustrative_price: bool = shared_fields.illustrative_price()
-    cpu_shape: str = shared_fields.cpu_shape()
-    price_shape: str = shared_fields.price_shape()
-    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
+        super().validate()
         _check_lr(self.lr)
-        check_workers(self.num_workers)
         check_model_spec(self.model)
         parse_input(self.input)
         if self.data == "imagefolder" and not self.data_dir and not os.environ.get("DEVICEBENCH_DATA_DIR"):
@@ -351,13 +312,13 @@ class ModelConfig:
         return parse_input(self.input)
 
     @property
-    def loader(self) -> str:
-        """How the run is fed, in cifar's words: synthetic data sits on the device (no workers)."""
-        return "dataloader" if self.data == "imagefolder" else "tensor"
+    def in_memory(self) -> bool:
+        """Synthetic data sits on the device: no DataLoader feeds it."""
+        return self.data != "imagefolder"
 
 
 @dataclass(frozen=True)
-class InferConfig(ServingLoad):
+class InferConfig(Serving, ServingLoad, Numerics, Priced, Threaded):
     """`devicebench infer`'s parameters: serving figures for a logged model (`model_uri`) or a model
     built by name (`model`), on one device; how it is loaded, `ServingLoad`'s."""
 
@@ -368,11 +329,6 @@ class InferConfig(ServingLoad):
     ALWAYS_NAMED: ClassVar[tuple[str, ...]] = ("model",)
 
     device: str = param("cpu", "where the model serves: cpu, cuda, cuda:N, mps or auto")
-    model_uri: str = param(
-        "",
-        "a logged model: models:/<model id> or runs:/<run id>/<path> (none: build `model` untrained)",
-        unset=Unset("none", "a model URI"),
-    )
     model: str = shared_fields.model_spec()
     input: str = spelt(
         param(
@@ -396,16 +352,10 @@ class InferConfig(ServingLoad):
     min_time_s: float = param(
         1.0, "time each batch size's throughput over at least this long", min=0, max=600, key=False
     )
-    precision: str = shared_fields.precision()
-    channels_last: bool = shared_fields.channels_last()
     seed: int = shared_fields.train_seed()
-    price_per_hour: float = shared_fields.price_per_hour()
-    illustrative_price: bool = shared_fields.illustrative_price()
-    cpu_shape: str = shared_fields.cpu_shape()
-    price_shape: str = shared_fields.price_shape()
-    cpu_threads: int = shared_fields.cpu_threads()
 
     def validate(self) -> None:
+        super().validate()
         if self.model_uri:
             check_model_uri(self.model_uri)
         else:
@@ -429,10 +379,15 @@ CONFIGS: dict[str, type[WorkloadConfig]] = {
     "model": ModelConfig,
     "infer": InferConfig,
 }
+# Every other view of the workloads is read from their configs: the CLI's subcommands, the report's
+# choices, each workload's kind (its config's KIND), those `tune` searches (the training ones).
+WORKLOADS = tuple(CONFIGS)
+KIND_OF: dict[str, Kind] = {name: cls.KIND for name, cls in CONFIGS.items()}
+TRAINING_WORKLOADS = tuple(name for name, kind in KIND_OF.items() if kind is TRAINING)
 
 
 def not_work() -> frozenset[str]:
     """Every param that says where or how verbosely a run worked, not what it measured: exactly the
     fields `config_key` leaves out (the same rule, `config.fields.is_keyed`), over all workloads."""
-    names = {f.name for cls in CONFIGS.values() for f in dataclasses.fields(cls) if not is_keyed(f)}
+    names = {f.name for cls in CONFIGS.values() for f in config_fields(cls) if not is_keyed(f)}
     return frozenset(names | set(NOT_KEYED))

@@ -1,8 +1,8 @@
 """What a device resolves to on this host and how many data-parallel processes it takes there.
 
 A plan that skips what this host lacks asks this once per device before its first run. Asked in the
-suite's own process it imported torch there (~2 s, beside the warm server importing it too on a 2-core
-host); so the suite asks a child forked from its warm server instead, `python -m
+suite's own process it would import torch there too, beside the warm server importing it; so the suite
+asks a child forked from its warm server instead, `python -m
 devicebench.host.capacity DEVICE`, which prints the answer as one JSON line. The child, not the server,
 initialises CUDA: a process forked from one that has cannot use CUDA.
 """

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pynvml
@@ -77,6 +78,35 @@ def _no_cuda_reason() -> str:
         driver_files=Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists(),
         driver_cuda=driver_cuda_version(),
     )
+
+
+@dataclass(frozen=True)
+class ResolvedDevice:
+    """A run's device, resolved once where the run starts and handed on: the device, or the error that
+    the run raises once it exists (a run asked for a device that is not here still leaves a FAILED run)."""
+
+    requested: str
+    device: torch.device | None = None
+    error: UsageError | None = None
+
+    @classmethod
+    def of(cls, requested: str) -> ResolvedDevice:
+        try:
+            return cls(requested, resolve_device(requested))
+        except UsageError as e:  # DeviceUnavailable: raised again inside the run, which reports it
+            return cls(requested, error=e)
+
+    @property
+    def name(self) -> str:
+        """The device the run resolved to (`auto` -> `cuda:0`), for its name; the request as typed where
+        it cannot resolve."""
+        return str(self.device) if self.device is not None else self.requested
+
+    def get(self) -> torch.device:
+        """The device, or its error raised."""
+        if self.device is None:
+            raise self.error or UsageError(f"device {self.requested!r} was not resolved", param="device")
+        return self.device
 
 
 def resolve_device(requested: str) -> torch.device:

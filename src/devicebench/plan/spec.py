@@ -7,7 +7,6 @@ an hour), with the workloads' own config classes and nothing heavier: reading a 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -19,12 +18,11 @@ from typing import Any
 
 import yaml
 
-from devicebench.config.fields import build_config
-from devicebench.config.workloads import CONFIGS
+from devicebench.config.fields import build_config, field_names
+from devicebench.config.workloads import CONFIGS, TRAINING_WORKLOADS, WORKLOADS
 from devicebench.errors import UsageError
 from devicebench.report.cli import parse_threshold
-from devicebench.schema import MAX_EXPERIMENT, WORKLOADS, check_device_spelling
-from devicebench.schema import TRAINING_WORKLOADS as TUNABLE
+from devicebench.schema import MAX_EXPERIMENT, check_device_spelling
 from devicebench.util.children import python_argv
 from devicebench.util.yamlfile import load_capped
 
@@ -196,14 +194,7 @@ def _scalar(value: Any) -> str:
 def load_plan(path: str | Path, data: str | None = None) -> Plan:
     """Read, validate and expand a plan; every problem is one line naming the file, the key and what is allowed."""
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"plan {path}: no such file (plans live in experiments/)")
-    doc = _read_yaml(path)
-    if not isinstance(doc, dict):
-        raise _err(path, "top level", "must be a mapping with name and runs")
-    unknown = sorted(set(doc) - PLAN_KEYS)
-    if unknown:
-        raise _err(path, unknown[0], f"unknown key; allowed: {', '.join(sorted(PLAN_KEYS))}")
+    doc = _plan_doc(path)
     header = _header(doc, path)
     report = _report_section(doc.get("report", {}), path)
     default_repeats = _positive_int(doc.get("repeats", 1), path, "repeats")
@@ -237,7 +228,7 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
                         time_limit_s=limit,
                     )
                 )
-            if tune and spec["entry"] in TUNABLE and _one_process(values):
+            if tune and spec["entry"] in TRAINING_WORKLOADS and _one_process(values):
                 # beside the side as configured, once: the same work on this device at its best (tuning
                 # measures one process, so a job of several has no tuned item)
                 item = PlannedRun(
@@ -252,6 +243,19 @@ def load_plan(path: str | Path, data: str | None = None) -> Plan:
                 )
                 planned.append(item)
     return Plan(path=path, runs=planned, skip_unavailable=skip, log_models=log_models, **header, **report)
+
+
+def _plan_doc(path: Path) -> dict[str, Any]:
+    """The plan file's top-level mapping, with no key a plan does not have."""
+    if not path.is_file():
+        raise UsageError(f"plan {path}: no such file (plans live in experiments/)")
+    doc = _read_yaml(path)
+    if not isinstance(doc, dict):
+        raise _err(path, "top level", "must be a mapping with name and runs")
+    unknown = sorted(set(doc) - PLAN_KEYS)
+    if unknown:
+        raise _err(path, unknown[0], f"unknown key; allowed: {', '.join(sorted(PLAN_KEYS))}")
+    return doc
 
 
 def _one_process(values: dict[str, Any]) -> bool:
@@ -310,7 +314,7 @@ def _expand(
     repeats = _positive_int(spec.get("repeats", default_repeats), path, f"{where}.repeats")
     base = {k: _scalar(v) for k, v in params.items()}
     if data == "real":  # the workload's real dataset, where it has one (its config's REAL_DATA)
-        base.update(getattr(CONFIGS.get(entry), "REAL_DATA", {}))
+        base.update(CONFIGS[entry].REAL_DATA)
     for combo in itertools.product(*matrix.values()) if matrix else [()]:
         values = {**base, **{k: _scalar(v) for k, v in zip(matrix, combo, strict=True)}}
         _check_params(entry, values, matrix, where, path)
@@ -320,7 +324,7 @@ def _expand(
 def _check_params(entry: str, values: dict[str, str], matrix: dict[str, Any], where: str, path: Path) -> None:
     """The parameters as the workload's own config would take them, before any run starts."""
     config_cls = CONFIGS[entry]
-    known = [f.name for f in dataclasses.fields(config_cls)]
+    known = field_names(config_cls)
     for key in values:
         if key not in known:
             section = "matrix" if key in matrix else "params"

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from devicebench.config.workloads import WORKLOADS
 from devicebench.plan.handoff import child_env
-from devicebench.schema import WORKLOADS
 from devicebench.tracking.protocol import one_line
 from devicebench.util.forkserver import ForkServer
 
@@ -35,9 +35,9 @@ WARM_MODULES = (
     "matplotlib.backends.backend_agg",  # the figures' renderer (~10 ms)
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
-# A server costs what one cold run's imports cost (about 8 CPU-s here), paid beside the suite's own
-# start: a plan of one or two runs gains nothing from it, and one refused before it runs (a bad
-# `--resume`) only burns it on a 2-core host.
+# A server costs what one cold run's imports cost, paid beside the suite's own start: a plan of one or
+# two runs gains nothing from it, and one refused before it runs (a bad `--resume`) only spends CPU
+# that a host with few cores needs for the suite itself.
 WARM_MIN_RUNS = 3
 
 

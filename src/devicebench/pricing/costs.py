@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from devicebench.config.parts import Job
+from devicebench.config.workloads import KIND_OF
 from devicebench.pricing.prices import Price, priced_as
 from devicebench.schema import (
     COST_PER_1K,
@@ -22,7 +24,6 @@ from devicebench.schema import (
     COST_PER_MILLION,
     COST_USD,
     GFLOP_PER_USD,
-    KIND_OF,
     PRODUCT,
     SERVING,
     TRAINING,
@@ -79,7 +80,7 @@ def log_costs(
     if not isinstance(price, Price):
         return {}
     # a job on N nodes rents N hosts, where the price is a host's; a per-use price is the whole job's
-    hourly = price.usd_per_hour * (1 if price.per_use else getattr(cfg, "nnodes", 1))
+    hourly = price.usd_per_hour * (1 if price.per_use or not isinstance(cfg, Job) else cfg.nnodes)
     logged = run_costs(hourly, total_s)
     logged.update(COSTS_OF_KIND[KIND_OF[workload]](tracker, hourly, result, cfg))
     logged = _loggable_costs(logged)

@@ -19,9 +19,9 @@ import re
 import time
 from pathlib import Path
 
+from devicebench.config.workloads import WORKLOADS
 from devicebench.errors import UsageError
 from devicebench.report.read.options import Query, parse_duration, parse_since, split_list
-from devicebench.schema import WORKLOADS
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
 _MILLISECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*ms$", re.IGNORECASE)

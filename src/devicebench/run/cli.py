@@ -26,15 +26,13 @@ from typing import Any, NoReturn
 from devicebench import __version__
 from devicebench.config.fields import add_config_arguments, config_from_args
 from devicebench.config.settings import Settings, load_settings, preflight_store
-from devicebench.config.workloads import CONFIGS, WorkloadConfig
+from devicebench.config.workloads import CONFIGS, TRAINING_WORKLOADS, WORKLOADS, WorkloadConfig
 from devicebench.errors import ExitedInsideRun, Interrupted, SpooledError, UsageError
 from devicebench.host.job import record_failure, worker_rank
 from devicebench.pricing.prices import Pricing, pricing_for
 from devicebench.schema import (
     MAX_TAG_VALUE,
-    TRAINING_WORKLOADS,
     UNSET_WORDS,
-    WORKLOADS,
     check_device_spelling,
     tag,
 )

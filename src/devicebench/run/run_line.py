@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from devicebench.config.workloads import KIND_OF
 from devicebench.errors import UsageError
 from devicebench.pricing.prices import ILLUSTRATIVE, OVERRIDE, Price, priced_as
 from devicebench.report.read.options import Query
@@ -27,7 +28,6 @@ from devicebench.schema import (
     COST_PER_MILLION,
     GFLOP_PER_USD,
     HOST_SLOWDOWN,
-    KIND_OF,
     PRODUCT,
     SERVING,
     TRAIN_S,

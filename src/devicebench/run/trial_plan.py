@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+from devicebench.config.parts import Compiled, Fed, LoaderChoice, Numerics, Threaded
 from devicebench.config.workloads import REDUCED_PRECISIONS
 from devicebench.errors import UsageError
 from devicebench.host.precision import check_precision
 from devicebench.util.fmt import fmt_setting
 
+T = TypeVar("T")
 EAGER = "none"  # a Setting's `compile` when the model is not compiled
 
 
@@ -31,20 +33,21 @@ class Setting:
     compile: str = EAGER
     precision: str = "default"
 
-    def applied(self, cfg: Any) -> Any:
-        """`cfg` set up this way: unet has no `loader` or `compile` parameter (its settings all use the
-        DataLoader, eagerly), so only the fields the config has are set."""
-        wanted = {
-            "loader": self.loader,
-            "num_workers": self.num_workers,
-            "channels_last": self.channels_last,
-            "compile": self.compile != EAGER,
-            "compile_mode": self.compile if self.compile != EAGER else "default",
-            "precision": self.precision,
-            **({"cpu_threads": self.threads} if self.threads else {}),
-        }
-        have = {f.name for f in dataclasses.fields(cfg)}
-        return dataclasses.replace(cfg, **{k: v for k, v in wanted.items() if k in have})
+    def applied(self, cfg: T) -> T:
+        """`cfg` set up this way, in the parts it is composed of: a config that does not choose its
+        loader is fed as it is, one that is not `Compiled` runs eagerly."""
+        if isinstance(cfg, LoaderChoice):
+            cfg = dataclasses.replace(cfg, loader=self.loader)
+        if isinstance(cfg, Fed):
+            cfg = dataclasses.replace(cfg, num_workers=self.num_workers)
+        if isinstance(cfg, Numerics):
+            cfg = dataclasses.replace(cfg, channels_last=self.channels_last, precision=self.precision)
+        if isinstance(cfg, Compiled):
+            mode = self.compile if self.compile != EAGER else "default"
+            cfg = dataclasses.replace(cfg, compile=self.compile != EAGER, compile_mode=mode)
+        if self.threads and isinstance(cfg, Threaded):
+            cfg = dataclasses.replace(cfg, cpu_threads=self.threads)
+        return cfg
 
     @property
     def reduced_precision(self) -> bool:
@@ -91,13 +94,14 @@ Change = tuple[str, Any]  # one field of a Setting and the value a second-stage 
 
 def changes(cfg: Any, device: torch.device, tune_precision: bool = False) -> list[Change]:
     """The second stage: each change tried once, from the leader at that point, in this order. Only what
-    the config has (unet is never compiled) and the device can run; reduced precision only where asked
-    and where the config does not already ask for it."""
-    have = {f.name for f in dataclasses.fields(cfg)}
+    the config is composed of (a config that is not `Compiled` is never compiled) and the device can
+    run; reduced precision only where asked and where the config does not already ask for it."""
     out: list[Change] = []
-    if "channels_last" in have and not cfg.channels_last:
+    if not isinstance(cfg, Numerics):
+        return out
+    if not cfg.channels_last:
         out.append(("channels_last", True))
-    if "compile" in have:
+    if isinstance(cfg, Compiled):
         out += [("compile", "default")] + ([("compile", "reduce-overhead")] if device.type == "cuda" else [])
     if tune_precision and cfg.precision not in REDUCED_PRECISIONS:
         out += [("precision", p) for p in REDUCED_PRECISIONS if _can(p, device)]
@@ -122,12 +126,13 @@ def trial_plan(
     """(the first stage's settings, the second stage's changes): what a tuning of `cfg` on `device`
     tries, in order, before the leaders run again. A config's own setting (NHWC, compiled, its
     precision) is where every trial starts."""
-    has_loader = "loader" in {f.name for f in dataclasses.fields(cfg)}
-    # a config without the choice that reads its data as tensors holds it on the device (model's synthetic)
-    in_memory = not has_loader and getattr(cfg, "loader", "") == "tensor"
-    start = Setting(
-        0, "", 0, getattr(cfg, "channels_last", False), _compiled(cfg), getattr(cfg, "precision", "default")
-    )
+    has_loader = isinstance(cfg, LoaderChoice)
+    # a config without the choice whose data is on the device already (model's synthetic), or that no
+    # DataLoader feeds (not `Fed`), tries no loader: only threads
+    in_memory = not has_loader and (not isinstance(cfg, Fed) or cfg.in_memory)
+    start = Setting(0, "", 0, _compiled(cfg))
+    if isinstance(cfg, Numerics):
+        start = dataclasses.replace(start, channels_last=cfg.channels_last, precision=cfg.precision)
     first = [
         dataclasses.replace(start, threads=s.threads, loader=s.loader, num_workers=s.num_workers)
         for s in settings(has_loader, cores, in_memory, device.type == "cuda")
@@ -137,4 +142,4 @@ def trial_plan(
 
 
 def _compiled(cfg: Any) -> str:
-    return getattr(cfg, "compile_mode", "default") if getattr(cfg, "compile", False) else EAGER
+    return cfg.compile_mode if isinstance(cfg, Compiled) and cfg.compile else EAGER

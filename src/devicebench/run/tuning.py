@@ -53,16 +53,17 @@ from typing import Any
 import torch
 
 from devicebench.config.fields import work_key
+from devicebench.config.parts import Training
+from devicebench.config.workloads import TRAINING_WORKLOADS
 from devicebench.errors import UsageError
 from devicebench.host.context import Context
 from devicebench.run.trial_plan import EAGER, Change, Setting, trial_plan
-from devicebench.schema import KIND_OF, tag
+from devicebench.schema import tag
 from devicebench.tracking.protocol import null_tracker
 from devicebench.util.children import death_signal, python_argv
 from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.workloads import load
 
-TUNABLE = tuple(name for name, kind in KIND_OF.items() if kind.tunable)
 WARMUP_STEPS = 2  # untimed: what a process pays once (imports, first kernels, the allocator)
 PROBE_STEPS = 30  # the most the first trial takes: enough to time a step
 NEW_FEED_STEPS = 3  # a feed not yet tried first runs this many steps, to cost its own (not counted)
@@ -82,20 +83,10 @@ class Trial:
     note: str = ""  # why a trial has no figure: skipped for the budget, or what failed
 
 
-def _trial_config(cfg: Any, setting: Setting, steps: int) -> Any:
+def _trial_config(cfg: Training, setting: Setting, steps: int) -> Training:
     """The config for one short trial: the same work, set up this way, for `steps` steps (never more
     images than the run itself trains on) and one tiny eval."""
-    images = steps * cfg.batch_size
-    return dataclasses.replace(
-        setting.applied(cfg),
-        epochs=1,
-        train_limit=min(images, cfg.train_limit) if cfg.train_limit else images,
-        **{_eval_limit(cfg): cfg.batch_size},
-    )
-
-
-def _eval_limit(cfg: Any) -> str:
-    return "test_limit" if hasattr(cfg, "test_limit") else "val_limit"
+    return setting.applied(cfg).shortened(steps * cfg.batch_size, cfg.batch_size)
 
 
 def run_trial(workload: str, cfg: Any, setting: Setting, steps: int, data_root: Path) -> Trial:
@@ -157,8 +148,10 @@ def tune(
 ) -> list[Trial]:
     """Every trial within `budget_s` seconds on `cfg.device`, in `trial_plan` order, then the leaders once
     more; `say` prints each as it ends."""
-    if workload not in TUNABLE:
-        raise UsageError(f"tuning trains {' and '.join(TUNABLE)}, not {workload}", param="workload")
+    if workload not in TRAINING_WORKLOADS:
+        raise UsageError(
+            f"tuning trains {' and '.join(TRAINING_WORKLOADS)}, not {workload}", param="workload"
+        )
     first, todo = trial_plan(cfg, torch.device(cfg.device), cores, tune_precision)
     search = _Search(workload, cfg, data_root, budget_s)
     total = len(first) + len(todo)

@@ -26,13 +26,14 @@ from devicebench.tracking.protocol import Tracker, null_tracker, one_line
 from devicebench.workloads import Workload, load
 
 
-def join_world(requested: str, rank: int | None, cpu_threads: int = 0) -> tuple[World, torch.device]:
-    """(this process's World, its device), resolved, made current, and the process group joined; torch's
-    CPU threads set first where `cpu_threads` asks, so the fingerprint logs what the run used."""
+def join_world(resolved: torch.device, rank: int | None, cpu_threads: int = 0) -> tuple[World, torch.device]:
+    """(this process's World, its device: a rank's own of the `resolved` kind), made current, and the
+    process group joined; torch's CPU threads set first where `cpu_threads` asks, so the fingerprint
+    logs what the run used."""
 
     set_cpu_threads(cpu_threads)
     world = World.from_env() if rank is not None else World()
-    device = world.device(resolve_device(requested))
+    device = world.device(resolved)
     activate(device)
     world.join(device)
     return world, device
@@ -60,7 +61,7 @@ def work_as_rank(name: str, cfg: WorkloadConfig, settings: Settings) -> int:
     nothing logged."""
 
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
-    world, device = join_world(cfg.device, worker_rank(), getattr(cfg, "cpu_threads", 0))
+    world, device = join_world(resolve_device(cfg.device), worker_rank(), cfg.cpu_threads)
     ctx = Context(device=device, data_root=settings.data_dir, progress=False, world=world)
     try:
         run_module(load(name), cfg, ctx, null_tracker())

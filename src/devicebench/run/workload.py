@@ -16,23 +16,26 @@ import sys
 import tempfile
 import time
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from devicebench.config.fields import config_key, to_params, work_key
 from devicebench.config.naming import run_name
+from devicebench.config.parts import Fed, Job, Serving, SystemMetrics, Training
+from devicebench.config.serving_fields import ServingLoad
 from devicebench.config.settings import Settings
 from devicebench.config.workloads import WorkloadConfig
 from devicebench.errors import UsageError
 from devicebench.host.busy import CpuSample, busy_figures, sample
 from devicebench.host.context import Context, LoadedModel
 from devicebench.host.cpu import cpu_budget, peak_rss_bytes, usable_cores
-from devicebench.host.device import device_name, host_fingerprint, resolve_device
+from devicebench.host.device import ResolvedDevice, device_name, host_fingerprint
+from devicebench.host.distributed import World
 from devicebench.host.job import record_run, worker_rank
 from devicebench.plan.handoff import Handoff
 from devicebench.pricing.costs import log_costs, log_price, usable_price
-from devicebench.pricing.prices import Price, Pricing, Usage, gpu_to_weigh, mig_share, price_side
+from devicebench.pricing.prices import Pricing, Usage, gpu_to_weigh, mig_share, price_side
 from devicebench.run import scoring, tuning
 from devicebench.run.launch import check_job, launch
 from devicebench.run.run_line import glance_metrics, quiet_cost, summary_line
@@ -69,16 +72,35 @@ def run_workload(
     device's setting is tuned first (tuning.py) and the run measures it the fastest way found."""
     rank = worker_rank()
     module = load(name)
-    world_size = getattr(cfg, "nproc", 1) * getattr(cfg, "nnodes", 1)
+    world_size = cfg.world_size if isinstance(cfg, Job) else 1
+    resolved = ResolvedDevice.of(cfg.device)  # once: the run's name, its work, a job's check, a tuning
     if tune_budget_s is not None:
-        return _measure_tuned(name, *_tune(name, cfg, settings, (tune_budget_s, tune_precision), world_size))
+        tuned_cfg, tuned_by = _tune(name, cfg, settings, tune_budget_s, tune_precision, world_size, resolved)
+        return _measure_tuned(name, tuned_cfg, tuned_by)
+    if rank is None and isinstance(cfg, Job) and world_size > 1:
+        return _launch_job(name, cfg, settings, module, resolved)
+    return _run_here(name, cfg, settings, pricing, module, resolved)
+
+
+def _run_here(
+    name: str,
+    cfg: WorkloadConfig,
+    settings: Settings,
+    pricing: Pricing,
+    module: Workload,
+    resolved: ResolvedDevice,
+) -> int:
+    """The run in this process (a single process, or a job's rank 0): created, worked, priced, ended;
+    its one line printed last."""
+    rank = worker_rank()
+    world_size = cfg.world_size if isinstance(cfg, Job) else 1
     tuned = _tuned_from_env()
-    if rank is None and world_size > 1:
-        return _launch_job(name, cfg, settings, module)
     served = _checked_before_run(module, cfg, settings.tracking_uri)
     if served is not None and served.name:  # an infer run logs, and is named by, the model it served
         cfg = dataclasses.replace(cfg, model=served.name)
-    with _workload_run(name, cfg, settings, module, world_size, tuned.tags if tuned else None) as tracker:
+    with _workload_run(
+        name, cfg, settings, module, world_size, resolved, tuned.tags if tuned else None
+    ) as tracker:
         # `time/total_s` counts from here, when the run exists (its start_time is set): resolving the
         # device, the host fingerprint, the data, warm-up, training, evaluation and logging the artifacts
         # and model. Not in it: starting Python, imports, the store check, creating the run, ending it.
@@ -88,28 +110,25 @@ def run_workload(
             record_run(str(tracker.run_id))  # the launcher ends it FAILED if another rank fails
         if tuned:
             tracker.log_table(tuned.trials, "tuning.json")
-        if getattr(cfg, "system_metrics", False):
+        if isinstance(cfg, SystemMetrics) and cfg.system_metrics:
             tracker.start_system_metrics()
-        host_t0 = time.perf_counter()
-        world, device = join_world(cfg.device, rank, getattr(cfg, "cpu_threads", 0))
-        host = _log_host(tracker, device, settings)
-        budget = _log_budget(tracker, host, cfg)
-        host_s = time.perf_counter() - host_t0
-        if world.distributed:
-            tracker.set_tags({tag("dist.backend"): world.backend(device)})
+        world, device, host, budget, host_s = _join_here(tracker, cfg, resolved, rank, settings)
         ctx = Context(device, settings.data_dir, progress_enabled(), world, served)
         try:
             result = run_module(module, cfg, ctx, tracker)
         finally:
             world.leave()
         total_s, busy = _log_times(tracker, time.perf_counter() - started, host_s, before, world.distributed)
-        busy = {**busy, **_busy_cost(tracker, settings, (name, cfg), str(device), result, busy)}
+        busy = {**busy, **_busy_cost(tracker, settings, config_key(name, cfg), str(device), result, busy)}
         usage = _usage(device, world.size, host, cfg)  # its memory is known now
         price = usable_price(price_side(pricing, host, usage))
         log_price(tracker, price)
         tracker.set_tags(gpu_to_weigh(pricing, usage))
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
-        line = _log_answer(tracker, name, (str(device), world.size), result, costs, price, budget, busy)
+        glance = glance_metrics(name, result, costs)
+        gpu = getattr(result, "gpu", {})  # over its epochs (host/gpu_state.py): a GPU run's caveat
+        line = summary_line(name, str(device), glance, price, world.size, budget, gpu, busy)
+        _log_answer(tracker, glance, line)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         run_id = tracker.run_id
     # said once the run has ended FINISHED: a run whose end did not reach the store says only that
@@ -118,20 +137,45 @@ def run_workload(
     return 0
 
 
+class Here(NamedTuple):
+    """Where a run works: its place in the job, its device, the host's fingerprint, its CPU budget
+    (`_log_budget`), and the seconds joining and fingerprinting took (`time/host_s`)."""
+
+    world: World
+    device: torch.device
+    host: dict[str, str]
+    budget: dict[str, str]
+    seconds: float
+
+
+def _join_here(
+    tracker: Tracker, cfg: WorkloadConfig, resolved: ResolvedDevice, rank: int | None, settings: Settings
+) -> Here:
+    """The run's device made current, its job joined, the host fingerprinted and its CPU budget logged."""
+    t0 = time.perf_counter()
+    world, device = join_world(resolved.get(), rank, cfg.cpu_threads)
+    host = _log_host(tracker, device, settings)
+    budget = _log_budget(tracker, host, cfg)
+    here = Here(world, device, host, budget, time.perf_counter() - t0)
+    if world.distributed:
+        tracker.set_tags({tag("dist.backend"): world.backend(device)})
+    return here
+
+
 def _busy_cost(
     tracker: Tracker,
     settings: Settings,
-    work: tuple[str, Any],
+    key: str,
     device: str,
     result: object,
     busy: dict[str, float],
 ) -> dict[str, float]:
     """What a busy host cost a training run against the last quiet run of its config (run_line.quiet_cost),
-    logged; {} for a quiet run, or one that trained nothing."""
+    logged; {} for a quiet run, or one that trained nothing. `key`: the run's config key."""
     train_s = getattr(result, "train_s", None)
     if not is_busy(busy) or not isinstance(train_s, float):
         return {}
-    cost = quiet_cost(settings.tracking_uri, str(tracker.run_id), config_key(*work), device, train_s)
+    cost = quiet_cost(settings.tracking_uri, str(tracker.run_id), key, device, train_s)
     tracker.log_metrics(cost)
     return cost
 
@@ -154,7 +198,7 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str
     logged model, which is loaded here, once (an `infer` run's model), and checked by infer's `check`
     (it has an input shape and gives one output per sample); over HTTP, MLflow's scoring server is
     started for it here (run/scoring.py), so a model that does not serve leaves no run either."""
-    uri = getattr(cfg, "model_uri", "")
+    uri = cfg.model_uri if isinstance(cfg, Serving) else ""
     if uri:  # a logged model's download and load took minutes with nothing printed; stderr is for errors
         print(f"{PROG}: loading the logged model {uri} ...", flush=True)
     t0 = time.perf_counter()
@@ -166,26 +210,33 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str
         check(cfg, served)
     elif check is not None:
         check(cfg)
-    if served is not None and "http" in getattr(cfg, "via", ()):  # infer over MLflow's scoring server
+    if (
+        served is not None and isinstance(cfg, ServingLoad) and "http" in cfg.via
+    ):  # infer over MLflow's scoring server
         server = scoring.start(uri, cfg.serve_port, tracking_uri)
         served = dataclasses.replace(served, url=server.url, log=server.log)
     return served
 
 
 def _tune(
-    name: str, cfg: WorkloadConfig, settings: Settings, ask: tuple[float, bool], world_size: int
+    name: str,
+    cfg: WorkloadConfig,
+    settings: Settings,
+    budget_s: float,
+    precision: bool,
+    world_size: int,
+    resolved: ResolvedDevice,
 ) -> tuple[WorkloadConfig, Tuned]:
     """(the config the fastest trial used, (its run's tags, the trials table)): trials before the run, on
-    the run's device. `ask`: the budget in seconds, and whether reduced precision may be tried. A device
-    that is not here leaves a FAILED run, as the run itself would."""
+    the run's device, within `budget_s`; reduced precision tried where `precision` asks. A device that
+    is not here leaves a FAILED run, as the run itself would."""
     if world_size > 1:
         raise UsageError("tune measures one process; use nproc=1 and nnodes=1", param="nproc")
     try:
-        device = resolve_device(cfg.device)
+        device = resolved.get()
     except UsageError:
-        with _workload_run(name, cfg, settings, load(name), 1):
+        with _workload_run(name, cfg, settings, load(name), 1, resolved):
             raise
-    budget_s, precision = ask
     here = dataclasses.replace(cfg, device=str(device))
     trials = tuning.tune(name, here, budget_s, usable_cores(), settings.data_dir, tuning.stderr, precision)
     chosen = tuning.best(trials)
@@ -237,29 +288,13 @@ def _tuned_from_env() -> Tuned | None:
     return Tuned(got["tags"], got["table"])
 
 
-def _log_answer(
-    tracker: Tracker,
-    name: str,
-    on: tuple[str, int],
-    result: object,
-    costs: dict[str, float],
-    price: Price | str,
-    budget: dict[str, str],
-    busy: dict[str, float],
-) -> str:
-    """The run's answer where a person looks first: its one-line description (the UI shows it above
-    the metrics) and `at_a_glance/*` metrics, which sort before every other name (run_line.py); an
-    oversubscribed CPU (`budget`) is said there, since its figures measure contention, and so are a
-    host that other processes kept busy (`busy`: its `host/*` figures) and a GPU run whose speed may not
-    repeat (its result's `gpu` figures: host-bound, capped or slow clocks). `on`: the device and the
-    processes of its job."""
-
-    glance = glance_metrics(name, result, costs)
+def _log_answer(tracker: Tracker, glance: dict[str, float], line: str) -> None:
+    """The run's answer where a person looks first: its `at_a_glance/*` metrics, which sort before every
+    other name, and its one-line description (the UI shows it above the metrics; run_line.summary_line
+    says there an oversubscribed CPU, a host other processes kept busy and a GPU run whose speed may
+    not repeat)."""
     tracker.log_metrics(glance)
-    device, world_size = on
-    line = summary_line(name, device, glance, price, world_size, budget, getattr(result, "gpu", {}), busy)
     tracker.set_tags({NOTE_TAG: line})
-    return line
 
 
 def _workload_run(
@@ -268,6 +303,7 @@ def _workload_run(
     settings: Settings,
     module: Workload,
     world_size: int,
+    resolved: ResolvedDevice,
     extra_tags: dict[str, str] | None = None,
 ) -> AbstractContextManager[MlflowTracker]:
     """The run's context (run_context): its params, tags, name and the plan that started it, if any.
@@ -282,8 +318,8 @@ def _workload_run(
         tag("work_key"): work_key(name, cfg),
         tag("schema"): str(SCHEMA_VERSION),
     }
-    tags[tag("data")] = getattr(cfg, "data", module.DATA)
-    if hasattr(cfg, "nproc"):
+    tags[tag("data")] = cfg.data if isinstance(cfg, Training) else module.DATA
+    if isinstance(cfg, Job):
         tags[tag("world_size")] = str(world_size)
         params["global_batch_size"] = str(cfg.batch_size * world_size)
     tags.update(extra_tags or {})
@@ -295,7 +331,7 @@ def _workload_run(
         name,
         params,
         tags=tags,
-        run_name=run_name(name, _planned_device(cfg.device), cfg, handoff.run_name if handoff else ""),
+        run_name=run_name(name, resolved.name, cfg, handoff.run_name if handoff else ""),
         plan=FromPlan(
             parent_run_id=(handoff and handoff.parent_run_id) or None,
             log_models=handoff.log_model if handoff else True,
@@ -304,29 +340,19 @@ def _workload_run(
     )
 
 
-def _launch_job(name: str, cfg: WorkloadConfig, settings: Settings, module: Workload) -> int:
+def _launch_job(name: str, cfg: Job, settings: Settings, module: Workload, resolved: ResolvedDevice) -> int:
     """Check that the job can run here, then run it under torchrun (launch.py). A job refused before
     it starts still leaves its FAILED run (on node 0), as `device=cuda` on a CPU host does."""
 
     try:
-        check_job(cfg, resolve_device(cfg.device))
+        check_job(cfg, resolved.get())
     except UsageError as e:
         if cfg.node_rank == 0:
-            with _workload_run(name, cfg, settings, module, cfg.nproc * cfg.nnodes):
+            with _workload_run(name, cfg, settings, module, cfg.world_size, resolved):
                 raise
         raise e from None
     argv = [a for k, v in to_params(cfg).items() for a in (f"--{k}", v)]
     return launch(name, argv, cfg, settings, usable_cores())
-
-
-def _planned_device(requested: str) -> str:
-    """The device the run will resolve to, for its name (`auto` -> `cuda:0`); when it cannot resolve, the
-    request as typed: the error itself is raised inside the run, which then ends FAILED."""
-
-    try:
-        return str(resolve_device(requested))
-    except UsageError:  # DeviceUnavailable: raised again inside the run, which reports it
-        return requested
 
 
 def _log_host(tracker: Tracker, device: torch.device, settings: Settings) -> dict[str, str]:
@@ -352,18 +378,11 @@ def _log_budget(tracker: Tracker, host: dict[str, str], cfg: WorkloadConfig) -> 
     """For training, the cores the run could use against its threads and loader processes, logged as
     `cpu.*` facts and returned for the run's line ({} for a workload without a loader): an
     oversubscribed CPU run is named there and in the report."""
-    if not hasattr(cfg, "num_workers"):
+    if not isinstance(cfg, Fed):
         return {}
-    budget = cpu_budget(int(host["torch_threads"]), _loader_workers(cfg))
+    budget = cpu_budget(int(host["torch_threads"]), cfg.loader_workers)
     tracker.set_tags({tag(k): v for k, v in budget.items()})
     return budget
-
-
-def _loader_workers(cfg: WorkloadConfig) -> int:
-    """The DataLoader processes a training run feeds itself with (none with its data in memory)."""
-    if getattr(cfg, "loader", "dataloader") != "dataloader":
-        return 0
-    return int(getattr(cfg, "num_workers", 0))
 
 
 def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: WorkloadConfig) -> Usage:
@@ -372,7 +391,7 @@ def _usage(device: torch.device, processes: int, host: dict[str, str], cfg: Work
     needed, its processes' peak RSS (forked loader workers share their parent's pages, and the peak
     of reaped children depends on when they were reaped: they are not added). A matmul run's NumPy
     child runs one product at a time beside no torch work, on the same thread count."""
-    workers = _loader_workers(cfg)
+    workers = cfg.loader_workers if isinstance(cfg, Fed) else 0
     gpus = processes * mig_share(host.get("gpu_mig_profile", "")) if device.type == "cuda" else 0.0
     return Usage(
         device=device.type,

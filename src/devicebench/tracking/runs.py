@@ -23,8 +23,9 @@ from mlflow.tracking.context.registry import resolve_tags
 
 from devicebench.config.naming import is_generated
 from devicebench.config.settings import Settings
+from devicebench.config.workloads import WORKLOADS
 from devicebench.errors import ExitedInsideRun, Interrupted, SpooledError, StoreUnavailable
-from devicebench.schema import END_S, START_S, STORE_S, WORKLOADS, is_tag, tag
+from devicebench.schema import END_S, START_S, STORE_S, is_tag, tag
 from devicebench.tracking.journal import Journal
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import ending, install_signal_handlers, received
@@ -47,6 +48,28 @@ class FromPlan:
     parent_run_id: str | None = None
     log_models: bool = True
     store_checked: bool = False
+
+
+def _journalled_run(
+    client: MlflowClient,
+    settings: Settings,
+    workload: str,
+    start_tags: dict[str, str],
+    run_name: str | None,
+    run_id: str | None,
+    plan: FromPlan,
+) -> tuple[MlflowTracker, str | None]:
+    """(the tracker of the run created or attached to, its name). The journal exists (and is locked by
+    this process) before the run does: a run that could not be journalled would have no local trace if
+    the store went away or the process were killed."""
+    journal = Journal.create(settings)
+    run_id, name = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
+    try:
+        return MlflowTracker(settings, run_id, journal, plan.log_models), name
+    except BaseException as e:  # the journal could not be bound (a full disk): end the run here
+        _end_without_journal(client, run_id, one_line(e))
+        journal.remove()
+        raise
 
 
 @contextmanager
@@ -73,16 +96,7 @@ def run_context(
     client = MlflowClient(settings.tracking_uri)
     start_tags = {tag("workload"): workload, **(tags or {})}
     start_tags.update({"mlflow.parentRunId": plan.parent_run_id} if plan.parent_run_id else {})
-    # The journal exists (and is locked by this process) before the run does: a run that could not be
-    # journalled would have no local trace if the store went away or the process were killed.
-    journal = Journal.create(settings)
-    run_id, name = _open_run(client, settings, journal, workload, start_tags, run_name, run_id)
-    try:
-        tracker = MlflowTracker(settings, run_id, journal, plan.log_models)
-    except BaseException as e:  # the journal could not be bound (a full disk): end the run here
-        _end_without_journal(client, run_id, one_line(e))
-        journal.remove()
-        raise
+    tracker, name = _journalled_run(client, settings, workload, start_tags, run_name, run_id, plan)
     try:
         # its name journalled too: a run the store loses is made again under it (`sync --recreate-lost`)
         tracker.set_tags({**start_tags, "mlflow.runName": name} if name else start_tags)

@@ -42,22 +42,20 @@ from devicebench.schema import (
 )
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.metrics import confusion_matrix
+from devicebench.train.progress import ProgressBar, progress
 from devicebench.train.records import EpochResult, EvalResult, LossLog
+from devicebench.train.seeding import seed_everything, weights_fingerprint
 from devicebench.train.setup import (
     Data,
     Learner,
     LossFn,
     Options,
-    ProgressBar,
     StepSettings,
     Task,
     autocast,
     batch_sizes,
     peak_memory,
-    progress,
     reset_peak_memory,
-    seed_everything,
-    weights_fingerprint,
 )
 from devicebench.train.summary import (
     Totals,

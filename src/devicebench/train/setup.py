@@ -1,6 +1,6 @@
 """What a training run is given before its loop starts: the options resolved from its config and context,
-the workload's task (model, loss, metrics) and data, and the plain helpers both set up (seeding, the
-weights' fingerprint, batch sizes, autocast, peak memory, progress bars).
+the workload's task (model, loss, metrics) and data, and the plain helpers both set up (batch sizes,
+autocast, peak memory). Seeding is `train.seeding`'s, a loop's progress bar `train.progress`'s.
 
 A data-parallel job (torchrun, DDP) runs the same code on every rank, with its `World`
 (host/distributed.py) answering what differs: only rank 0 logs (the others get a tracker that keeps
@@ -10,15 +10,11 @@ nothing), the train loader takes its shard from `Options.sampler_for`, and the m
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import random
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-import numpy as np
 import torch
-from tqdm import tqdm
 
 from devicebench.host import precision
 from devicebench.host.context import Context
@@ -32,23 +28,6 @@ from devicebench.schema import (
 )
 from devicebench.tracking.protocol import Tracker, null_tracker
 from devicebench.train.records import EpochResult, EvalResult, LossLog
-
-
-def seed_everything(seed: int) -> None:
-    """Same seed, same initial weights and data order on every device (the UNet notebook's GPU run did
-    different work from its CPU run; ours may not)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """A short hash of the parameters, logged so two runs can prove they started from the same weights."""
-    h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def batch_sizes(n: int, batch_size: int, drop_last: bool = False) -> list[int]:
@@ -85,21 +64,6 @@ def peak_memory(device: torch.device) -> dict[str, float]:
             PEAK_RSS_BYTES: rss,
         }
     return {PEAK_RSS_BYTES: rss}
-
-
-@dataclass(frozen=True)
-class ProgressBar:
-    """A loop's tqdm bar where a terminal shows one: whether it is shown, its label and its length."""
-
-    shown: bool = False
-    desc: str = "train"
-    total: int | None = None
-
-
-def progress(iterable: Iterable, bar: ProgressBar) -> Iterable:
-    if not bar.shown:
-        return iterable
-    return tqdm(iterable, desc=bar.desc, total=bar.total, leave=False, dynamic_ncols=True)
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

@@ -3,8 +3,8 @@ one judgement, so a run's own line, the report's tables and its verdicts say the
 words.
 
 At BUSY_SHARE of the run's cores' time taken by other processes, a timing measures the sharing as much
-as the device: one config's three runs read 1.44 s, 9.86 s and 1.91 s on a shared 2-core host. A busy
-loop on each core beside a one-thread run takes about two thirds of its cores, far over the threshold.
+as the device: repeats of one config on a shared host differ several-fold (docs/measured.md, a busy
+host). A busy loop on each core beside a one-thread run takes most of its cores, far over the threshold.
 Torch- and mlflow-free.
 """
 

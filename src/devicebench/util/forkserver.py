@@ -1,7 +1,8 @@
 """A warm interpreter that starts `python -m MODULE ARGS` as a fork of itself: each child a process of its own.
 
-A plan is many short runs, and each fresh `python -m devicebench` paid 5-10 s importing torch, torchvision
-and MLflow before its first step (a run that trains for 1.3 s took 14-20 s here). The server imports
+A plan is many short runs, and each fresh `python -m devicebench` imports torch, torchvision and MLflow
+before its first step: for a short run that costs more than its training (docs/measured.md, a run's
+process). The server imports
 them once (the modules it is started with) and then only forks: every child is still a new process with
 its own pid, environment, working directory, stdin/stdout/stderr (the caller's own descriptors, passed
 over a Unix socket) and exit status, and it creates its own thread pools, CUDA context and store

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from devicebench.schema import WORKLOADS as WORKLOADS  # the CLI's subcommands
+from devicebench.config.workloads import WORKLOADS as WORKLOADS  # the CLI's subcommands
 
 if TYPE_CHECKING:
     from devicebench.host.context import Context

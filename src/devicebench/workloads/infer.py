@@ -47,7 +47,8 @@ from devicebench.schema import (
     tag,
 )
 from devicebench.tracking.protocol import Tracker
-from devicebench.train.setup import autocast, peak_memory, reset_peak_memory, seed_everything
+from devicebench.train.seeding import seed_everything
+from devicebench.train.setup import autocast, peak_memory, reset_peak_memory
 from devicebench.train.summary import forward_flops_per_sample, utilization_metrics
 from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.util.stats import quantile

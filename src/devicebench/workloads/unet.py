@@ -41,7 +41,7 @@ from devicebench.host.context import Context
 from devicebench.models.unet import UNet
 from devicebench.schema import DICE, EVAL_LOSS, MIOU, PIXEL_ACCURACY, class_iou_key
 from devicebench.tracking.protocol import Tracker
-from devicebench.train import figures, loop, records, setup
+from devicebench.train import figures, loop, records, seeding, setup
 from devicebench.train.metrics import (
     accuracy,
     confusion_table,
@@ -122,7 +122,7 @@ def make_loaders(
 
 def build_unet(cfg: Config) -> torch.nn.Module:
     """The UNet, seeded first: the same seed gives the same initial weights on every device."""
-    setup.seed_everything(cfg.seed)
+    seeding.seed_everything(cfg.seed)
     return UNet(3, NUM_CLASSES, cfg.base_channels, cfg.bilinear)
 
 

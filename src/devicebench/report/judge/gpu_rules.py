@@ -178,7 +178,7 @@ def compute_bound(pair: Pair) -> str | None:
 def unsynced_underreport(pair: Pair) -> str | None:
     """The tutorial's unsynchronised GPU timer measures the launch; show by how much it under-reports."""
     worst: tuple[float, str, int] | None = None
-    for (backend, dtype, size), v in pair.other.matmul.items():
+    for (backend, dtype, size), v in pair.other.product_points.items():
         if backend != "torch" or "unsynced" not in v or "time" not in v:
             continue
         unsynced = v["unsynced"].median

@@ -44,8 +44,8 @@ class Comparison:
         return [s for sides in self.sides.values() for s in sides]
 
     @property
-    def matmul_sides(self) -> list[Side]:
-        return [s for s in self.all_sides if s.matmul]
+    def product_sides(self) -> list[Side]:
+        return [s for s in self.all_sides if s.product_points]
 
 
 def host_tables(finished: Sequence[RunRecord]) -> dict[str, list[Pair]]:

@@ -51,18 +51,18 @@ def epoch_time(side: Side) -> Stat | None:
     return Stat.of(values)
 
 
-def matmul_point(side: Side) -> tuple[str, str, int] | None:
-    """The side's headline matmul point (schema.headline_point) among its torch points with a time."""
+def product_point(side: Side) -> tuple[str, str, int] | None:
+    """The side's headline product point (schema.headline_point) among its torch points with a time."""
     return headline_point(
-        [k for k, v in side.matmul.items() if k[0] == "torch" and "time" in v], fallback=False
+        [k for k, v in side.product_points.items() if k[0] == "torch" and "time" in v], fallback=False
     )
 
 
 def per_gflop(side: Side, point: tuple[str, str, int] | None) -> float | None:
-    """Money per GFLOP at one matmul point: price × time / 3600 / GFLOP (the run side's
+    """Money per GFLOP at one product point: price × time / 3600 / GFLOP (the run side's
     `gflop_per_usd` inverted), from the side's median time there and its median hourly price."""
     price = side.price.hourly
-    v = side.matmul.get(point) if point else None
+    v = side.product_points.get(point) if point else None
     if price is None or not v or "time" not in v or v["time"].median <= 0 or point is None:
         return None
     return price.median / (gflops(point[2], v["time"].median) * 3600)
@@ -75,7 +75,7 @@ class SideCost:
     unit: str
     per_unit: float | None
     per_1k: float | None = None
-    point: tuple[str, str, int] | None = None  # matmul: where GFLOP/$ was read
+    point: tuple[str, str, int] | None = None  # a product: where GFLOP/$ was read
 
     @property
     def work_per_money(self) -> float | None:
@@ -89,12 +89,12 @@ def _median(side: Side, metric: str) -> float | None:
 
 
 def side_cost(side: Side) -> SideCost:
-    """Training: the logged cost per epoch (and per 1k samples); matmul: money per GFLOP at the side's
+    """Training: the logged cost per epoch (and per 1k samples); a product: money per GFLOP at the side's
     headline point; anything else: the logged cost of a whole run. The unit is the work's, never the
     price's: a training side without a price is still counted per epoch (its cost a dash), so its time
     per unit is the epoch that every other table's training time is made of, not its whole run."""
     if side.kind is PRODUCT:
-        point = matmul_point(side)
+        point = product_point(side)
         return SideCost(GFLOP, per_gflop(side, point), point=point)
     if COST_PER_EPOCH in side.metrics or TRAIN_S in side.metrics:
         return SideCost(TRAINING.unit, _median(side, COST_PER_EPOCH), _median(side, COST_PER_1K))
@@ -122,11 +122,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return b / a
 
 
-def pair_cost(base: Side, other: Side, matmul_point: tuple[str, str, int] | None = None) -> PairCost:
+def pair_cost(base: Side, other: Side, product_point: tuple[str, str, int] | None = None) -> PairCost:
     """A pair's ratios, None where either side has no price or the currencies differ. Matmul is read
     at the pair's own headline point (where its speedup was taken), so both describe one product."""
-    if base.kind is PRODUCT and matmul_point is not None:
-        b_pt = matmul_point
+    if base.kind is PRODUCT and product_point is not None:
+        b_pt = product_point
         o_pt = ("torch", b_pt[1], b_pt[2])
         b = SideCost(GFLOP, per_gflop(base, b_pt), point=b_pt)
         o = SideCost(GFLOP, per_gflop(other, o_pt), point=o_pt)
@@ -152,10 +152,10 @@ UNIT_OF_TIME = {"epoch": "epoch", GFLOP: "product", "run": "run", MILLION: "mill
 
 def unit_time_stat(side: Side) -> Stat | None:
     """How long one unit of the side's work took, over its repeats: an epoch of training, one product at
-    the side's headline matmul point, or the whole run (its unit is `side_cost(side).unit`)."""
+    the side's headline product point, or the whole run (its unit is `side_cost(side).unit`)."""
     c = side_cost(side)
     if c.unit == GFLOP:
-        v = side.matmul.get(c.point) if c.point else None
+        v = side.product_points.get(c.point) if c.point else None
         return v.get("time") if v else None
     if c.unit == MILLION:
         rate = side.metrics.get(SERVE_RATE)

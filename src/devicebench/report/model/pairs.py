@@ -22,12 +22,12 @@ from devicebench.schema import (
     TOTAL_S,
     TRAIN_RATE,
     TRAIN_S,
-    TRAINING_WORKLOADS,
+    TRAINING,
     Kind,
     headline_point,
 )
 
-PointKey = tuple[str, str, int]  # a matmul point: (backend, dtype, size)
+PointKey = tuple[str, str, int]  # a product point: (backend, dtype, size)
 Range = tuple[float, float]
 # speedups[name] from each time: training's, evaluation's, the whole run's, a served request's (p50, p99)
 TIMES = (
@@ -43,19 +43,19 @@ RATES = (("throughput", TRAIN_RATE), ("serve_throughput", SERVE_RATE))  # other'
 @dataclass(frozen=True)
 class Figures:
     """How much faster `other` did the work of `base`: base time / other time per phase (and the
-    throughput ratio), and for matmul per common point, with the range of the headline figure."""
+    throughput ratio), and for a product per common point, with the range of the headline figure."""
 
-    # train, eval, total, latency(_p99), (serve_)throughput, matmul (at `matmul_point`)
+    # train, eval, total, latency(_p99), (serve_)throughput, product (at `product_point`)
     speedups: Mapping[str, float]
     speedup_range: Range | None
-    matmul: Mapping[PointKey, float]  # (backend on base, dtype, size) -> torch on other: speedup there
-    matmul_point: PointKey | None  # where speedups["matmul"] was read: torch's largest size, float32
+    product_speedups: Mapping[PointKey, float]  # (backend on base, dtype, size) -> torch on other there
+    product_point: PointKey | None  # where speedups["product"] was read: torch's largest size, float32
 
     @property
     def headline(self) -> float | None:
-        """The one number: matmul at its headline point, else training time, else a served request's,
-        else the whole run's."""
-        for key in ("matmul", "train", "latency", "total"):
+        """The one number: a product at its headline point, else training time, else a served
+        request's, else the whole run's."""
+        for key in ("product", "train", "latency", "total"):
             if key in self.speedups:
                 return self.speedups[key]
         return None
@@ -80,19 +80,21 @@ def _time_figures(base: Side, other: Side) -> tuple[dict[str, float], Range | No
 
 
 def figures(base: Side, other: Side) -> Figures:
-    """The speedups of `other` over `base`; for matmul, torch on `other` against each backend on `base`
-    at every common (dtype, size), the headline at schema.headline_point."""
+    """The speedups of `other` over `base`; for a product, torch on `other` against each backend on
+    `base` at every common (dtype, size), the headline at schema.headline_point."""
     speedups, rng = _time_figures(base, other)
-    theirs = {(d, n): v["time"] for (b, d, n), v in other.matmul.items() if b == "torch" and "time" in v}
+    theirs = {
+        (d, n): v["time"] for (b, d, n), v in other.product_points.items() if b == "torch" and "time" in v
+    }
     points: dict[PointKey, float] = {}
-    for (backend, dtype, size), v in base.matmul.items():
+    for (backend, dtype, size), v in base.product_points.items():
         o = theirs.get((dtype, size))
         if o is not None and "time" in v and o.median > 0:
             points[(backend, dtype, size)] = v["time"].median / o.median
     pick = headline_point(list(points))
     if pick is not None:
-        speedups["matmul"] = points[pick]
-        a, b = base.matmul[pick]["time"], theirs[(pick[1], pick[2])]
+        speedups["product"] = points[pick]
+        a, b = base.product_points[pick]["time"], theirs[(pick[1], pick[2])]
         rng = (a.lo / b.hi, a.hi / b.lo) if b.lo > 0 else None
     return Figures(speedups, rng, points, pick)
 
@@ -136,12 +138,12 @@ class Pair:
         return self.figures.speedup_range
 
     @property
-    def matmul(self) -> Mapping[PointKey, float]:
-        return self.figures.matmul
+    def product_speedups(self) -> Mapping[PointKey, float]:
+        return self.figures.product_speedups
 
     @property
-    def matmul_point(self) -> PointKey | None:
-        return self.figures.matmul_point
+    def product_point(self) -> PointKey | None:
+        return self.figures.product_point
 
     @property
     def headline(self) -> float | None:
@@ -195,11 +197,11 @@ def make_pair(base: Side, other: Side, sides: Iterable[Side] = (), crossover: bo
 def _whole(base: Side, other: Side, fig: Figures, sides: Iterable[Side], crossover: bool) -> Pair:
     every = list(sides)
     best = gpu = None
-    if base.is_cpu and not other.is_cpu and base.workload in TRAINING_WORKLOADS:
+    if base.is_cpu and not other.is_cpu and base.kind is TRAINING:
         best, gpu = fastest_cpu(base, every), throughput(other)
     if best is None or gpu is None:
-        return Pair(base, other, fig, pair_cost(base, other, fig.matmul_point), in_crossover=crossover)
-    cost = pair_cost(base, other, fig.matmul_point) if best is base else pair_cost(best, other)
+        return Pair(base, other, fig, pair_cost(base, other, fig.product_point), in_crossover=crossover)
+    cost = pair_cost(base, other, fig.product_point) if best is base else pair_cost(best, other)
     both = _best_against_best(best, fastest_alike(other, every) or other, base, other)
     return Pair(base, other, fig, cost, best, gpu / (throughput(best) or 1.0), crossover, both)
 

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from devicebench.config.workloads import not_work
+from devicebench.config.workloads import KIND_OF, not_work
 from devicebench.report.model.price import SidePrice, by_hand, price_of
 from devicebench.report.read.records import RunRecord
 from devicebench.schema import (
@@ -37,7 +37,6 @@ from devicebench.schema import (
     GPU_THERMAL_CAPPED_S,
     HOST_LOAD_1M,
     HOST_OTHERS_SHARE,
-    KIND_OF,
     MIOU,
     PEAK_BYTES,
     PEAK_FRACTION,
@@ -121,7 +120,7 @@ class Side:
     metrics: dict[str, Stat] = field(default_factory=dict)
     wait_share: Stat | None = None
     # (backend, dtype, size) -> {"time": Stat, "unsynced": Stat}
-    matmul: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
+    product_points: dict[tuple[str, str, int], dict[str, Stat]] = field(default_factory=dict)
     shape: str = ""  # the OCI shape the runs were priced on (or ran on): its own side, at its own price
     world_size: int = 1  # processes in each run's job: a side of 8 is never a repeat of a side of 1
     tuned: bool = False  # `devicebench tune` CPU runs: never averaged with the CPU as configured
@@ -133,7 +132,7 @@ class Side:
 
     @property
     def kind(self) -> Kind | None:
-        """What kind of work its workload is (schema.KIND_OF); None for a name no workload has."""
+        """What kind of work its workload is (config.workloads.KIND_OF); None for a name no workload has."""
         return KIND_OF.get(self.workload)
 
     @property
@@ -226,7 +225,7 @@ def summarise(
             kind = "unsynced" if parts[-1] == "unsynced_time_s" else "time"
             for size, value in hist.items():
                 points[(parts[1], parts[2], size)][kind].append(value)
-    matmul = {
+    product_points = {
         pt: {kind: s for kind, vs in points[pt].items() if (s := Stat.of(vs)) is not None}
         for pt in sorted(points)
     }
@@ -238,7 +237,7 @@ def summarise(
         ordered,
         metrics,
         Stat.of(wait_share(r) for r in runs),
-        matmul,
+        product_points,
         shape=placed.shape,
         world_size=placed.world_size,
         tuned=placed.tuned,

@@ -21,6 +21,7 @@ from typing import Any
 from mlflow.entities import ViewType
 from mlflow.exceptions import MlflowException
 
+from devicebench.config.workloads import WORKLOADS
 from devicebench.errors import UsageError
 from devicebench.report.read.experiments import active_experiments, read_line, resolve_experiments
 from devicebench.report.read.options import Query, parse_since
@@ -28,7 +29,6 @@ from devicebench.report.read.points import flat_points
 from devicebench.report.read.records import RunRecord, left_out_line, schema_mismatch, tags_and_params
 from devicebench.report.read.rest import rest_store, search_page
 from devicebench.schema import TAG_PREFIX as TAG
-from devicebench.schema import WORKLOADS as KNOWN_WORKLOADS
 from devicebench.util.text import visible
 
 NOT_RESULTS = ("report", "suite")  # runs that are not measurements of a workload
@@ -75,11 +75,11 @@ def partitions(query: Query) -> list[str | None]:
     """
     if len(query.workloads) == 1:
         return [None]
-    names = list(query.workloads) or list(KNOWN_WORKLOADS)
+    names = list(query.workloads) or list(WORKLOADS)
     clauses: list[str | None] = [f"tags.`{TAG}workload` = {_quote(w)}" for w in names]
     if not query.workloads:
         clauses.append(
-            " and ".join(f"tags.`{TAG}workload` != {_quote(w)}" for w in (*KNOWN_WORKLOADS, *NOT_RESULTS))
+            " and ".join(f"tags.`{TAG}workload` != {_quote(w)}" for w in (*WORKLOADS, *NOT_RESULTS))
         )
     return clauses
 

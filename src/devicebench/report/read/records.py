@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from devicebench.schema import KIND_OF, SCHEMA_VERSION, Kind, run_facts
+from devicebench.config.workloads import KIND_OF
+from devicebench.schema import SCHEMA_VERSION, Kind, run_facts
 from devicebench.schema import TAG_PREFIX as TAG
 from devicebench.util.text import visible
 
@@ -37,7 +38,7 @@ class RunRecord:
 
     @property
     def kind(self) -> Kind | None:
-        """What kind of work its workload is (schema.KIND_OF); None for a name no workload has."""
+        """What kind of work its workload is (config.workloads.KIND_OF); None for a name no workload has."""
         return KIND_OF.get(self.workload)
 
     @property

@@ -1,8 +1,8 @@
 """`search_runs` against a tracking server, read as plain JSON.
 
 `MlflowClient.search_runs` turns each page into protobuf messages and then into entities in pure Python:
-for 2,000 runs of ~40 metrics that was ~3.5 s of the client's CPU (cProfile: `json_format` ParseDict
-and `Metric.from_proto`), on a 2-core host taken from the server answering the other search streams.
+for thousands of runs that is seconds of the client's CPU (`json_format` ParseDict and
+`Metric.from_proto`; docs/measured.md), taken from a server that may share the host.
 The report wants plain dicts anyway (RunRecord), so for a server it posts the same documented request
 (`POST /api/2.0/mlflow/runs/search`) through MLflow's own `http_request`, which applies the same
 credentials, TLS settings, retries and timeouts as the client, and reads the JSON directly. Embedded

@@ -15,6 +15,7 @@ from devicebench.report.model.cost import side_cost
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.report.render.money import Describe, time_text
+from devicebench.schema import TRAINING
 from devicebench.util.fmt import fmt_money, fmt_x
 
 Answer = tuple[str, tuple[str, ...]]  # a lead line and the lines under it
@@ -99,7 +100,7 @@ def tune_hint(judged: Judgement, side: Side) -> str:
     without a GPU partner whose work no tuned run has measured: the clearest answer a host without a
     GPU can give (the best CPU is what a GPU must beat)."""
     kind = side.kind
-    if not side.is_cpu or side.tuned or kind is None or not kind.tunable:
+    if not side.is_cpu or side.tuned or kind is not TRAINING:
         return ""
     if any(s.tuned and s.work_key == side.work_key for s in judged.comp.all_sides):
         return ""

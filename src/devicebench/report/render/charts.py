@@ -122,7 +122,7 @@ def gflops_chart(sides: Sequence[Side], path: Path) -> bool:
     """GFLOP/s against n per device, backend and dtype: where each device stops gaining from size."""
     series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in sides:
-        for (backend, dtype, size), v in s.matmul.items():
+        for (backend, dtype, size), v in s.product_points.items():
             if "time" in v and v["time"].median > 0:
                 if backend == "numpy":  # NumPy runs on the host CPU whatever device the run asked for
                     where, model = "cpu", s.runs[0].tag("host.cpu_model") or "?"
@@ -432,7 +432,7 @@ def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
     charts: dict[str, str] = {}
     if speedup_chart(comp.pairs, out / SPEEDUP_PNG):
         charts[SPEEDUP_PNG] = "speedup per workload"
-    if gflops_chart(comp.matmul_sides, out / GFLOPS_PNG):
+    if gflops_chart(comp.product_sides, out / GFLOPS_PNG):
         charts[GFLOPS_PNG] = "GFLOP/s against matrix size per device and dtype"
     charts.update(cost_time_charts(comp.all_sides, out))
     if size_chart(comp.pairs, comp.unpaired, out / SIZE_PNG):

@@ -18,12 +18,12 @@ from devicebench.report.render.answer import answers
 from devicebench.report.render.document import Block, Doc, bullets, heading, image, paragraph, table
 from devicebench.report.render.labels import Varying, describe, selection_row, varying_params
 from devicebench.report.render.tables import (
-    MATMUL_COLUMNS,
-    MATMUL_SPEEDUP_COLUMNS,
     PAIR_COLUMNS,
     PAIR_VIEWS,
     PRICE,
     PRICE_COLUMNS,
+    PRODUCT_COLUMNS,
+    PRODUCT_SPEEDUP_COLUMNS,
     QUALITY_COLUMNS,
     REGRESSION_COLUMNS,
     SCALING_COLUMNS,
@@ -41,9 +41,9 @@ from devicebench.report.render.tables import (
     cells,
     compared_to_best,
     headers,
-    matmul_items,
-    matmul_speedups,
     price_items,
+    product_items,
+    product_speedups,
     regression_why,
     shown,
 )
@@ -206,15 +206,15 @@ def _serving(doc: list[Block], comp: Comparison, varying: Varying) -> None:
 
 
 def _matmul(doc: list[Block], comp: Comparison) -> None:
-    items = matmul_items(comp)
+    items = product_items(comp)
     if not items:
         return
     heading(doc, 2, "Matrix multiply")
-    _add_table(doc, MATMUL_COLUMNS, items)
-    points = matmul_speedups(comp)
+    _add_table(doc, PRODUCT_COLUMNS, items)
+    points = product_speedups(comp)
     if points:
         paragraph(doc, "torch on the other side against each backend on the base side, per size:")
-        _add_table(doc, MATMUL_SPEEDUP_COLUMNS, points)
+        _add_table(doc, PRODUCT_SPEEDUP_COLUMNS, points)
 
 
 def _quality(doc: list[Block], comp: Comparison, varying: Varying) -> None:

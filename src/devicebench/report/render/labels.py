@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from devicebench.config.fields import is_keyed, to_params
+from devicebench.config.fields import fields_by_name, is_keyed, to_params
 from devicebench.config.naming import PRIORITY, always_named, spelled
 from devicebench.config.workloads import CONFIGS
 from devicebench.report.model.sides import NOT_WORK, Side
@@ -85,7 +85,7 @@ def _label(side: Side, varying: dict[str, list[str]]) -> str:
 
 def _fields(workload: str) -> dict[str, dataclasses.Field]:
     cls = CONFIGS.get(workload)
-    return {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
+    return fields_by_name(cls) if cls is not None else {}
 
 
 def _ordered(workload: str, names: Sequence[str]) -> list[str]:
@@ -116,7 +116,9 @@ def default_label(workload: str, params: dict[str, str]) -> str:
         return ""
     defaults = to_params(cls())
     logged = [
-        f.name for f in dataclasses.fields(cls) if is_keyed(f) and f.name not in NOT_WORK and f.name in params
+        f.name
+        for f in fields_by_name(cls).values()
+        if is_keyed(f) and f.name not in NOT_WORK and f.name in params
     ]
     if not logged:
         return ""

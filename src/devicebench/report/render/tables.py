@@ -114,8 +114,8 @@ def side_time(side: Side, key: str) -> str:
 
 def _timed(p: Pair) -> tuple[str, str, str]:
     """What the times measured, and the two sides' times (matmul: one product, read in its own table)."""
-    if p.kind is PRODUCT and p.matmul_point is not None:
-        return f"one product, n={p.matmul_point[2]}", NONE, NONE
+    if p.kind is PRODUCT and p.product_point is not None:
+        return f"one product, n={p.product_point[2]}", NONE, NONE
     key = p.base.time_metric() or TOTAL_S
     return timed_label(key), side_time(p.base, key), side_time(p.other, key)
 
@@ -362,7 +362,7 @@ QUALITY_COLUMNS: tuple[Column[QualityItem], ...] = (
 
 
 @dataclass(frozen=True)
-class MatmulItem:
+class ProductItem:
     """One matmul point of a side: `times` holds `time` and `unsynced`, each where measured."""
 
     side: Side
@@ -370,17 +370,17 @@ class MatmulItem:
     times: dict[str, Stat]
 
 
-def _gflops(r: MatmulItem) -> str:
+def _gflops(r: ProductItem) -> str:
     t = r.times.get("time")
     return fmt_gflops(gflops(r.point[2], t.median)) if t else NONE
 
 
-def _unsynced(r: MatmulItem) -> str:
+def _unsynced(r: ProductItem) -> str:
     u = r.times.get("unsynced")
     return fmt_s(u.median) if u else NONE
 
 
-MATMUL_COLUMNS: tuple[Column[MatmulItem], ...] = (
+PRODUCT_COLUMNS: tuple[Column[ProductItem], ...] = (
     Column("side", "side", lambda r: r.side.label),
     Column("backend", "backend", lambda r: r.point[0]),
     Column("dtype", "dtype", lambda r: r.point[1]),
@@ -392,7 +392,7 @@ MATMUL_COLUMNS: tuple[Column[MatmulItem], ...] = (
 
 
 @dataclass(frozen=True)
-class MatmulSpeedup:
+class ProductSpeedup:
     """torch on the pair's other side against one backend on its base, at one (dtype, size)."""
 
     pair: Pair
@@ -400,7 +400,7 @@ class MatmulSpeedup:
     speedup: float
 
 
-MATMUL_SPEEDUP_COLUMNS: tuple[Column[MatmulSpeedup], ...] = (
+PRODUCT_SPEEDUP_COLUMNS: tuple[Column[ProductSpeedup], ...] = (
     Column("base", "base", lambda r: r.pair.base.label),
     Column("base_backend", "base backend", lambda r: r.point[0]),
     Column("other", "other (torch)", lambda r: r.pair.other.label),
@@ -410,12 +410,12 @@ MATMUL_SPEEDUP_COLUMNS: tuple[Column[MatmulSpeedup], ...] = (
 )
 
 
-def matmul_items(comp: Comparison) -> list[MatmulItem]:
-    return [MatmulItem(s, pt, v) for s in comp.matmul_sides for pt, v in s.matmul.items()]
+def product_items(comp: Comparison) -> list[ProductItem]:
+    return [ProductItem(s, pt, v) for s in comp.product_sides for pt, v in s.product_points.items()]
 
 
-def matmul_speedups(comp: Comparison) -> list[MatmulSpeedup]:
-    return [MatmulSpeedup(p, pt, x) for p in comp.pairs for pt, x in sorted(p.matmul.items())]
+def product_speedups(comp: Comparison) -> list[ProductSpeedup]:
+    return [ProductSpeedup(p, pt, x) for p in comp.pairs for pt, x in sorted(p.product_speedups.items())]
 
 
 # --------------------------------------------------------------------------------------------- runs
