@@ -93,3 +93,39 @@ def test_two_models_and_two_promises_are_answered_apart() -> None:
     assert len(judged.serving) == 3
     pairs = [c for c in judged.serving if c.pair is not None]
     assert len(pairs) == 1 and {s.config_key for s in pairs[0].bests} == {"a", "b"}
+
+
+def test_the_report_draws_p99_against_qps_per_device_from_the_runs_server_tests(tmp_path) -> None:
+    """Each device's server tests (flat keys, as log_served writes them) make one chart per served
+    model, listed in report.md; runs that logged no tests make none (fails before: no such chart)."""
+    from devicebench.report.read.points import server_tests
+    from devicebench.report.render.files import write_report
+    from devicebench.schema import loadgen_test_key
+
+    def tested(run, via: str, tests: list[tuple[float, float, bool]]):
+        for i, (qps, p99, valid) in enumerate(tests):
+            figures = {"qps": qps, "p99_s": p99, "valid": float(valid)}
+            run.metrics.update({loadgen_test_key(via, i, k): v for k, v in figures.items()})
+        return run
+
+    cpu = tested(
+        served("cpu", 150.0, 2.0, 4, 0.0, "c"),
+        "http",
+        [(60, 0.01, True), (120, 0.03, True), (240, 0.4, False)],
+    )
+    gpu = tested(
+        served("cuda:0", 3000.0, 0.5, 16, 0.0, "g"), "in_process", [(900, 0.004, True), (3000, 0.02, True)]
+    )
+    assert server_tests(cpu) == {"http": [(60, 0.01, True), (120, 0.03, True), (240, 0.4, False)]}
+    judged = judge(compare([cpu, gpu]))
+    (choice,) = judged.serving
+    assert [(c.side.device, c.via, len(c.tests)) for c in choice.curves] == [
+        ("cuda:0", "in_process", 2),
+        ("cpu", "http", 3),
+    ]
+    files = write_report(judged, tmp_path / "r", {})
+    assert (tmp_path / "r" / "p99_vs_qps_1.png").stat().st_size > 0
+    assert "p99_vs_qps_1.png" in (tmp_path / "r" / "report.md").read_text()
+    bare = served("cpu", 150.0, 2.0, 4, 0.0, "c")
+    files = write_report(judge(compare([bare])), tmp_path / "s", {})
+    assert not [f for f in files if "p99_vs_qps" in f.name]

@@ -27,7 +27,7 @@ from devicebench.config.serving_fields import LOADGEN_SCENARIOS
 from devicebench.config.workloads import InferConfig as Config
 from devicebench.errors import UsageError
 from devicebench.models import zoo
-from devicebench.schema import loadgen_artifact, loadgen_key, loadgen_tag
+from devicebench.schema import loadgen_artifact, loadgen_key, loadgen_tag, loadgen_test_key
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.setup import autocast
 from devicebench.util.fmt import fmt_s
@@ -192,7 +192,8 @@ def drive(cfg: Config, predict: Predict, via: str, workers: int, out: Path) -> S
 
 def log_served(tracker: Tracker, served: Served, out: Path) -> None:
     """Each scenario's figures as LoadGen's detail log gave them, VALID or INVALID with its reason, the
-    server search's tests (a table and a series), and LoadGen's logs as artifacts."""
+    server search's tests (a table, a series for the UI, and flat keys for the report's chart), and
+    LoadGen's logs as artifacts."""
     for scenario, o in served.outcomes.items():
         figures = {
             "rate": o.rate,
@@ -208,6 +209,8 @@ def log_served(tracker: Tracker, served: Served, out: Path) -> None:
     for i, o in enumerate(served.tried):
         tried = {"tried_qps": o.target_qps, "tried_p99_s": o.p99_s}
         tracker.log_metrics({loadgen_key(served.via, "server", k): v for k, v in tried.items()}, step=i)
+        test = {"qps": o.target_qps, "p99_s": o.p99_s, "valid": float(o.valid)}
+        tracker.log_metrics({loadgen_test_key(served.via, i, k): v for k, v in test.items()})
     if served.tried:
         rows = {
             "qps": [o.target_qps for o in served.tried],

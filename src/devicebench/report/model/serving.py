@@ -6,7 +6,8 @@ promise and one way in), each device is taken at its cheapest per million predic
 that held the promise (LoadGen's server scenario logged `SERVE_P99_BOUND`), as `best_cpu` takes each
 device at its best for training; the two cheapest devices are then one `Pair` (pairs.make_pair), whose
 cost and rate ratios the judge reads (price_rules). A model measured on one device, or a device that
-ran no server scenario, is kept so the answer can say what is missing.
+ran no server scenario, is kept so the answer can say what is missing. Each device's server search
+(every QPS it tried and its p99, read/points.server_tests) is kept for the p99-against-QPS chart.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from devicebench.config.fields import SETTING
 from devicebench.report.model.cost import side_cost
 from devicebench.report.model.pairs import Pair, make_pair
 from devicebench.report.model.sides import NOT_WORK, Side, param_order
+from devicebench.report.read.points import server_tests
 from devicebench.schema import SERVE_P99_BOUND, SERVE_RATE, SERVING
 
 BATCHING = frozenset({"max_batch", "max_wait_ms", "tune"})  # how the server batched: a setting, not work
@@ -27,15 +29,27 @@ MEASURED_HOW = frozenset({"scenarios", "batch_sizes", "requests", "warmup", "cpu
 
 
 @dataclass(frozen=True, eq=False)
+class SearchCurve:
+    """A side's server search through its answering way (over HTTP where it ran, as the run's answer):
+    each test of each of its runs, (QPS asked, p99 in s, VALID), by QPS."""
+
+    side: Side
+    via: str
+    tests: tuple[tuple[float, float, bool], ...]
+
+
+@dataclass(frozen=True, eq=False)
 class ServingChoice:
     """One served model: each device at its cheapest within the promise (`bests`, cheapest first), the
-    two cheapest as a pair (None with one device), and its sides that held no promise (`unheld`)."""
+    two cheapest as a pair (None with one device), its sides that held no promise (`unheld`), and the
+    bests' server searches (`curves`: those whose runs logged their tests)."""
 
     workload: str
     promise_s: float
     bests: tuple[Side, ...]
     pair: Pair | None
     unheld: tuple[Side, ...]
+    curves: tuple[SearchCurve, ...] = ()
 
     @property
     def cheapest(self) -> Side:
@@ -52,6 +66,16 @@ def model_key(side: Side) -> tuple:
 def held(side: Side) -> bool:
     """LoadGen's server scenario held a QPS within the promise on every figure the side reports."""
     return SERVE_P99_BOUND in side.metrics and SERVE_RATE in side.metrics
+
+
+def search_curve(side: Side) -> SearchCurve | None:
+    """The side's server tests over its answering way, every run's; None where no run logged them."""
+    by_via: dict[str, list[tuple[float, float, bool]]] = defaultdict(list)
+    for r in side.runs:
+        for via, tests in server_tests(r).items():
+            by_via[via].extend(tests)
+    via = next((v for v in ("http", "in_process") if by_via.get(v)), None)
+    return SearchCurve(side, via, tuple(sorted(by_via[via]))) if via else None
 
 
 def _cheapest_first(side: Side) -> tuple:
@@ -75,7 +99,8 @@ def _choice(sides: Sequence[Side]) -> ServingChoice | None:
     devices = {(s.is_cpu, s.device_name or s.device) for s in kept}
     unheld = tuple(s for s in sides if not held(s) and (s.is_cpu, s.device_name or s.device) not in devices)
     promise = kept[0].metrics[SERVE_P99_BOUND].median
-    return ServingChoice(kept[0].workload, promise, tuple(bests), pair, unheld)
+    curves = tuple(c for s in bests if (c := search_curve(s)) is not None)
+    return ServingChoice(kept[0].workload, promise, tuple(bests), pair, unheld, curves)
 
 
 def serving_choices(sides: Sequence[Side]) -> list[ServingChoice]:
