@@ -16,6 +16,7 @@ MODULES = (
     "benchmarks.bench_zoo",
     "benchmarks.bench_tune",
     "benchmarks.bench_loadgen",
+    "benchmarks.bench_http",
 )
 
 

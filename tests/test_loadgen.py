@@ -192,3 +192,22 @@ def test_a_search_that_holds_nothing_fails_the_run_after_logging_what_it_measure
     logged = {k for k, _, _ in tracker.metrics}
     assert loadgen_key("in_process", "single_stream", "p90_s") in logged
     assert loadgen_key("in_process", "server", "tried_p99_s") in logged
+
+
+def test_each_server_test_is_logged_flat_for_the_reports_chart(tmp_path: Path) -> None:
+    """log_served writes each server test's QPS, p99 and validity as flat keys, which the report's
+    search returns with the run and read/points.server_tests reads back in order (fails before: only
+    the stepped series, of which a search returns the last value)."""
+    from devicebench.report.read.points import server_tests
+    from devicebench.report.read.records import RunRecord
+    from devicebench.workloads.serving import Served, log_served
+
+    def test(qps: float, p99: float, valid: bool) -> loadgen.LoadGenResult:
+        return loadgen.LoadGenResult("server", valid, "", qps, p99, p99, p99, 100, qps, tmp_path, tmp_path)
+
+    way = Served("http", tried=[test(100.0, 0.01, True), test(200.0, 0.09, False), test(150.0, 0.04, True)])
+    tracker = MemoryTracker()
+    log_served(tracker, way, tmp_path)
+    flat = {k: v for k, v, step in tracker.metrics if step is None}
+    run = RunRecord("r", "FINISHED", 1, {"devicebench.workload": "infer"}, {}, flat)
+    assert server_tests(run) == {"http": [(100.0, 0.01, True), (200.0, 0.09, False), (150.0, 0.04, True)]}

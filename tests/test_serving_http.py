@@ -5,9 +5,14 @@ port in use, a model URI that does not serve, a server that stops answering mid-
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import socket
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -35,10 +40,22 @@ def _logged_model(url: str, experiment: str) -> str:
     mlflow.set_experiment(experiment)
     x = torch.zeros(1, 3, 8, 8)
     with mlflow.start_run():
+        # requirements given: MLflow's own inference of them imports the model in a child (~8 s here)
         info = mlflow.pytorch.log_model(
-            tiny().eval(), name="tiny", input_example=x.numpy(), serialization_format="pickle"
+            tiny().eval(),
+            name="tiny",
+            input_example=x.numpy(),
+            serialization_format="pickle",
+            pip_requirements=["torch"],
         )
     return info.model_uri
+
+
+@pytest.fixture(scope="module")
+def tiny_uri(mlflow_server) -> str:
+    """The tiny model logged once for this file's tests, in an experiment of its own (the runs each
+    test looks for are in the test's experiment)."""
+    return _logged_model(mlflow_server.url, f"models-{os.getpid()}")
 
 
 def _summary_ns(text: str, label: str) -> float:
@@ -48,7 +65,7 @@ def _summary_ns(text: str, label: str) -> float:
 
 
 def test_infer_over_http_reads_loadgens_figures_and_leaves_no_server(
-    mlflow_server, experiment_name: str, tmp_path: Path
+    mlflow_server, tiny_uri: str, experiment_name: str, tmp_path: Path
 ) -> None:
     """single_stream and server, in-process and over HTTP in one command: every way's figures equal
     LoadGen's summary text, the answer is the HTTP server's highest VALID QPS, the scoring server's
@@ -56,7 +73,7 @@ def test_infer_over_http_reads_loadgens_figures_and_leaves_no_server(
     on two busy cores an HTTP p99 passed 500 ms at 69 QPS."""
     from mlflow.tracking import MlflowClient
 
-    uri = _logged_model(mlflow_server.url, experiment_name)
+    uri = tiny_uri
     env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
     args = ["infer", "--model_uri", uri, "--input", "3x8x8", "--scenarios", "single_stream,server",
             "--via", "in_process,http", "--p99_ms", "2000", "--min_duration_s", "0.3", "--min_queries", "500",
@@ -115,10 +132,96 @@ def test_a_model_uri_that_does_not_serve_says_the_servers_own_error(tmp_path: Pa
 def test_a_server_gone_mid_test_says_its_last_lines(tmp_path: Path) -> None:
     """Nothing answers at the URL any more: one line naming it, with the server log's last lines."""
     log = tmp_path / "scoring_server.log"
-    log.write_text("INFO: started\nERROR: worker killed\n")
+    frames = '  File "x.py", line 1, in <module>\n    main()\n'
+    log.write_text(
+        f"INFO: started\nERROR: worker killed\nTraceback (most recent call last):\n{frames}OSError: gone\n"
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     predict = over_http(f"http://127.0.0.1:{port}", torch.zeros(2, 3, 8, 8), log)
-    with pytest.raises(RuntimeError, match=r"stopped answering .*INFO: started \| ERROR: worker killed"):
+    with pytest.raises(
+        RuntimeError, match=r"stopped answering .*INFO: started \| ERROR: worker killed \| OSError: gone$"
+    ):
         predict([0, 1])
+
+
+def _serving_processes(uri: str) -> dict[int, tuple[int, str]]:
+    """pid -> (process group, command line) of every process of the scoring server for `uri`: its
+    leader names the URI, uvicorn (and any worker) shares the leader's group."""
+    found: dict[int, tuple[int, str]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            group = int((proc / "stat").read_text().rpartition(")")[2].split()[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        found[int(proc.name)] = (group, cmd)
+    leaders = {pid for pid, (_, cmd) in found.items() if "models serve" in cmd and uri in cmd}
+    return {pid: v for pid, v in found.items() if pid in leaders or v[0] in leaders}
+
+
+def _kill_uvicorn_once_loaded(uri: str, forked: Any, wait_s: float = 120) -> bool:
+    """SIGKILL the scoring server's uvicorn once its log holds 15 answers to /invocations (past the
+    10 untimed calls that set LoadGen's expectations: LoadGen's test is sending)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and forked.poll() is None:
+        time.sleep(0.2)
+        server = _serving_processes(uri)
+        uvicorn = [pid for pid, (_, cmd) in server.items() if "uvicorn" in cmd]
+        leader = [pid for pid, (_, cmd) in server.items() if "models serve" in cmd]
+        if not uvicorn or not leader:
+            continue
+        with contextlib.suppress(OSError):
+            if (
+                Path(os.readlink(f"/proc/{leader[0]}/fd/1"))
+                .read_text(errors="replace")
+                .count('"POST /invocations')
+                >= 15
+            ):
+                os.kill(uvicorn[0], signal.SIGKILL)
+                return True
+    return False
+
+
+def test_a_server_that_dies_mid_test_fails_the_run_with_its_last_lines_and_leaves_nothing(
+    mlflow_server, tiny_uri: str, experiment_name: str, tmp_path: Path
+) -> None:
+    """The real scoring server's uvicorn is killed (SIGKILL, as the OOM killer would) once LoadGen's
+    server test is sending: the run ends FAILED, its one-line error holds the server's last log lines
+    (its access lines, and MLflow's exception for its dead uvicorn) and no process of the server is
+    left. Fails before: the message held the middle of MLflow's traceback, read while it was still
+    being written, and none of the lines before it."""
+    from mlflow.tracking import MlflowClient
+
+    from zygote import shared
+
+    uri = tiny_uri
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
+    args = ["infer", "--model_uri", uri, "--input", "3x8x8", "--scenarios", "server", "--via", "http",
+            "--p99_ms", "2000", "--min_duration_s", "1", "--min_queries", "100", "--serve_budget_s", "120",
+            "--cpu_threads", "1", "--clients", "2"]  # fmt: skip
+    forked = shared().start(args, env, tmp_path)
+    try:
+        killed = _kill_uvicorn_once_loaded(uri, forked)
+        stdout, stderr = forked.communicate(60)
+    finally:
+        if forked.poll() is None:  # the test failed before the command ended: it goes, with its server
+            forked.kill()
+            for pid in _serving_processes(uri):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    assert killed, "the scoring server never answered 15 queries"
+    assert forked.returncode not in (0, None), stdout[-2000:]
+    client = MlflowClient(mlflow_server.url)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name(experiment_name).experiment_id],
+        "tags.`devicebench.workload` = 'infer'",
+    )
+    error = run.data.tags.get("devicebench.error", "")
+    assert run.info.status == "FAILED" and "\n" not in error, (run.info.status, error)
+    assert "stopped answering" in error and '"POST /invocations HTTP/1.1" 200' in error, error
+    assert error in stderr.strip().splitlines()[-1] or "stopped answering" in stderr, stderr[-2000:]
+    assert not _serving_processes(uri), "a process of the scoring server was left running"

@@ -286,6 +286,16 @@ def loadgen_key(via: str, scenario: str, figure: str) -> str:
     return f"loadgen/{via}/{scenario}/{figure}"
 
 
+def loadgen_test_key(via: str, test: int, figure: str) -> str:
+    """`loadgen/<via>/server/test<N>/<figure>`: the server search's Nth test (`qps` asked, its `p99_s`,
+    `valid`) as a flat metric, which the report's search returns with the run (no history request per
+    run), as a matmul run's points (LOADGEN_TEST_RE reads it back)."""
+    return f"loadgen/{via}/server/test{int(test)}/{figure}"
+
+
+LOADGEN_TEST_RE = re.compile(r"^loadgen/([^/]+)/server/test(\d+)/(qps|p99_s|valid)$")
+
+
 def loadgen_artifact(via: str, name: str) -> str:
     """`loadgen/<via>/<name>`: LoadGen's own logs and the server search's tables, per way in."""
     return f"loadgen/{via}/{name}"

@@ -37,17 +37,16 @@ class ScoringServer:
     log: Path
 
     def stop(self) -> None:
-        """Its whole group ended (uvicorn's workers too): TERM, then KILL after `STOP_S`."""
-        if self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
+        """Its whole group ended (uvicorn's workers too): TERM, then KILL after `STOP_S`; the group is
+        signalled even where the leader has exited, since a server that died mid-test may leave its
+        other processes behind it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
 
 def last_line(log: Path) -> str:
@@ -82,7 +81,8 @@ def start(uri: str, port: int, tracking_uri: str) -> ScoringServer:
     model that does not serve) or never answers is stopped and said in one line, its own last line."""
     port = free_port(port)
     log = Path(tempfile.mkdtemp(prefix="devicebench-serve-")) / "scoring_server.log"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    # unbuffered: a server killed mid-test leaves its last lines in the log, not in a lost buffer
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1"}
     # MLflow starts uvicorn by name: this interpreter's scripts first on PATH
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local"]

@@ -27,7 +27,7 @@ from devicebench.config.serving_fields import LOADGEN_SCENARIOS
 from devicebench.config.workloads import InferConfig as Config
 from devicebench.errors import UsageError
 from devicebench.models import zoo
-from devicebench.schema import loadgen_artifact, loadgen_key, loadgen_tag
+from devicebench.schema import loadgen_artifact, loadgen_key, loadgen_tag, loadgen_test_key
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.setup import autocast
 from devicebench.util.fmt import fmt_s
@@ -36,6 +36,7 @@ from devicebench.workloads.loadgen import Load, LoadGenResult, Predict, highest_
 SAMPLES = 64  # LoadGen's sample library: distinct inputs its queries pick from
 ESTIMATE_CALLS = 5  # untimed-by-LoadGen calls that warm the model and set LoadGen's expectations
 LOG_TAIL_LINES = 5  # a scoring server's last lines said when it fails
+SETTLE_S = 2.0  # the longest a failure waits for a dying server's log to stop growing
 # the server search starts where one model is busy this share of the time (HTTP clients overlap only
 # the round trips): queueing stays short, so
 # the first test usually holds and the search doubles up from there
@@ -69,11 +70,33 @@ def in_process(
     return predict
 
 
+def _settled(log: Path) -> None:
+    """Wait (at most SETTLE_S) until the log stops growing: a server that just died is often still
+    writing its last words (MLflow's traceback for its dead uvicorn)."""
+    deadline, size = time.monotonic() + SETTLE_S, -1
+    while time.monotonic() < deadline and size != (size := log.stat().st_size):
+        time.sleep(SETTLE_S / 8)
+
+
+def _without_frames(lines: list[str]) -> list[str]:
+    """A traceback reduced to its exception line: its indented frames say where, not why."""
+    out, in_traceback = [], False
+    for line in lines:
+        if line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+        elif not (in_traceback and line[:1].isspace()):
+            out.append(line)
+            in_traceback = False
+    return out
+
+
 def server_tail(log: Path | None) -> str:
-    """The scoring server's last lines, joined: what a failure says of it."""
+    """The scoring server's last lines once it has stopped writing, tracebacks to their exception,
+    joined: what a failure says of it."""
     if log is None or not log.exists():
         return ""
-    lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    _settled(log)
+    lines = [x.strip() for x in _without_frames(log.read_text(errors="replace").splitlines()) if x.strip()]
     return " | ".join(lines[-LOG_TAIL_LINES:])
 
 
@@ -95,7 +118,7 @@ def over_http(url: str, xs: torch.Tensor, log: Path | None) -> Predict:
                 local.conn.request("POST", "/invocations", body, {"Content-Type": "application/json"})
                 answer = local.conn.getresponse()
                 return answer.status, answer.read()
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:  # a reset, or an answer cut short
                 local.conn.close()
                 del local.conn
                 if attempt:
@@ -192,7 +215,8 @@ def drive(cfg: Config, predict: Predict, via: str, workers: int, out: Path) -> S
 
 def log_served(tracker: Tracker, served: Served, out: Path) -> None:
     """Each scenario's figures as LoadGen's detail log gave them, VALID or INVALID with its reason, the
-    server search's tests (a table and a series), and LoadGen's logs as artifacts."""
+    server search's tests (a table, a series for the UI, and flat keys for the report's chart), and
+    LoadGen's logs as artifacts."""
     for scenario, o in served.outcomes.items():
         figures = {
             "rate": o.rate,
@@ -208,6 +232,8 @@ def log_served(tracker: Tracker, served: Served, out: Path) -> None:
     for i, o in enumerate(served.tried):
         tried = {"tried_qps": o.target_qps, "tried_p99_s": o.p99_s}
         tracker.log_metrics({loadgen_key(served.via, "server", k): v for k, v in tried.items()}, step=i)
+        test = {"qps": o.target_qps, "p99_s": o.p99_s, "valid": float(o.valid)}
+        tracker.log_metrics({loadgen_test_key(served.via, i, k): v for k, v in test.items()})
     if served.tried:
         rows = {
             "qps": [o.target_qps for o in served.tried],

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from devicebench.report.judge.pair_rules import explain, explain_side
-from devicebench.report.judge.price_rules import break_even
+from devicebench.report.judge.price_rules import break_even, serving_choice
 from devicebench.report.judge.scaling_rules import explain_scaling
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.scaling import Point, Series
+from devicebench.report.model.serving import ServingChoice
 from devicebench.report.model.sides import Side
 
 
@@ -24,6 +25,7 @@ class Judgement:
     point_lines: Mapping[Point, tuple[str, ...]]
     break_even: Mapping[Side, str]  # CPU sides without a GPU partner: how much faster a GPU must be
     side_lines: Mapping[Side, tuple[str, ...]]  # sides without a partner: what their figures measure
+    serving: Mapping[ServingChoice, str]  # each served model: its cheapest device within the promise
 
     def of(self, pair: Pair) -> list[str]:
         """The pair's verdict lines, in pair_rules.RULES order (none for a pair this comparison lacks:
@@ -51,4 +53,5 @@ def judge(comp: Comparison) -> Judgement:
         {pt: tuple(explain_scaling(s, pt)) for s in comp.scaling for pt in s.points},
         {s: line for s in comp.unpaired if not s.unusable and (line := break_even(s))},
         {s: tuple(lines) for s in comp.unpaired if (lines := explain_side(s))},
+        {c: serving_choice(c) for c in comp.serving},
     )

@@ -1,15 +1,18 @@
-"""The rules about money: is the faster side worth its price, where to serve a model, and, before any
-GPU run, how much faster a GPU must be to cost less. Every verdict bought with a made-up price says so
+"""The rules about money: is the faster side worth its price, where to serve a model (a pair's, and
+each served model's cheapest device within its p99 promise), and, before any GPU run, how much faster
+a GPU must be to cost less. Every verdict bought with a made-up price says so
 (MADE_UP). Small pure functions (pair_rules orders them; judgement calls `break_even`).
 """
 
 from __future__ import annotations
 
 from devicebench.pricing.prices import priced_as
+from devicebench.report.model.cost import side_cost
 from devicebench.report.model.pairs import Pair
+from devicebench.report.model.serving import ServingChoice
 from devicebench.report.model.sides import Side
-from devicebench.schema import SERVE_P99, SERVING, TRAINING
-from devicebench.util.fmt import fmt_money, fmt_s, fmt_x
+from devicebench.schema import SERVE_BATCH, SERVE_MAX_WAIT, SERVE_P99, SERVE_RATE, SERVING, TRAINING
+from devicebench.util.fmt import fmt_count, fmt_money, fmt_s, fmt_x
 
 MADE_UP = " (illustrative prices, not real ones)"  # after every verdict bought with a made-up price
 
@@ -105,3 +108,52 @@ def _worth_its_price(pair: Pair) -> str | None:
         f"({price_said(base)}) and costs {money} per {cost.unit}: {answer} (break-even at "
         f"{fmt_x(cost.price_ratio)} faster)"
     )
+
+
+def batching_said(side: Side) -> str:
+    """`120/s at batch up to 4, waiting up to 5.00 ms`: the highest QPS a side held within its promise
+    and the server's batch setting that held it (the medians over its runs)."""
+    rate, batch, wait = (side.metrics.get(k) for k in (SERVE_RATE, SERVE_BATCH, SERVE_MAX_WAIT))
+    at = f" at batch up to {batch.median:g}" if batch else ""
+    waiting = f", waiting up to {fmt_s(wait.median)}" if wait and wait.median > 0 else ""
+    return f"{fmt_count(rate.median) if rate else '?'}/s{at}{waiting}"
+
+
+def _named(side: Side) -> str:
+    return f"{side.device} ({side.device_name})" if side.device_name else side.device
+
+
+def _what_is_missing(choice: ServingChoice) -> list[str]:
+    """What the answer lacks: the other kind of device, a price, a server scenario."""
+    said = []
+    kinds = {s.is_cpu for s in (*choice.bests, *choice.unheld)}
+    if len(kinds) == 1:  # a device of the other kind never served it (one that did is named below)
+        other = "cpu" if not choice.cheapest.is_cpu else "cuda"
+        said.append(
+            f"a {'CPU' if other == 'cpu' else 'GPU'} side (the same infer flags with --device {other})"
+        )
+    said += [f"a price for {s.device} ({s.price.none_reason})" for s in choice.bests if not s.price.known]
+    said += [
+        f"a server scenario on {_named(s)} (scenarios server): it held no QPS within the promise"
+        for s in choice.unheld
+    ]
+    return said
+
+
+def serving_choice(choice: ServingChoice) -> str:
+    """Which device serves a million predictions cheaper within the p99 promise, by how much, and at
+    which batch setting each held its highest QPS; where one device (or a price, or a server scenario)
+    is missing, what its one device did and what is missing."""
+    promise = f"within p99 {fmt_s(choice.promise_s)}"
+    held = "; ".join(f"{_named(s)} held {batching_said(s)}" for s in choice.bests)
+    if choice.pair is not None:
+        where = _where_to_serve(choice.pair) or ""
+        line = f"{promise}, {where}; {held}"
+    else:
+        cheap = choice.cheapest
+        per = side_cost(cheap).per_unit
+        cost = f", {fmt_money(per, cheap.price.currency)} per million predictions" if per is not None else ""
+        line = f"{promise} only {held}{cost}"
+    missing = _what_is_missing(choice)
+    line += f"; missing: {', '.join(missing)}" if missing else ""
+    return line + MADE_UP if any(s.price.illustrative for s in choice.bests) else line

@@ -1,5 +1,6 @@
-"""Runs → the whole comparison: sides, pairs, grids, scaling series, per-host pairs and regressions,
-built once, in this order, into one frozen `Comparison` that the judge and the writers only read.
+"""Runs → the whole comparison: sides, pairs, grids, scaling series, per-host pairs, regressions and each
+served model's cheapest device within its promise (serving.py), built once, in this order, into one
+frozen `Comparison` that the judge and the writers only read.
 
 Runs with the same `devicebench.config_key` did the same work. Within one key, runs on the same device
 and hardware model are repeats of one *side* (sides.py); a *pair* is two sides of one key at one world
@@ -18,6 +19,7 @@ from devicebench.report.model.grids import Grid, build_grids
 from devicebench.report.model.pairs import Pair, build_pairs
 from devicebench.report.model.regressions import Regression, find_regressions
 from devicebench.report.model.scaling import Series, build_series
+from devicebench.report.model.serving import ServingChoice, serving_choices
 from devicebench.report.model.sides import Side, build_sides
 from devicebench.report.read.records import RunRecord
 
@@ -38,6 +40,7 @@ class Comparison:
     regressions: list[Regression] | None = None  # None: not judged (no --baseline)
     regression_groups: int = 0
     threshold: float = 0.1
+    serving: tuple[ServingChoice, ...] = ()  # each served model's cheapest device within its promise
 
     @property
     def all_sides(self) -> list[Side]:
@@ -103,4 +106,5 @@ def compare(
         regressions,
         groups,
         threshold,
+        tuple(serving_choices([s for group in sides.values() for s in group])),
     )

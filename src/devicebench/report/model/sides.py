@@ -42,6 +42,7 @@ from devicebench.schema import (
     PEAK_FRACTION,
     PEAK_RSS_BYTES,
     SERVE_BATCH,
+    SERVE_MAX_WAIT,
     SERVE_P50,
     SERVE_P90,
     SERVE_P99,
@@ -65,7 +66,8 @@ NOT_WORK = not_work() | JOB_PARAMS
 TIME_METRICS = (TRAIN_S, EVAL_S, TOTAL_S, DATA_WAIT_S)
 THROUGHPUT_METRICS = (TRAIN_RATE, EVAL_RATE, SERVE_RATE)
 # infer: a request's latency, the best batch, and under LoadGen the p99 promise its rate was held within
-SERVE_METRICS = (SERVE_P50, SERVE_P90, SERVE_P99, SERVE_BATCH, SERVE_P99_BOUND)
+# and how long its server waited to fill a batch
+SERVE_METRICS = (SERVE_P50, SERVE_P90, SERVE_P99, SERVE_BATCH, SERVE_P99_BOUND, SERVE_MAX_WAIT)
 QUALITY_METRICS = (ACCURACY, MIOU)
 MEMORY_METRICS = (PEAK_BYTES, PEAK_RSS_BYTES)
 UTIL_METRICS = (

@@ -109,7 +109,8 @@ def tune_hint(judged: Judgement, side: Side) -> str:
 
 def answers(judged: Judgement, describe: Describe) -> list[Answer]:
     """Every config's answer: each pair (CPU/GPU first, as the pairs are ordered), then each config
-    without a partner device."""
+    without a partner device, then each served model's cheapest device within its p99 promise."""
     comp = judged.comp
     out = [pair_answer(judged, p, describe(p.base)) for p in comp.pairs]
-    return out + [side_answer(judged, s, describe(s)) for s in comp.unpaired]
+    out += [side_answer(judged, s, describe(s)) for s in comp.unpaired]
+    return out + [(f"serving {describe(c.cheapest)}: {line}", ()) for c, line in judged.serving.items()]

@@ -24,15 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devicebench.report.judge.price_rules import batching_said
 from devicebench.report.model.comparison import Comparison
 from devicebench.report.model.cost import epoch_time, side_cost
 from devicebench.report.model.grids import Grid
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.scaling import Series
+from devicebench.report.model.serving import ServingChoice
 from devicebench.report.model.sides import Side
 from devicebench.report.render.labels import describe, varying_params
 from devicebench.schema import FORWARD_FLOPS, SERVING, TRAINING, gflops
-from devicebench.util.fmt import fmt_amount, fmt_money, fmt_percent, fmt_x
+from devicebench.util.fmt import SEP, fmt_amount, fmt_money, fmt_percent, fmt_s, fmt_x
 from devicebench.util.stats import quantile
 
 SPEEDUP_PNG = "speedup_by_workload.png"
@@ -40,6 +42,7 @@ GFLOPS_PNG = "matmul_gflops.png"
 COST_PNG = "cost_vs_time_{}.png"  # one per workload
 SCALING_PNG = "scaling.png"
 SIZE_PNG = "speedup_vs_flops.png"
+P99_PNG = "p99_vs_qps_{}.png"  # one per served model
 MIN_LOG_SPAN = 10.0  # the least a log axis spans (hi / lo): a 2 % difference is then 1 % of the height
 MARKERS_BY_SIDE = ("o", "^", "s", "D", "v", "P", "X", "*")  # the sides of one config, told apart
 
@@ -427,6 +430,50 @@ def size_chart(pairs: Sequence[Pair], unpaired: Sequence[Side], path: Path) -> b
     return True
 
 
+def p99_figure(choice: ServingChoice, title: str) -> Any:
+    """One served model's server searches: p99 against the QPS asked, a colour per device (VALID
+    filled, INVALID hollow), the promise as a dashed horizontal line, both axes log."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.axhline(
+        choice.promise_s, color="grey", linestyle="--", label=f"promise: p99 {fmt_s(choice.promise_s)}"
+    )
+    for i, curve in enumerate(choice.curves):
+        colour = f"C{i % 10}"
+        qps, p99 = [t[0] for t in curve.tests], [t[1] for t in curve.tests]
+        ax.plot(qps, p99, color=colour, alpha=0.5)
+        faces = [colour if valid else "none" for _, _, valid in curve.tests]
+        said = f"{curve.side.label} ({curve.via}): {batching_said(curve.side)}"
+        ax.scatter(qps, p99, color=colour, facecolors=faces, label=said)
+    tests = [t for c in choice.curves for t in c.tests]
+    _log_axis(ax, "x", [t[0] for t in tests], fmt_amount)
+    _log_axis(ax, "y", [choice.promise_s, *(t[1] for t in tests if t[1] > 0)], fmt_s)
+    ax.set_xlabel("QPS asked (LoadGen server scenario, Poisson arrivals)")
+    ax.set_ylabel("p99 latency (filled: VALID)")
+    ax.set_title(textwrap.fill(f"{title}: p99 against QPS per device", 70), fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    _legend_below(ax)
+    return fig
+
+
+def served_model(side: Side) -> str:
+    """`infer · resnet18 · 3x64x64`: the model a served side ran and its input, never its batch setting
+    (each device's is in the legend)."""
+    what = [side.params.get("model_uri") or side.params.get("model", "?"), side.params.get("input", "")]
+    return SEP.join([side.workload, *(w for w in what if w)])
+
+
+def p99_charts(choices: Sequence[ServingChoice], out: Path) -> dict[str, str]:
+    """One p99-against-QPS chart per served model whose runs logged their server tests; name → title."""
+    plt = _plt()
+    charts = {}
+    for i, choice in enumerate((c for c in choices if c.curves), 1):
+        name, model = P99_PNG.format(i), served_model(choice.cheapest)
+        _save(plt, p99_figure(choice, model), out / name)
+        charts[name] = f"{model}: p99 against QPS per device, the promise as a dashed line"
+    return charts
+
+
 def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
     """Write every chart that has data; returns file name → title, in report order."""
     charts: dict[str, str] = {}
@@ -439,6 +486,8 @@ def write_charts(comp: Comparison, out: Path) -> dict[str, str]:
         charts[SIZE_PNG] = "speedup against the model's forward GFLOP per sample (training and serving)"
     if scaling_chart(comp.scaling, out / SCALING_PNG, varying_params(comp.all_sides)):
         charts[SCALING_PNG] = "throughput against world size per config and device model, with the ideal line"
+    if any(c.curves for c in comp.serving):
+        charts.update(p99_charts(comp.serving, out))
     for i, grid in enumerate(comp.grids, 1):
         name = f"crossover_{i}_{grid.workload}.png"
         crossover_chart(grid, out / name)

@@ -56,6 +56,7 @@ def terminal_table(judged: Judgement, limit: int = 40) -> str:
         )
         lines.extend(f"  {line}" for line in judged.alone(s))
     lines.extend(f"price: {describe(s, varying)}: {line}" for s, line in judged.break_even.items())
+    lines.extend(f"serving: {describe(c.cheapest, varying)}: {line}" for c, line in judged.serving.items())
     if len(comp.unpaired) > limit:
         lines.append(f"... {len(comp.unpaired) - limit} more configs without a partner in report.md")
     lines.extend(line for s in comp.all_sides for line in left_out_lines(s))  # busy runs no figure counts

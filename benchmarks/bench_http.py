@@ -1,0 +1,113 @@
+"""What MLflow's scoring server costs beside the model: LoadGen over HTTP against in-process, per model.
+
+For a small and a mid-size torchvision model, each logged once to a throw-away SQLite store and served
+by `mlflow models serve --env-manager local` (run.scoring, as `infer --via http` serves it): LoadGen's
+SingleStream (p90, p99) and Offline (samples/s) through devicebench's `workloads.serving.drive`,
+in-process and over HTTP, alternated `ROUNDS` times in this process, the same inputs each way. Printed
+per model: each way's median figures and the HTTP/in-process ratios, with the CPU and the host's load.
+Both ways compute with one torch thread (`THREADS`), so the difference is the way in.
+
+    .venv/bin/python -m benchmarks.bench_http            # both models (a few minutes on 2 cores)
+    .venv/bin/python -m benchmarks.bench_http resnet18   # one
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torchvision
+
+from devicebench.config.workloads import InferConfig
+from devicebench.run import scoring
+from devicebench.workloads.loadgen import Predict
+from devicebench.workloads.serving import SAMPLES, drive, in_process, over_http
+
+ROUNDS = 2
+MODELS = {"resnet18": (3, 64, 64), "resnet50": (3, 224, 224)}  # small (acceptance's) and mid-size
+SECONDS = 2.0  # LoadGen's least duration per test
+QUERIES = 64  # and its fewest queries: a p99 over 64 is their slowest but one, said as such
+THREADS = 1
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def logged(model: torch.nn.Module, shape: tuple[int, ...], folder: Path) -> tuple[str, str]:
+    """(model URI, tracking URI): the model logged with an input example, in a store of its own."""
+    import mlflow  # lazy: the in-process side never needs it
+    import mlflow.pytorch
+
+    tracking = f"sqlite:///{folder}/mlflow.db"
+    mlflow.set_tracking_uri(tracking)
+    with mlflow.start_run():
+        info = mlflow.pytorch.log_model(
+            model, name="m", input_example=torch.zeros(1, *shape).numpy(), serialization_format="pickle"
+        )
+    return info.model_uri, tracking
+
+
+def figures(cfg: InferConfig, predict: Predict, via: str, workers: int, out: Path) -> dict[str, float]:
+    served = drive(cfg, predict, via, workers, out)
+    single, offline = served.outcomes["single_stream"], served.outcomes["offline"]
+    return {"p90_s": single.p90_s, "p99_s": single.p99_s, "offline_per_s": offline.rate}
+
+
+def bench(name: str, shape: tuple[int, ...], tmp: Path) -> dict[str, dict[str, float]]:
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)().eval()
+    xs = torch.randn(SAMPLES, *shape)
+    uri, tracking = logged(model, shape, tmp)
+    cfg = InferConfig(scenarios=("single_stream", "offline"), min_duration_s=SECONDS, min_queries=QUERIES)
+    server = scoring.start(uri, 0, tracking)
+    runs: dict[str, list[dict[str, float]]] = {"in_process": [], "http": []}
+    try:
+        ways = {
+            "in_process": (in_process(model, xs, torch.device("cpu"), None), 1),
+            "http": (over_http(server.url, xs, server.log), 1),
+        }
+        for i in range(ROUNDS):
+            for via, (predict, workers) in ways.items():
+                folder = tmp / f"{name}-{via}-{i}"
+                runs[via].append(figures(cfg, predict, via, workers, folder))
+    finally:
+        server.stop()
+    return {via: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for via, rs in runs.items()}
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    """A figure for the note, not a target: always 0 unless it fails."""
+    # one torch thread each way (the server inherits the environment): what differs is the way in,
+    # and OpenMP's spinning against the other process on a shared host stays out of the figure
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+    torch.set_num_threads(THREADS)
+    names = list(argv) or list(MODELS)
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load before {os.getloadavg()[0]:.2f}")
+    print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="devicebench-http-bench-") as tmp:
+            got = bench(name, MODELS[name], Path(tmp))
+        ip, http = got["in_process"], got["http"]
+        shape = "x".join(map(str, MODELS[name]))
+        print(
+            f"{name} {shape}: SingleStream p90 in-process {ip['p90_s'] * 1e3:.2f} ms, HTTP "
+            f"{http['p90_s'] * 1e3:.2f} ms ({http['p90_s'] / ip['p90_s']:.2f}x); p99 "
+            f"{ip['p99_s'] * 1e3:.2f} / {http['p99_s'] * 1e3:.2f} ms; Offline in-process "
+            f"{ip['offline_per_s']:.1f}/s, HTTP {http['offline_per_s']:.1f}/s "
+            f"({http['offline_per_s'] / ip['offline_per_s']:.2f}x); load now {os.getloadavg()[0]:.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
