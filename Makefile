@@ -45,15 +45,15 @@ demo: $(VENV)/.installed ## run the demo plan on the embedded SQLite store, offl
 
 ui: ## open the MLflow UI on the embedded store (sqlite:///mlflow.db) at 127.0.0.1:5000, or the port MLFLOW_UI_PORT names (the printed links follow it)
 
-# Three workers on two cores, one test file each at a time: tests wait on servers and subprocesses, and
-# with two workers a core sat idle a third of the time (8:35 with three, 9:22 with two, on an earlier VM;
-# 4:30 and 4:33 on this one, 2026-11-25); a file's module-scoped server stays with one worker.
-# `pytest tests/x.py` alone runs serially.
+# Four workers on two cores, one test file each at a time: tests wait on servers and subprocesses, and a
+# worker that waits leaves its core to another (a whole `make test` here: 11:54 with three, 10:06 with four
+# and the cores 99% busy, 2026-11-29; 8:35 with three, 9:22 with two on an earlier VM); a file's
+# module-scoped server stays with one worker. `pytest tests/x.py` alone runs serially.
 # OMP_WAIT_POLICY=PASSIVE: three workers' torch threads on two cores; an OpenMP thread that spins while it
 # waits for its team spins on a core another worker needs (4:53 and 569 CPU-s with spinning, 4:30 and
 # 521 CPU-s without, one run each here, 2026-11-25). The tests that time things compare within a run.
 test: $(VENV)/.installed ## run the test suite (real mlflow servers, real PostgreSQL where it answers)
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=15
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: $(VENV)/.installed ## ruff check and format check
 	$(BIN)/ruff check .

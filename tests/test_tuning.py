@@ -256,7 +256,10 @@ def test_unet_tunes_for_real_with_the_dataloader_only(tmp_path: Path) -> None:
     trials = [t for t in every if t.note != SIZING]
 
     assert {t.setting.loader for t in trials} == {"dataloader"} and len(trials) == 5 + 1 + CONFIRM  # NHWC
-    assert all(t.samples_per_s for t in trials), said
+    # how many fit the budget is the machine's to say (a trial took ~12 s at load 8); each that ran has
+    # its figure, and the first always runs: the fault was a tune that failed before its first step
+    ran = [t for t in trials if not t.note.startswith("skipped")]
+    assert ran and ran[0] is trials[0] and all(t.samples_per_s for t in ran), said
     assert max(t.steps for t in trials) <= 4, "a trial trains no more than the run: 16 images, 4 a step"
     chosen = tuning.best(trials)
     measured = chosen.setting.applied(cfg)
