@@ -351,6 +351,7 @@ def test_infer_of_a_model_without_an_input_shape_leaves_no_run(
     FAILED one was left)."""
     import mlflow
     import mlflow.pytorch
+    from mlflow.tracking import MlflowClient
 
     from devicebench.models import zoo
 
@@ -358,8 +359,10 @@ def test_infer_of_a_model_without_an_input_shape_leaves_no_run(
     was = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
     try:
-        mlflow.set_experiment(experiment_name)
-        with mlflow.start_run():
+        client = MlflowClient(uri)
+        known = client.get_experiment_by_name(experiment_name)
+        exp_id = known.experiment_id if known else client.create_experiment(experiment_name)
+        with mlflow.start_run(experiment_id=exp_id):  # no active experiment left behind in this process
             module = zoo.resolve(f"{factories}:tupled").make(3)
             logged = mlflow.pytorch.log_model(
                 module, name="model", serialization_format="pickle", pip_requirements=["torch"]

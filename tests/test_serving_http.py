@@ -35,19 +35,26 @@ def tiny() -> nn.Module:
 def _logged_model(url: str, experiment: str) -> str:
     import mlflow
     import mlflow.pytorch
+    from mlflow.tracking import MlflowClient
 
+    # no fluent state left behind (an active experiment, a tracking URI): the worker's next test file
+    # starts its own runs in this process, and MLflow refused them against another active experiment
+    exp_id = MlflowClient(url).create_experiment(experiment)
+    was = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(url)
-    mlflow.set_experiment(experiment)
     x = torch.zeros(1, 3, 8, 8)
-    with mlflow.start_run():
-        # requirements given: MLflow's own inference of them imports the model in a child (~8 s here)
-        info = mlflow.pytorch.log_model(
-            tiny().eval(),
-            name="tiny",
-            input_example=x.numpy(),
-            serialization_format="pickle",
-            pip_requirements=["torch"],
-        )
+    try:
+        with mlflow.start_run(experiment_id=exp_id):
+            # requirements given: MLflow's own inference of them imports the model in a child (~8 s here)
+            info = mlflow.pytorch.log_model(
+                tiny().eval(),
+                name="tiny",
+                input_example=x.numpy(),
+                serialization_format="pickle",
+                pip_requirements=["torch"],
+            )
+    finally:
+        mlflow.set_tracking_uri(was)
     return info.model_uri
 
 
