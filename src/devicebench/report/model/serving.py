@@ -84,20 +84,24 @@ def _cheapest_first(side: Side) -> tuple:
     return (per is None, per or 0.0, -side.metrics[SERVE_RATE].median)
 
 
+def _device(side: Side) -> tuple[bool, str]:
+    """Which device a side served on: its kind and its name (the GPU's model where one was read)."""
+    return side.is_cpu, side.device_name or side.device
+
+
 def _choice(sides: Sequence[Side]) -> ServingChoice | None:
     kept = [s for s in sides if held(s)]
     if not kept:
         return None
     per_device: dict[tuple[bool, str], list[Side]] = defaultdict(list)
     for s in kept:
-        per_device[(s.is_cpu, s.device_name or s.device)].append(s)
+        per_device[_device(s)].append(s)
     bests = sorted((min(group, key=_cheapest_first) for group in per_device.values()), key=_cheapest_first)
     pair = None
     if len(bests) > 1:
         base, other = sorted(bests[:2], key=lambda s: not s.is_cpu)  # a CPU is a pair's base
         pair = make_pair(base, other)
-    devices = {(s.is_cpu, s.device_name or s.device) for s in kept}
-    unheld = tuple(s for s in sides if not held(s) and (s.is_cpu, s.device_name or s.device) not in devices)
+    unheld = tuple(s for s in sides if not held(s) and _device(s) not in per_device)
     promise = kept[0].metrics[SERVE_P99_BOUND].median
     curves = tuple(c for s in bests if (c := search_curve(s)) is not None)
     return ServingChoice(kept[0].workload, promise, tuple(bests), pair, unheld, curves)
