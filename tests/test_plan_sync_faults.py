@@ -56,6 +56,13 @@ def write(tmp_path: Path, text: str) -> Path:
 # ------------------------------------------------------------- 2: sys.exit(0) inside a run is no success
 
 
+def _suite_parent(url: str, experiment: str) -> tuple[MlflowClient, str, str]:
+    """A client of the store, a new experiment and a parent run in it, as a suite starts its items under."""
+    client = MlflowClient(url)
+    exp = client.create_experiment(experiment)
+    return client, exp, client.create_run(exp).info.run_id
+
+
 def test_sys_exit_0_inside_a_run_ends_it_failed_and_the_command_exits_1(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
 ) -> None:
@@ -93,9 +100,7 @@ def test_an_item_is_judged_by_its_runs_status_in_the_store_not_its_exit_code(
     FAILED runs); the store's status is the verdict."""
     plan = load_plan(write(tmp_path, "name: t\nruns: [{entry: matmul}]\n"))
     item = plan.runs[0]
-    client = MlflowClient(mlflow_server.url)
-    exp = client.create_experiment(experiment_name)
-    parent = client.create_run(exp).info.run_id
+    client, exp, parent = _suite_parent(mlflow_server.url, experiment_name)
     child = client.create_run(
         exp, tags={"mlflow.parentRunId": parent, "devicebench.suite.item": item.item_id}
     ).info.run_id
@@ -116,9 +121,7 @@ def test_a_run_its_process_left_running_is_settled_by_the_suite(
     a run whose process died before it had a journal (killed with its warm server between creating
     the run and journalling it) was left RUNNING for good: it ends KILLED, saying why."""
     items = load_plan(write(tmp_path, "name: t\nrepeats: 2\nruns: [{entry: matmul}]\n")).runs
-    client = MlflowClient(mlflow_server.url)
-    exp = client.create_experiment(experiment_name)
-    parent = client.create_run(exp).info.run_id
+    client, exp, parent = _suite_parent(mlflow_server.url, experiment_name)
     spooled, orphan = (
         client.create_run(
             exp, tags={"mlflow.parentRunId": parent, "devicebench.suite.item": i.item_id}
@@ -152,9 +155,7 @@ def test_an_item_that_failed_before_its_run_existed_is_started_once_more(
             " backends: numpy, min_time_s: 0, isolation: none}\n",
         )
     )
-    client = MlflowClient(mlflow_server.url)
-    exp = client.create_experiment(experiment_name)
-    parent = client.create_run(exp).info.run_id
+    client, exp, parent = _suite_parent(mlflow_server.url, experiment_name)
     (tmp_path / "once").mkdir()  # the first start dies before its run exists, as a store away would make it
     (tmp_path / "once" / "sitecustomize.py").write_text(
         "import os, pathlib\nmark = pathlib.Path(__file__).with_name('died')\n"
@@ -193,9 +194,7 @@ def test_an_item_killed_before_its_run_existed_is_a_killed_run_in_the_store(
             "    time_limit_s: 5\n",
         )
     )
-    client = MlflowClient(mlflow_server.url)
-    exp = client.create_experiment(experiment_name)
-    parent = client.create_run(exp).info.run_id
+    client, exp, parent = _suite_parent(mlflow_server.url, experiment_name)
     base = devicebench_env(mlflow_server.url, DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"))
     item = plan.runs[0]
 
