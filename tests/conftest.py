@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,8 +187,10 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 @pytest.fixture
 def experiment_name(request: pytest.FixtureRequest) -> str:
-    """A fresh experiment per test, so tests sharing a server never see each other's runs."""
-    return f"t-{request.node.name[:40]}-{os.getpid()}-{id(request)}"
+    """A fresh experiment per test, so tests sharing a server never see each other's runs. Not named by
+    `id(request)`: a freed request's address came back for the next parametrized case, whose name cut
+    at 40 characters was the same, and its experiment already existed (seen 2026-11-29)."""
+    return f"t-{request.node.name[:40]}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
