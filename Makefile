@@ -14,7 +14,7 @@ PY := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 export GIT_PYTHON_REFRESH := quiet
 
-.PHONY: setup demo test lint format bench gpu-check wheelhouse compare screenshots clean help
+.PHONY: setup demo test test-e2e lint format bench gpu-check wheelhouse compare screenshots clean help
 .DEFAULT_GOAL := help
 
 # A target's first `## ` line wins: `ui`'s recipe is in docker/docker.mk, its help after `demo` here.
@@ -52,8 +52,17 @@ ui: ## open the MLflow UI on the embedded store (sqlite:///mlflow.db) at 127.0.0
 # OMP_WAIT_POLICY=PASSIVE: three workers' torch threads on two cores; an OpenMP thread that spins while it
 # waits for its team spins on a core another worker needs (4:53 and 569 CPU-s with spinning, 4:30 and
 # 521 CPU-s without, one run each here, 2026-11-25). The tests that time things compare within a run.
-test: $(VENV)/.installed ## run the test suite (real mlflow servers, real PostgreSQL where it answers)
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=15
+PYTEST := OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=15
+
+# Two targets, one suite: the journeys across cold processes (marked e2e: `mlflow run`, the demo plan, a
+# server killed mid-run, a tuning search, a multi-process job) cost half of the suite's CPU in a fifth of
+# its tests; `make test` is the rest (unit tests, real servers and PostgreSQL, commands forked warm) and
+# stays under 5 minutes on a 2-core host. `.ci/run` runs both, and the container test.
+test: $(VENV)/.installed ## run the tests but the end-to-end journeys (real mlflow servers, real PostgreSQL where it answers)
+	$(PYTEST) -m 'not e2e'
+
+test-e2e: $(VENV)/.installed ## run the end-to-end journeys: `mlflow run`, the demo plan, servers killed mid-run, tuning, multi-process jobs
+	$(PYTEST) -m e2e
 
 lint: $(VENV)/.installed ## ruff check and format check
 	$(BIN)/ruff check .

@@ -624,7 +624,7 @@ def test_an_unreadable_data_dir_is_one_line(tmp_path: Path) -> None:
     data = tmp_path / "cifar"
     data.chmod(0o000)
     env = devicebench_env(
-        f"sqlite:///{tmp_path / 'm.db'}",
+        migrated_sqlite(tmp_path / "m.db"),  # the store's migration is not what this tests
         DEVICEBENCH_SPOOL_DIR=str(tmp_path / "spool"),
         DEVICEBENCH_OCI_METADATA_URL="http://127.0.0.1:9/",
         OMP_NUM_THREADS="1",

@@ -288,6 +288,7 @@ DEMO_CIFAR = (
 )
 
 
+@pytest.mark.e2e
 def test_a_demo_cifar_run_beside_four_busy_loops_is_left_out_for_the_same_run_quiet(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:

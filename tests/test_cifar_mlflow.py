@@ -10,6 +10,7 @@ from pathlib import Path
 
 import mlflow
 import mlflow.pytorch
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from own_tags import facts_of
@@ -104,6 +105,7 @@ def _check_phases(m: dict[str, float], wall_s: float) -> None:
     assert m["time/process_s"] + m["time/end_s"] <= wall_s
 
 
+@pytest.mark.e2e
 def test_mlflow_run_cifar_on_synthetic_data(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:
@@ -207,6 +209,7 @@ def test_cli_cifar_on_a_cifar_format_directory(
     _check_model(mlflow_server.url, run.info.run_id, tmp_path / "model")
 
 
+@pytest.mark.e2e
 def test_mlflow_run_cifar_on_an_absent_gpu_fails_with_one_line(
     mlflow_server: MlflowServer, experiment_name: str
 ) -> None:
@@ -242,6 +245,7 @@ def test_tune_on_an_absent_gpu_fails_with_one_line_and_a_failed_run(
     assert run.info.status == "FAILED" and ABSENT_GPU_SAYS.match(facts_of(run)["devicebench.error"])
 
 
+@pytest.mark.e2e
 def test_tune_tries_threads_feeding_nhwc_and_compile_then_measures_the_cpu_the_fastest_way(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from servers import (
@@ -17,6 +18,7 @@ from servers import (
 )
 
 
+@pytest.mark.e2e
 def test_mlflow_run_compare_logs_a_report_run(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
 ) -> None:

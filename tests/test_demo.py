@@ -1,4 +1,4 @@
-"""The demo plan runs in `make test`: it must stay fast, offline, and end with a report and a run count."""
+"""The demo plan runs in `make test-e2e`: it must stay fast, offline, and end with a report and a run count."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 from own_tags import facts_of
 
 from servers import devicebench_env, free_port, run_cli, runs_of, wait_healthy
+
+pytestmark = pytest.mark.e2e  # the demo plan as `make demo` runs it, cold: `make test-e2e`
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -71,6 +71,7 @@ def _losses(uri: str, run_id: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, "train/loss")]
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_global_batch(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
@@ -137,6 +138,7 @@ def test_two_processes_make_one_run_with_the_losses_of_one_process_over_the_glob
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6)  # step 1: same weights; steps 2-8: averaged grads
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_a_crash_in_rank_1_fails_the_one_run_naming_rank_1_within_seconds(
     mlflow_server: MlflowServer, experiment_name: str, tmp_path: Path
@@ -161,6 +163,7 @@ def test_a_crash_in_rank_1_fails_the_one_run_naming_rank_1_within_seconds(
     assert f"run {run.info.run_id} ended FAILED" in line
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_two_nodes_meet_at_node_0_and_make_one_run(mlflow_server: MlflowServer, experiment_name: str) -> None:
     """Two launchers on this host as nodes 0 and 1 of one job (the PyTorchJob's command, one process

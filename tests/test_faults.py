@@ -42,6 +42,9 @@ from own_tags import facts_of
 from servers import QUICK_MATMUL, VENV_BIN, MlflowServer, devicebench_env, migrated_sqlite, run_cli, runs_of
 from zygote import Forked, shared
 
+# a server stopped and restarted under running commands, signals, many processes at once: `make test-e2e`
+pytestmark = pytest.mark.e2e
+
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "fault_driver.py"
 FAST = {  # small settings so each fault costs seconds (DESIGN: final flush 60 s, flush every 2 s)

@@ -147,6 +147,7 @@ def mlflow_run_matmul(uri: str, experiment: str, quick: bool = False) -> None:
     _check_matmul_run(uri, experiment)
 
 
+@pytest.mark.e2e
 def test_mlflow_run_matmul_on_a_sqlite_backed_server(
     mlflow_server: MlflowServer, experiment_name: str
 ) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
@@ -31,6 +32,7 @@ def test_every_entry_point_runs_through_the_launcher() -> None:
         assert " python -m" not in entry["command"], name
 
 
+@pytest.mark.e2e
 def test_a_project_without_a_usable_python_says_what_to_do_and_leaves_no_run(tmp_path: Path) -> None:
     """A clone without .venv, whose `python` and `python3` are real interpreters without torch (as a new
     shell's are here): one line naming `make setup`, no traceback, and the run MLflow made is deleted."""

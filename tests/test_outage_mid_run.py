@@ -27,6 +27,8 @@ from devicebench.schema import ACCURACY, EPOCH_LOSS, TRAIN_LOSS, TRAIN_S
 from servers import MlflowServer, devicebench_env, run_cli
 from zygote import shared
 
+pytestmark = pytest.mark.e2e  # servers killed and restarted under running commands: `make test-e2e`
+
 EPOCHS = 3
 CIFAR = [
     "cifar", "--data", "synthetic", "--epochs", str(EPOCHS), "--batch_size", "8", "--log_every", "25",

@@ -77,6 +77,7 @@ def test_sys_exit_0_inside_a_run_ends_it_failed_and_the_command_exits_1(
     assert "called sys.exit(0)" in run.data.tags["devicebench.error"]
 
 
+@pytest.mark.e2e
 def test_sys_exit_0_while_the_model_is_checked_is_one_line_and_exit_1(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
 ) -> None:
@@ -143,6 +144,7 @@ def test_a_run_its_process_left_running_is_settled_by_the_suite(
     )
 
 
+@pytest.mark.e2e
 def test_an_item_that_failed_before_its_run_existed_is_started_once_more(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str, capsys: pytest.CaptureFixture
 ) -> None:
@@ -178,6 +180,7 @@ def test_an_item_that_failed_before_its_run_existed_is_started_once_more(
     ]
 
 
+@pytest.mark.e2e
 def test_an_item_killed_before_its_run_existed_is_a_killed_run_in_the_store(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
 ) -> None:
@@ -446,6 +449,7 @@ def test_a_journal_another_sync_just_removed_is_not_pending(
 BUSY = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"  # stops by itself
 
 
+@pytest.mark.e2e
 def test_two_syncs_at_once_beside_four_busy_loops_replay_each_run_once(
     mlflow_server: MlflowServer, tmp_path: Path, experiment_name: str
 ) -> None:
@@ -534,6 +538,7 @@ def hang(num_classes=10):
 """
 
 
+@pytest.mark.e2e
 def test_a_plan_goes_on_past_a_hang_a_sys_exit_and_its_warm_servers_death(
     tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
 ) -> None:

@@ -118,12 +118,17 @@ def test_env_file_is_ignored_by_git() -> None:
 
 
 def test_ci_runs_make_test_and_nothing_cleverer() -> None:
-    """The developer's commands: `make test`, then the container test, which may not skip in CI."""
+    """The developer's commands: `make test`, the end-to-end journeys, then the container test, which may
+    not skip in CI."""
     lines = [
         ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith("#")
     ]
     makes = [ln for ln in lines if "make " in ln and not ln.startswith("echo")]
-    assert makes == ["make test", "DEVICEBENCH_CONTAINERS_REQUIRED=1 make test-containers"], makes
+    assert makes == [
+        "make test",
+        "make test-e2e",
+        "DEVICEBENCH_CONTAINERS_REQUIRED=1 make test-containers",
+    ], makes
 
 
 def test_the_offline_wheelhouse_asks_for_everything_but_the_hosts_torch(tmp_path: Path) -> None:

@@ -100,6 +100,7 @@ def canary_store() -> Iterator[tuple[str, str]]:
         yield uri, uri.rsplit("/", 1)[1]
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_no_canary_in_any_file_output_or_argv(canary_store: tuple[str, str], tmp_path: Path) -> None:
     """Canaries as `user:pw@` and `?password=` in the tracking URI: a workload, `compare` (its report

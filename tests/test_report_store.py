@@ -452,7 +452,6 @@ def test_budget_prints_the_cheapest_side_per_config_from_logged_prices(
 # --------------------------------------------------------------------------------------------- end to end
 
 
-@pytest.mark.slow
 def test_cpu_matmul_read_into_a_report(mlflow_server, experiment_name: str, tmp_path: Path) -> None:
     """The real workload through the real CLI, then `devicebench compare` (exit codes as users see them)."""
     env = devicebench_env(

@@ -122,6 +122,7 @@ def needles(values: dict[str, str]) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("workload", list(COMMANDS))
 def test_no_secret_reaches_params_tags_metrics_or_artifacts(

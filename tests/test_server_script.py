@@ -294,6 +294,7 @@ def test_unknown_host_is_rejected(pg_server: ScriptServer) -> None:
     assert status == 403, (status, body)
 
 
+@pytest.mark.e2e
 @pytest.mark.postgres
 @needs_postgres
 def test_eight_concurrent_runs_lose_no_metric_and_artifacts_come_back(
@@ -347,6 +348,7 @@ def test_eight_concurrent_runs_lose_no_metric_and_artifacts_come_back(
     assert any(p.read_bytes() == local.read_bytes() for p in stored), "artifact not in the destination"
 
 
+@pytest.mark.e2e
 @pytest.mark.postgres
 @needs_postgres
 def test_mlflow_run_matmul_logs_through_the_server(pg_server: ScriptServer) -> None:

@@ -193,6 +193,7 @@ def _kill_uvicorn_once_loaded(uri: str, forked: Any, wait_s: float = 120) -> boo
     return False
 
 
+@pytest.mark.e2e
 def test_a_server_that_dies_mid_test_fails_the_run_with_its_last_lines_and_leaves_nothing(
     mlflow_server, tiny_uri: str, experiment_name: str, tmp_path: Path
 ) -> None:

@@ -349,6 +349,7 @@ def test_a_typo_exits_2_before_any_run_starts(
     assert runs_of(mlflow_server.url, experiment_name) == []
 
 
+@pytest.mark.e2e
 def test_a_real_suite_runs_children_carries_on_after_a_failure_and_resumes(
     tmp_path: Path, mlflow_server: MlflowServer, experiment_name: str
 ) -> None:

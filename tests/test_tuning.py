@@ -244,6 +244,7 @@ def test_no_figure_at_all_is_a_usage_error_naming_the_budget() -> None:
         tuning.best([Trial(TWO_TENSOR, note="skipped: past the tuning budget")])
 
 
+@pytest.mark.e2e
 def test_unet_tunes_for_real_with_the_dataloader_only(tmp_path: Path) -> None:
     """Real trials of a tiny UNet (no replaced parts): unet has no `loader` parameter, and the tuning
     once set it on every trial, so `devicebench tune unet` failed before its first step."""

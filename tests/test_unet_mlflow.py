@@ -47,6 +47,7 @@ def synthetic_run(mlflow_server: MlflowServer) -> Iterator:
     yield runs[0], experiment
 
 
+@pytest.mark.e2e
 def test_synthetic_run_finishes_with_the_schema(
     synthetic_run: tuple, mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
@@ -85,6 +86,7 @@ def test_synthetic_run_finishes_with_the_schema(
     assert linked["eval/miou"] == metrics["eval/miou"] and {"eval/loss", "eval/dice"} <= set(linked)
 
 
+@pytest.mark.e2e
 def test_logged_model_loads_and_predicts_masks(
     synthetic_run: tuple, mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
@@ -133,6 +135,7 @@ def test_a_run_on_a_voc_directory(voc_run: tuple) -> None:
     assert sample.read_text().split() == [f"2007_{k:06d}" for k in range(12)]
 
 
+@pytest.mark.e2e
 def test_same_seed_same_initial_weights(synthetic_run: tuple, voc_run: tuple) -> None:
     """Two runs with seed 0 and base 8 (different data, sizes and config keys) start from the same
     weights, and those are the weights `build_unet` makes in this process."""
