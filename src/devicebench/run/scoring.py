@@ -76,13 +76,16 @@ def _answers(url: str) -> bool:
         return False
 
 
-def start(uri: str, port: int, tracking_uri: str) -> ScoringServer:
-    """The scoring server for the logged model at `uri`, answering `/ping`; one that exits first (a
-    model that does not serve) or never answers is stopped and said in one line, its own last line."""
+def start(uri: str, port: int, tracking_uri: str, threads: int = 0) -> ScoringServer:
+    """The scoring server for the logged model at `uri`, answering `/ping`, its torch on `threads`
+    intra-op threads (0: torch's default); one that exits first (a model that does not serve) or never
+    answers is stopped and said in one line, its own last line."""
     port = free_port(port)
     log = Path(tempfile.mkdtemp(prefix="devicebench-serve-")) / "scoring_server.log"
     # unbuffered: a server killed mid-test leaves its last lines in the log, not in a lost buffer
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1"}
+    if threads > 0:  # the run's cpu_threads, as in-process uses them: same model, same device, same threads
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     # MLflow starts uvicorn by name: this interpreter's scripts first on PATH
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local"]

@@ -213,7 +213,7 @@ def _checked_before_run(module: Workload, cfg: WorkloadConfig, tracking_uri: str
     if (
         served is not None and isinstance(cfg, ServingLoad) and "http" in cfg.via
     ):  # infer over MLflow's scoring server
-        server = scoring.start(uri, cfg.serve_port, tracking_uri)
+        server = scoring.start(uri, cfg.serve_port, tracking_uri, cfg.cpu_threads)
         served = dataclasses.replace(served, url=server.url, log=server.log)
     return served
 
