@@ -13,7 +13,7 @@ from devicebench.errors import Diverged
 from devicebench.tracking.protocol import MemoryTracker
 from devicebench.train.loop import train_epoch
 from devicebench.train.records import LossLog
-from devicebench.train.setup import Learner, StepSettings
+from devicebench.train.step import Learner, StepSettings
 
 
 def test_a_flush_logs_the_finite_points_then_names_the_first_bad_step() -> None:

@@ -580,7 +580,7 @@ def test_a_terminated_epoch_keeps_every_loss_point_it_measured(one_torch_thread:
     from devicebench.errors import Interrupted
     from devicebench.tracking.protocol import MemoryTracker
     from devicebench.train import loop, records
-    from devicebench.train.setup import Learner, StepSettings
+    from devicebench.train.step import Learner, StepSettings
 
     def loader() -> Iterator[tuple[Any, Any]]:
         for _ in range(7):

@@ -17,7 +17,7 @@ from devicebench.errors import UsageError
 from devicebench.host import precision
 from devicebench.host.context import Context
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.train import loop, records, setup
+from devicebench.train import loop, records, setup, step
 from devicebench.workloads import cifar as cifar_workload
 
 # One torch thread for this module (conftest.py says why).
@@ -66,7 +66,7 @@ def test_warm_up_steps_a_copy_and_leaves_model_optimizer_and_rng_untouched() -> 
         lambda params: torch.optim.SGD(params, lr=0.5, momentum=0.9),
         torch.nn.functional.cross_entropy,
         _batches(),
-        setup.StepSettings(torch.device("cpu")),
+        step.StepSettings(torch.device("cpu")),
         train_sizes=[6, 4],
         eval_sizes=[10],  # more rows than the batch has: repeated
     )
@@ -236,7 +236,7 @@ def test_warm_up_on_cuda_with_fp16_and_fused_leaves_the_model_untouched() -> Non
         make,
         torch.nn.functional.cross_entropy,
         _batches(),
-        setup.StepSettings(cuda, torch.float16, channels_last=True, fp16_scaler=True),
+        step.StepSettings(cuda, torch.float16, channels_last=True, fp16_scaler=True),
         train_sizes=[6],
         eval_sizes=[6],
     )
@@ -256,7 +256,7 @@ def test_a_fused_fp16_step_on_cuda_never_syncs() -> None:
     scaler = torch.amp.GradScaler("cuda")
     x, y = (t.to(cuda) for t in _batches(1)[0])
 
-    def step() -> None:
+    def one_step() -> None:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.float16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -264,12 +264,12 @@ def test_a_fused_fp16_step_on_cuda_never_syncs() -> None:
         scaler.step(optimizer)
         scaler.update()
 
-    step()  # first step: lazy init of the scale, the fused kernels' checks
+    one_step()  # first step: lazy init of the scale, the fused kernels' checks
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(3):
-            step()
+            one_step()
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -385,9 +385,9 @@ def test_the_timed_loop_adds_no_device_work_per_step_to_a_bare_loop(steps: int) 
     def ours() -> None:
         log = records.LossLog(MemoryTracker(), every=2)
         loop.train_epoch(
-            setup.Learner(model, optimizer, criterion),
+            step.Learner(model, optimizer, criterion),
             loader,
-            setup.StepSettings(torch.device("cpu")),
+            step.StepSettings(torch.device("cpu")),
             loss_log=log,
             first_step=0,
         )

@@ -19,7 +19,7 @@ from devicebench.errors import DataUnavailable, UsageError
 from devicebench.host.context import Context
 from devicebench.tracking.artifacts import portable_model
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.train import loop, seeding, setup
+from devicebench.train import loop, seeding, step
 from devicebench.workloads.unet import (
     NUM_CLASSES,
     Config,
@@ -133,7 +133,7 @@ def test_synthetic_scenes_are_learnable(tmp_path: Path) -> None:
     _, val = load_datasets(cfg, tmp_path)
     _, val_loader = make_loaders(cfg, val, val, CPU)
     before = loop.evaluate(
-        build_unet(cfg), val_loader, segmentation_loss, setup.StepSettings(CPU), NUM_CLASSES
+        build_unet(cfg), val_loader, segmentation_loss, step.StepSettings(CPU), NUM_CLASSES
     )
     from devicebench.train.metrics import iou_per_class, nanmean
 

@@ -1,9 +1,11 @@
-"""Numerics a training run chooses per device: the autocast dtype, how fp32 convolutions and matmuls
+"""Numerics a training run chooses per device: the autocast dtype (and its context, `autocast`), how fp32 convolutions and matmuls
 run on CUDA, and the optimizer kernels; each checked where it is chosen, so an impossible choice is one
 line naming the parameter before any work starts.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -91,3 +93,9 @@ def optimizer_options(device: torch.device) -> dict[str, bool]:
     The CPU keeps torch's default, so CPU timings stay comparable with earlier nights.
     """
     return {"fused": True} if device.type == "cuda" else {}
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -26,6 +26,8 @@ import torch
 
 from devicebench.errors import Diverged
 from devicebench.host import gpu_state, peaks
+from devicebench.host.memory import peak_memory, reset_peak_memory
+from devicebench.host.precision import autocast
 from devicebench.host.timing import Timer
 from devicebench.models import count_parameters
 from devicebench.schema import (
@@ -45,18 +47,8 @@ from devicebench.train.metrics import confusion_matrix
 from devicebench.train.progress import ProgressBar, progress
 from devicebench.train.records import EpochResult, EvalResult, LossLog
 from devicebench.train.seeding import seed_everything, weights_fingerprint
-from devicebench.train.setup import (
-    Data,
-    Learner,
-    LossFn,
-    Options,
-    StepSettings,
-    Task,
-    autocast,
-    batch_sizes,
-    peak_memory,
-    reset_peak_memory,
-)
+from devicebench.train.setup import Data, Options, Task, batch_sizes
+from devicebench.train.step import Learner, LossFn, StepSettings, on_device, rows, train_step
 from devicebench.train.summary import (
     Totals,
     dist_metrics,
@@ -206,41 +198,9 @@ def _timed_batches(loader: Iterable, step: StepSettings, wait: list[float]) -> I
             x, y = next(it)
         except StopIteration:
             return
-        x, y = _on_device(x, y, step)
+        x, y = on_device(x, y, step)
         wait[0] += time.perf_counter() - t0
         yield x, y
-
-
-def _on_device(x: torch.Tensor, y: torch.Tensor, step: StepSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    x = x.to(step.device, non_blocking=True)
-    y = y.to(step.device, non_blocking=True)
-    if step.channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x, y
-
-
-def _rows(x: torch.Tensor, y: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first `n` rows of a batch, repeated when it has fewer (a short eval set, a bigger train batch)."""
-    reps = -(-n // x.shape[0])
-    return torch.cat([x] * reps)[:n], torch.cat([y] * reps)[:n]
-
-
-def train_step(learner: Learner, x: torch.Tensor, y: torch.Tensor, step: StepSettings) -> torch.Tensor:
-    """One optimizer step (through the GradScaler for fp16); the loss stays on the device."""
-    optimizer, scaler = learner.optimizer, learner.scaler
-    optimizer.zero_grad(set_to_none=True)
-    if step.cuda_graphs:  # a new step: the graphs' outputs of the last one may be overwritten now
-        torch.compiler.cudagraph_mark_step_begin()
-    with autocast(step.device, step.amp_dtype):
-        loss = learner.loss_fn(learner.model(x), y)
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        loss.backward()
-        optimizer.step()
-    return loss
 
 
 def _evaluate(
@@ -375,12 +335,12 @@ def warm_up(
         learner = Learner(shadow, optimizer, loss_fn, scaler)
         shadow.train()
         for size in sorted({s for s in train_sizes if s > 0}, reverse=True):
-            x, y = _on_device(*_rows(x_all, y_all, size), step)
+            x, y = on_device(*rows(x_all, y_all, size), step)
             train_step(learner, x, y, step)
         shadow.eval()
         with torch.inference_mode():
             for size in sorted({s for s in eval_sizes if s > 0}, reverse=True):
-                x, y = _on_device(*_rows(x_all, y_all, size), step)
+                x, y = on_device(*rows(x_all, y_all, size), step)
                 with autocast(device, step.amp_dtype):
                     logits = shadow(x)
                     loss_fn(logits, y)

@@ -1,6 +1,7 @@
 """What a training run is given before its loop starts: the options resolved from its config and context,
-the workload's task (model, loss, metrics) and data, and the plain helpers both set up (batch sizes,
-autocast, peak memory). Seeding is `train.seeding`'s, a loop's progress bar `train.progress`'s.
+the workload's task (model, loss, metrics) and data, and the batch sizes a pass over the data yields.
+Seeding is `train.seeding`'s, a loop's progress bar `train.progress`'s, one step `train.step`'s,
+autocast `host.precision`'s and peak memory `host.memory`'s.
 
 A data-parallel job (torchrun, DDP) runs the same code on every rank, with its `World`
 (host/distributed.py) answering what differs: only rank 0 logs (the others get a tracker that keeps
@@ -18,16 +19,12 @@ import torch
 
 from devicebench.host import precision
 from devicebench.host.context import Context
-from devicebench.host.cpu import peak_rss_bytes
 from devicebench.host.distributed import World
 from devicebench.host.timing import Timer
-from devicebench.schema import (
-    PEAK_BYTES,
-    PEAK_RSS_BYTES,
-    tag,
-)
+from devicebench.schema import tag
 from devicebench.tracking.protocol import Tracker, null_tracker
 from devicebench.train.records import EpochResult, EvalResult, LossLog
+from devicebench.train.step import LossFn, StepSettings
 
 
 def batch_sizes(n: int, batch_size: int, drop_last: bool = False) -> list[int]:
@@ -37,60 +34,6 @@ def batch_sizes(n: int, batch_size: int, drop_last: bool = False) -> list[int]:
     if tail and not drop_last:
         sizes.append(tail)
     return sizes
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_memory(device: torch.device) -> dict[str, float]:
-    """The process's peak RSS (`memory/peak_rss_bytes`) and, on a CUDA device, the allocator's peak
-    since the last reset (`memory/peak_bytes`).
-
-    A device without its own memory figure logs none: on the CPU a `memory/peak_bytes` repeating the
-    RSS read as a device measurement beside a GPU's, and MPS offers no peak to read.
-    """
-    rss = peak_rss_bytes()
-    if device.type == "cuda":
-        return {
-            PEAK_BYTES: float(torch.cuda.max_memory_allocated(device)),
-            PEAK_RSS_BYTES: rss,
-        }
-    return {PEAK_RSS_BYTES: rss}
-
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class StepSettings:
-    """What every step does beside its model and batch: the device, autocast's dtype (None: no
-    autocast), NHWC inputs, whether fp16 needs a GradScaler, and whether the model replays CUDA graphs
-    (torch.compile's reduce-overhead), which must be told where each step begins."""
-
-    device: torch.device
-    amp_dtype: torch.dtype | None = None
-    channels_last: bool = False
-    fp16_scaler: bool = False
-    cuda_graphs: bool = False
-
-
-@dataclass(frozen=True)
-class Learner:
-    """What a training step updates and how: the model, its optimizer and loss, and the GradScaler of
-    an fp16 run (None otherwise)."""
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    loss_fn: LossFn
-    scaler: torch.amp.GradScaler | None = None
 
 
 class TrainingConfig(Protocol):

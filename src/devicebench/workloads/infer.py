@@ -27,6 +27,8 @@ from devicebench.config.workloads import InferConfig as Config
 from devicebench.errors import UsageError
 from devicebench.host import peaks, precision
 from devicebench.host.context import Context, LoadedModel
+from devicebench.host.memory import peak_memory, reset_peak_memory
+from devicebench.host.precision import autocast
 from devicebench.host.timing import Timer, TimingStats
 from devicebench.models import zoo
 from devicebench.schema import (
@@ -48,7 +50,6 @@ from devicebench.schema import (
 )
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.seeding import seed_everything
-from devicebench.train.setup import autocast, peak_memory, reset_peak_memory
 from devicebench.train.summary import forward_flops_per_sample, utilization_metrics
 from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.util.stats import quantile

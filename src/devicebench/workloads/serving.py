@@ -26,10 +26,10 @@ from matplotlib.figure import Figure
 from devicebench.config.serving_fields import LOADGEN_SCENARIOS
 from devicebench.config.workloads import InferConfig as Config
 from devicebench.errors import UsageError
+from devicebench.host.precision import autocast
 from devicebench.models import zoo
 from devicebench.schema import loadgen_artifact, loadgen_key, loadgen_tag, loadgen_test_key
 from devicebench.tracking.protocol import Tracker
-from devicebench.train.setup import autocast
 from devicebench.util.fmt import fmt_s
 from devicebench.workloads.loadgen import Load, LoadGenResult, Predict, highest_held, peak_search, run_test
 

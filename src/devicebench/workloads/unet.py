@@ -249,7 +249,7 @@ def predict_masks(
     x = images.to(device)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    with setup.autocast(device, amp_dtype):
+    with precision.autocast(device, amp_dtype):
         pred = model(x).argmax(dim=1).cpu()
     model.train(was_training)
     return pred
