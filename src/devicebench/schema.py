@@ -238,7 +238,7 @@ def gflops(n: int, seconds: float) -> float:
 # matmul's per-size figures. Each is logged twice: under `matmul/<backend>/<dtype>/<figure>` with step = n
 # (the MLflow UI draws it against n), and under a flat key per size, `matmul/<backend>/<dtype>/n<size>/<figure>`.
 # `search_runs` returns only a metric's latest value, so the stepped form needs one history request per
-# run and figure (664 of them made reading 2,000 runs take ~9 s); the flat keys come back with the search.
+# run and figure (thousands of requests for a store of a few thousand runs); the flat keys come back with the search.
 MATMUL_POINT_FIGURES = ("gflops", "time_s", "unsynced_time_s")
 MATMUL_POINT_RE = re.compile(r"^matmul/([^/]+)/([^/]+)/n(\d+)/([^/]+)$")
 

@@ -92,7 +92,7 @@ def fix_hint(data_dir: Path) -> str:
 
 def download(data_dir: Path) -> None:
     """torchvision's VOC 2012 download (~2 GB, md5-checked) into `data_dir`; any failure is one line."""
-    # lazy: torchvision (~1 s on top of torch) is needed by a unet run only to download VOC
+    # lazy: torchvision, a second import on top of torch's, is needed by a unet run only to download VOC
     from torchvision.datasets.voc import DATASET_YEAR_DICT, VOCSegmentation
 
     url = DATASET_YEAR_DICT["2012"]["url"]
@@ -233,7 +233,7 @@ class VOCSegmentationSample(torch.utils.data.Dataset):
                 f"{path} is missing ({len(set(missing))} listed image(s) incomplete); "
                 f"use {fix_hint(self.root.parent.parent)}"
             )
-        for i in self.ids:  # headers only (~0.1 ms each): a wrong mask format fails before any training
+        for i in self.ids:  # headers only, cheap: a wrong mask format fails before any training
             check_mask(self.root / "SegmentationClass" / f"{i}.png")
 
     def __len__(self) -> int:

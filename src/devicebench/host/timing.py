@@ -40,7 +40,7 @@ from devicebench.util.stats import quantile
 if TYPE_CHECKING:
     import torch
 
-GPU_BLOCK_S = 0.02  # one GPU sample covers at least this much work (host dispatch ~10 µs per call)
+GPU_BLOCK_S = 0.02  # one GPU sample covers at least this much work (a launch: microseconds of host)
 MAX_SAMPLES = 10_000  # bounds a sub-microsecond function under a long min_time_s
 MAX_CALLS_PER_SAMPLE = 100_000
 

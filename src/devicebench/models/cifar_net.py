@@ -48,7 +48,7 @@ def resnet18_cifar(num_classes: int = NUM_CLASSES) -> nn.Module:
     ImageNet's 7×7 stride-2 stem plus max-pool would shrink a CIFAR image to 8×8 before the first block
     (the usual CIFAR adaptation, as in the ResNet paper's CIFAR experiments). No weights are downloaded.
     """
-    from torchvision.models import resnet18  # lazy: torchvision's zoo loads torch._dynamo (1-2 s a process)
+    from torchvision.models import resnet18  # lazy: torchvision's zoo loads torch._dynamo, seconds a process
 
     model = resnet18(weights=None, num_classes=num_classes)
     model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         for line in dry_run(plan):
             print(line)
         return 0
-    from devicebench.plan.suite import run_plan  # lazy: MLflow (~1 s), once the plan is read and checked
+    from devicebench.plan.suite import run_plan  # lazy: MLflow, only once the plan is read and checked
 
     return run_plan(plan, resume=args.resume or None)
 

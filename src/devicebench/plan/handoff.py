@@ -74,7 +74,7 @@ class Handoff:
 
     def store_is_checked(self, tracking_uri: str, now: float | None = None) -> bool:
         """Whether the suite checked (and migrated) this very store within STORE_CHECK_FRESH_S, so the
-        run need not check it again (the SQLite schema check was ~3.4 s of each run under load)."""
+        run need not check it again (the SQLite schema check was seconds of each run: docs/measured.md)."""
         when, _, digest = self.store_checked.partition(" ")
         try:
             age = (time.time() if now is None else now) - float(when)

@@ -39,8 +39,8 @@ PLAN_KEYS = {
     "runs",
     "report",
 }
-# Which repeats of an item log their model: `all`, or `first` (each model ~1.5-2.5 s of a short run,
-# and repeats of one config train the same network; the figures are logged for every repeat)
+# Which repeats of an item log their model: `all`, or `first` (a model's logging is a large share of a
+# short run, and repeats of one config train the same network; the figures are logged for every repeat)
 LOG_MODELS = ("all", "first")
 RUN_KEYS = {"entry", "params", "matrix", "repeats", "name", "time_limit_s"}
 # How long one run of a plan may take, start to exit, before the suite stops it (its run ends KILLED and

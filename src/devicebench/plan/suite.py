@@ -63,7 +63,7 @@ def _capacity(device: str, starter: Starter | None) -> tuple[str, int] | None:
         if ended.code == 0 and lines:
             got = json.loads(lines[-1])  # [type, processes] or null
             return None if got is None else (str(got[0]), int(got[1]))
-    # lazy: torch (~1.5 s), which the suite's own process needs only to skip what this host lacks
+    # lazy: torch, which the suite's own process needs only to skip what this host lacks
     from devicebench.host.capacity import capacity
 
     return capacity(device)
@@ -432,7 +432,7 @@ def next_commands(tracking_uri: str) -> list[str]:
 
 def _report(plan: Plan, settings: Any, suite_tag: str, starter: Starter) -> tuple[int, Path]:
     """The compare report over this launch's runs, in a process of its own (forked from the warm server
-    where there is one: a cold one spends ~3 s importing MLflow and matplotlib again); its exit code and
+    where there is one: a cold one imports MLflow and matplotlib all over again); its exit code and
     the folder it wrote. Its output is the suite's own."""
     # a folder of this launch's own: another launch of the plan may reach its report in the same second
     out = new_folder(Path("reports") / f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -15,7 +15,7 @@ from devicebench.tracking.protocol import one_line
 from devicebench.util.forkserver import ForkServer
 
 # What a warm server imports once for all of a plan's runs (util/forkserver.py): the run's own module
-# (torch, MLflow), every workload, and torchvision whole (its models and torch._dynamo, ~2.3 s a process).
+# (torch, MLflow), every workload, and torchvision whole (its models import torch._dynamo, seconds a process).
 # The entry, GitPython and the last group are what every run still imported after the server had loaded
 # the rest (docs/measured.md, the warm server). All are imports only: none starts a thread or opens
 # anything, so a forked run measures as a fresh one.
@@ -25,14 +25,14 @@ WARM_MODULES = (
     *(f"devicebench.workloads.{name}" for name in WORKLOADS),
     "torchvision.models",
     "mlflow.pytorch",
-    "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables (~1.2 s of each run)
-    "devicebench.tracking.git_source",  # GitPython, for each new run's commit tag (~50 ms of each run)
+    "mlflow.store.tracking.sqlalchemy_store",  # the embedded store's tables
+    "devicebench.tracking.git_source",  # GitPython, for each new run's commit tag
     "devicebench.report.command",  # the plan's report, forked from here too
-    "mlflow.pyfunc",  # what log_model writes the model with (~70 ms)
-    "mlflow.tracing.processor.otel",  # what set_tracking_uri resets MLflow's tracer with (~55 ms)
-    "sqlalchemy.dialects.sqlite",  # the embedded store's engine (~15 ms)
-    "mlflow.tracking.request_header.registry",  # each request's headers, with a tracking server (~15 ms)
-    "matplotlib.backends.backend_agg",  # the figures' renderer (~10 ms)
+    "mlflow.pyfunc",  # what log_model writes the model with
+    "mlflow.tracing.processor.otel",  # what set_tracking_uri resets MLflow's tracer with
+    "sqlalchemy.dialects.sqlite",  # the embedded store's engine
+    "mlflow.tracking.request_header.registry",  # each request's headers, with a tracking server
+    "matplotlib.backends.backend_agg",  # the figures' renderer
 )
 WARM_ENV = "DEVICEBENCH_WARM_START"  # "0": every run of a plan starts cold, as `python -m devicebench`
 # A server costs what one cold run's imports cost, paid beside the suite's own start: a plan of one or

@@ -169,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
         filter=args.filter.strip() or None,
         host=args.host.strip() or None,
     )
-    # lazy: MLflow and the report's pipeline (~2 s) load only once every flag has been accepted
+    # lazy: MLflow and the report's pipeline, the bulk of the command's start, load only once every flag
+    # has been accepted
     from devicebench.report.command import compare_and_report
 
     # a namespace built without --budget (an older caller) asks for no budget; a deadline asks for one

@@ -184,7 +184,7 @@ def _run_workload(
         from devicebench.run.work import work_as_rank  # lazy: torch, once all is checked
 
         return work_as_rank(name, cfg, settings)
-    from devicebench.run.workload import run_workload  # lazy: torch and MLflow (~3 s), once all is checked
+    from devicebench.run.workload import run_workload  # lazy: torch and MLflow, once all is checked
 
     return run_workload(name, cfg, settings, pricing, tune_budget_s, tune_precision)
 
@@ -246,7 +246,7 @@ def _add_sync(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
-    from devicebench.tracking.replay import sync_spool  # lazy: MLflow (~1 s), for this command alone
+    from devicebench.tracking.replay import sync_spool  # lazy: MLflow, for this command alone
 
     settings = load_settings()
     out = sync_spool(settings, recreate_lost=getattr(args, "recreate_lost", False))

@@ -140,7 +140,7 @@ def model_options() -> Iterator[dict[str, Any]]:
 def model_code() -> tuple[str, ...]:
     """The files of devicebench (relative to the package) that MODEL_MODULES import, transitively,
     with every package's `__init__.py` on the way: 11 files, not the whole package's 110. Each file of
-    a model is one upload (one request to the server, ~6 ms of client time here, more across a WAN),
+    a model is one upload (one request to the server, more across a WAN),
     and the report, plans and tracking code were shipped inside every model for nothing."""
     root = Path(devicebench.__file__).resolve().parent
     seen: dict[str, Path] = {}

@@ -161,8 +161,8 @@ def main(argv: Sequence[str]) -> int:
     for name in argv[1:]:
         importlib.import_module(name)
     # Everything loaded so far lives as long as the server: out of the collector's sight, so a child's
-    # first full collection does not walk the ~1.5 million objects it inherited (~1 s of CPU, which
-    # landed while a warm matmul run's NumPy child measured: n=512 at 0.85 of a cold run's figure).
+    # first full collection does not walk the million-odd objects it inherited, a pause that landed
+    # inside a warm matmul run's timed points (docs/measured.md, bench_matmul's warm fidelity).
     gc.collect()
     pages = resident_file_pages()
     gc.freeze()

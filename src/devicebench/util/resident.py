@@ -8,8 +8,8 @@ at a time, only as the child touches them. A tiny cifar run forked from the warm
 `memory/peak_rss_bytes` 616 MiB where the same run in a fresh process, which touched those pages while
 importing, logged 945 MiB; a report shows that figure and a CPU side is priced for it. So the server
 lists the file pages it has resident once, after preloading (`resident_file_pages`: each page's present
-bit in /proc/self/pagemap, ~50 ms), and each child maps them again first (`map_again`: madvise
-MADV_POPULATE_READ, ~16 ms for ~2,200 ranges), starting with the resident set a fresh process has
+bit in /proc/self/pagemap), and each child maps them again first (`map_again`: madvise
+MADV_POPULATE_READ, one call per range, milliseconds in all), starting with the resident set a fresh process has
 after the same imports. Linux 5.14 or newer; elsewhere nothing is listed and nothing changes.
 """
 

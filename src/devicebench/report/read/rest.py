@@ -58,7 +58,7 @@ def search_page(
     if page_token:
         body["page_token"] = page_token
     # A new connection for each page: kept-alive ones stay with the worker process that accepted them
-    # (query.time_slices), and a page (~0.3 s of server time) dwarfs a connect.
+    # (query.time_slices), and a page of runs costs the server far more than a connect (docs/measured.md).
     response = http_request(store.get_host_creds(), SEARCH_ENDPOINT, "POST", json=body, extra_headers=CLOSE)
     page = verify_rest_response(response, SEARCH_ENDPOINT).json()
     return [record_fields(r) for r in page.get("runs", [])], page.get("next_page_token") or None

@@ -49,7 +49,7 @@ MARKERS_BY_SIDE = ("o", "^", "s", "D", "v", "P", "X", "*")  # the sides of one c
 
 def _plt() -> Any:
     """pyplot on the Agg backend (no display), chosen before pyplot is imported, which fixes it."""
-    import matplotlib  # lazy: ~0.5 s, and the backend must be set before pyplot is first imported
+    import matplotlib  # lazy: a report without charts never pays it; the backend is set before pyplot
 
     matplotlib.use("Agg")
     # every label comes from run data: a GPU name tag `GPU $x^{$` once made mathtext raise and killed
