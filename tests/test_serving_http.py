@@ -120,33 +120,16 @@ def _processes_of(folder: Path) -> str:
 def test_the_scoring_server_predicts_on_the_runs_cpu_threads(mlflow_server, tiny_uri: str) -> None:
     """`--cpu_threads N` reaches the process that predicts behind `/invocations` (OMP_NUM_THREADS,
     which torch's pool starts with), as it sets in-process: without it the HTTP side ran torch's
-    default, both cores for each of the concurrent requests (a p99 of 135 ms at 8.8 QPS for a
-    resnet18 whose single requests took 39 ms, 2-core Intel Xeon, 2026-11-29)."""
+    default whatever the flag said, so in-process and HTTP did not compute on the same threads."""
     server = scoring.start(tiny_uri, 0, mlflow_server.url, threads=1)
     try:
-        group = _group_of(server.process.pid)
+        uvicorn = [pid for pid, (_, cmd) in _serving_processes(tiny_uri).items() if "uvicorn" in cmd]
+        environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in uvicorn]
     finally:
         server.stop()
-    predicting = [env for cmd, env in group if "uvicorn" in cmd or "scoring_server" in cmd]
-    assert predicting, [cmd for cmd, _ in group]
-    for env in predicting:
-        assert "OMP_NUM_THREADS=1" in env and "MKL_NUM_THREADS=1" in env
-
-
-def _group_of(leader: int) -> list[tuple[str, list[str]]]:
-    """(command line, environment) of every process in `leader`'s process group."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if os.getpgid(int(proc.name)) != leader:
-                continue
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            found.append((cmd, (proc / "environ").read_bytes().decode(errors="replace").split("\0")))
-        except OSError:
-            continue
-    return found
+    assert environs, "no uvicorn process behind the scoring server"
+    for env in environs:
+        assert b"OMP_NUM_THREADS=1" in env and b"MKL_NUM_THREADS=1" in env
 
 
 def test_a_port_in_use_is_one_line() -> None:
