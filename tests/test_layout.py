@@ -212,9 +212,9 @@ def test_no_function_in_src_is_over_60_lines() -> None:
 
 MAX_PARAMETERS = 8
 MAX_MODULE_LINES = 500
-# A dated figure (a real calendar date), an issue number, or the machine a comment was written on.
-# A dated figure, an issue, "this VM", or an undated timing ("~3 s", "(~50 ms)"): a comment says why in
-# words, and a figure goes to docs/measured.md with its date and host.
+# A dated figure (a real calendar date), an issue number, the machine a comment was written on, or an
+# undated timing ("~3 s", "(~50 ms)"): a comment says why in words, and a figure goes to docs/measured.md
+# with its date and host.
 NOTEBOOK = re.compile(
     r"\b20\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])\b|\bissues? #?\d+|\bthis (\(?\d+-core\)? )?VM\b|\b\d+-core VM\b"
     r"|~\d[\d.,]*\s?(s|ms|µs)\b",
