@@ -48,7 +48,7 @@ from devicebench.train.progress import ProgressBar, progress
 from devicebench.train.records import EpochResult, EvalResult, LossLog
 from devicebench.train.seeding import seed_everything, weights_fingerprint
 from devicebench.train.setup import Data, Options, Task, batch_sizes
-from devicebench.train.step import Learner, LossFn, StepSettings, on_device, rows, train_step
+from devicebench.train.step import Learner, LossFn, StepSettings, on_device, train_step
 from devicebench.train.summary import (
     Totals,
     dist_metrics,
@@ -203,6 +203,12 @@ def _timed_batches(loader: Iterable, step: StepSettings, wait: list[float]) -> I
         yield x, y
 
 
+def _rows(x: torch.Tensor, y: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `n` rows of a batch, repeated when it has fewer (a short eval set, a bigger train batch)."""
+    reps = -(-n // x.shape[0])
+    return torch.cat([x] * reps)[:n], torch.cat([y] * reps)[:n]
+
+
 def _evaluate(
     model: torch.nn.Module,
     data: Data,
@@ -335,12 +341,12 @@ def warm_up(
         learner = Learner(shadow, optimizer, loss_fn, scaler)
         shadow.train()
         for size in sorted({s for s in train_sizes if s > 0}, reverse=True):
-            x, y = on_device(*rows(x_all, y_all, size), step)
+            x, y = on_device(*_rows(x_all, y_all, size), step)
             train_step(learner, x, y, step)
         shadow.eval()
         with torch.inference_mode():
             for size in sorted({s for s in eval_sizes if s > 0}, reverse=True):
-                x, y = on_device(*rows(x_all, y_all, size), step)
+                x, y = on_device(*_rows(x_all, y_all, size), step)
                 with autocast(device, step.amp_dtype):
                     logits = shadow(x)
                     loss_fn(logits, y)

@@ -48,12 +48,6 @@ def on_device(x: torch.Tensor, y: torch.Tensor, step: StepSettings) -> tuple[tor
     return x, y
 
 
-def rows(x: torch.Tensor, y: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first `n` rows of a batch, repeated when it has fewer (a short eval set, a bigger train batch)."""
-    reps = -(-n // x.shape[0])
-    return torch.cat([x] * reps)[:n], torch.cat([y] * reps)[:n]
-
-
 def train_step(learner: Learner, x: torch.Tensor, y: torch.Tensor, step: StepSettings) -> torch.Tensor:
     """One optimizer step (through the GradScaler for fp16); the loss stays on the device."""
     optimizer, scaler = learner.optimizer, learner.scaler
