@@ -1,6 +1,6 @@
-"""Numerics a training run chooses per device: the autocast dtype (and its context, `autocast`), how fp32 convolutions and matmuls
-run on CUDA, and the optimizer kernels; each checked where it is chosen, so an impossible choice is one
-line naming the parameter before any work starts.
+"""Numerics a training run chooses per device: the autocast dtype (and its context, `autocast`), how
+fp32 convolutions and matmuls run on CUDA, and the optimizer kernels; each checked where it is chosen,
+so an impossible choice is one line naming the parameter before any work starts.
 """
 
 from __future__ import annotations

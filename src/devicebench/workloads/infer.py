@@ -28,7 +28,6 @@ from devicebench.errors import UsageError
 from devicebench.host import peaks, precision
 from devicebench.host.context import Context, LoadedModel
 from devicebench.host.memory import peak_memory, reset_peak_memory
-from devicebench.host.precision import autocast
 from devicebench.host.timing import Timer, TimingStats
 from devicebench.models import zoo
 from devicebench.schema import (
@@ -155,7 +154,7 @@ def _request(
         on = x.to(device)
         if nhwc and on.dim() == 4:
             on = on.contiguous(memory_format=torch.channels_last)
-        with autocast(device, amp):
+        with precision.autocast(device, amp):
             out = zoo.main_output(model(on))
         return out.float().cpu()
 
