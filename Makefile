@@ -55,8 +55,8 @@ ui: ## open the MLflow UI on the embedded store (sqlite:///mlflow.db) at 127.0.0
 PYTEST := OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=15
 
 # Two targets, one suite: the journeys across cold processes (marked e2e: `mlflow run`, the demo plan, a
-# server killed mid-run, a tuning search, a multi-process job) cost half of the suite's CPU in a fifth of
-# its tests; `make test` is the rest (unit tests, real servers and PostgreSQL, commands forked warm) and
+# server killed mid-run, a tuning search, a multi-process job) cost half of the suite's CPU in a twentieth
+# of its tests; `make test` is the rest (unit tests, real servers and PostgreSQL, commands forked warm) and
 # stays under 5 minutes on a 2-core host. `.ci/run` runs both, and the container test.
 test: $(VENV)/.installed ## run the tests but the end-to-end journeys (real mlflow servers, real PostgreSQL where it answers)
 	$(PYTEST) -m 'not e2e'
