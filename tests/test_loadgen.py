@@ -110,6 +110,7 @@ def test_the_runs_answer_is_the_highest_qps_held_and_its_cost(tmp_path: Path) ->
     assert costs[COST_PER_MILLION] == pytest.approx(3.6 * 1e6 / server.target_qps / 3600)
     line = summary_line("infer", "cpu", glance_metrics("infer", result, costs), "no price table")
     assert f"{fmt_count(server.target_qps)} predictions/s held within p99 {fmt_s(0.25)} at batch 1" in line
+    assert "over HTTP" not in line  # in-process: the model's own figures
     assert f"{fmt_money(costs[COST_PER_MILLION])}/M predictions" in line
 
 
@@ -132,7 +133,7 @@ def test_a_search_no_qps_passes_says_the_lowest_tried_and_its_p99(tmp_path: Path
     assert tried and not any(o.valid for o in tried)
     low = min(tried, key=lambda o: o.target_qps)
     with pytest.raises(UsageError) as err:
-        loadgen.highest_held(tried, load.p99_s)
+        loadgen.highest_held(tried, load)
     text = str(err.value)
     assert "no QPS held p99 <= 5.00 ms" in text and "\n" not in text
     assert (
@@ -140,6 +141,17 @@ def test_a_search_no_qps_passes_says_the_lowest_tried_and_its_p99(tmp_path: Path
         and "had p99" in text
         and not math.isnan(low.p99_s)
     )
+    lower = low.target_qps / 2  # what the search would have tried next, had the budget allowed
+    hint = f"the next lower, {fmt_count(lower)} QPS, takes about {fmt_s(loadgen.test_seconds(load, lower))}"
+    assert (hint in text) == (lower >= loadgen.MIN_QPS)
+
+
+def test_a_search_at_its_floor_gives_no_budget_hint(tmp_path: Path) -> None:
+    """Where the next lower QPS is under the search's floor, more budget would not help: no hint."""
+    low = loadgen.LoadGenResult("server", False, "", 0.6, 0.1, 0.2, 0.3, 100, 0.6, tmp_path, tmp_path)
+    with pytest.raises(UsageError) as err:
+        loadgen.highest_held([low], loadgen.Load(1.0, 1024, 0.05))
+    assert "lowest tried, 0.6" in str(err.value) and "serve_budget_s that much" not in str(err.value)
 
 
 def test_tune_searches_each_batching_setting_and_keeps_the_highest(tmp_path: Path) -> None:

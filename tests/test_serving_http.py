@@ -21,6 +21,7 @@ from torch import nn
 from devicebench.errors import UsageError
 from devicebench.run import scoring
 from devicebench.schema import SERVE_MAX_QPS, SERVE_RATE, loadgen_key, loadgen_tag
+from devicebench.util.fmt import fmt_s
 from devicebench.workloads.serving import over_http
 from servers import devicebench_env, run_cli
 
@@ -81,13 +82,16 @@ def test_infer_over_http_reads_loadgens_figures_and_leaves_no_server(
     from mlflow.tracking import MlflowClient
 
     uri = tiny_uri
-    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name)
+    temp = tmp_path / "temp"  # the command's own temporary folders, each removed at its exit
+    temp.mkdir()
+    env = devicebench_env(mlflow_server.url, DEVICEBENCH_EXPERIMENT=experiment_name, TMPDIR=str(temp))
     args = ["infer", "--model_uri", uri, "--input", "3x8x8", "--scenarios", "single_stream,server",
             "--via", "in_process,http", "--p99_ms", "2000", "--min_duration_s", "0.3", "--min_queries", "500",
             "--serve_budget_s", "3", "--cpu_threads", "1", "--price_per_hour", "1.0"]  # fmt: skip
     done = run_cli(args, env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "/M predictions" in done.stdout
+    assert f"predictions/s held within p99 {fmt_s(2.0)} over HTTP at batch 1" in done.stdout
     client = MlflowClient(mlflow_server.url)
     (run,) = client.search_runs(
         [client.get_experiment_by_name(experiment_name).experiment_id],
@@ -103,6 +107,7 @@ def test_infer_over_http_reads_loadgens_figures_and_leaves_no_server(
     assert m[SERVE_RATE] == m[SERVE_MAX_QPS] == m[loadgen_key("http", "server", "max_qps")]
     assert '"POST /invocations HTTP/1.1" 200' in (folder / "http" / "scoring_server.log").read_text()
     assert "models serve" not in _processes_of(tmp_path)
+    assert not list(temp.iterdir())  # the server's log folder went with it
 
 
 def _processes_of(folder: Path) -> str:

@@ -95,8 +95,11 @@ def _serving_glance(result: Any, costs: Mapping[str, float]) -> dict[str, float]
         "serve_samples_per_s": result.serve_samples_per_s,
         "serve_batch_size": result.best_batch,
     }
-    if getattr(result, "answer", None) is not None:  # LoadGen's server: its rate is QPS within the promise
+    answer = getattr(result, "answer", None)
+    if answer is not None:  # LoadGen's server: its rate is QPS within the promise
         out["p99_bound_s"] = result.p99_bound_s
+        # over MLflow's scoring server its figures are the server's, not the model's: the line says so
+        out["over_http"] = float(answer.via == "http")
     if COST_PER_MILLION in costs:
         out["usd_per_million"] = costs[COST_PER_MILLION]
     return out
@@ -147,6 +150,7 @@ def _serving_figures(g: Mapping[str, float], kind: Kind) -> list[str]:
     if "serve_samples_per_s" in g:
         at = f" at batch {int(g['serve_batch_size'])}" if "serve_batch_size" in g else ""
         within = f" held within p99 {fmt_s(g['p99_bound_s'])}" if "p99_bound_s" in g else ""
+        within += " over HTTP" if g.get("over_http") else ""
         parts.append(f"{fmt_count(g['serve_samples_per_s'])} {kind.rate_unit}{within}{at}")
     return parts
 

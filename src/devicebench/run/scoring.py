@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -84,6 +85,8 @@ def start(uri: str, port: int, tracking_uri: str, threads: int = 0) -> ScoringSe
     log = Path(tempfile.mkdtemp(prefix="devicebench-serve-")) / "scoring_server.log"
     # unbuffered: a server killed mid-test leaves its last lines in the log, not in a lost buffer
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1"}
+    # MLflow downloads the model into a temporary folder it never removes: ours, removed at exit
+    env["TMPDIR"] = str(log.parent)
     if threads > 0:  # the run's cpu_threads, as in-process uses them: same model, same device, same threads
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     # MLflow starts uvicorn by name: this interpreter's scripts first on PATH
@@ -98,6 +101,8 @@ def start(uri: str, port: int, tracking_uri: str, threads: int = 0) -> ScoringSe
             start_new_session=True,
         )
     server = ScoringServer(process, f"http://{HOST}:{port}", log)
+    # at exit, last in first out: the server stopped, then its log's folder removed (the run holds a copy)
+    atexit.register(shutil.rmtree, log.parent, True)
     atexit.register(server.stop)
     deadline = time.monotonic() + START_S
     while not _answers(server.url):

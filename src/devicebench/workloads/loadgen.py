@@ -39,6 +39,7 @@ RATE_KEY = {
     "server": "result_completed_samples_per_sec",
     "offline": "result_samples_per_second",
 }
+MIN_QPS = 0.5  # the server search's floor: below it a test of min_queries lasts most of an hour
 Predict = Callable[[Sequence[int]], None]
 
 
@@ -233,19 +234,29 @@ def peak_search(
         bracketed = held and failed < float("inf")
         qps = (held + failed) / 2 if bracketed else (qps * 2 if held else qps / 2)
         left = budget_s - (time.perf_counter() - t0)
-        if qps < 0.5 or test_seconds(load, qps) * 1.5 > left:
+        if qps < MIN_QPS or test_seconds(load, qps) * 1.5 > left:
             break
     return tried
 
 
-def highest_held(tried: Sequence[LoadGenResult], p99_s: float) -> LoadGenResult:
-    """The VALID test at the highest QPS; none held: a UsageError saying the lowest tried and its p99."""
+def highest_held(tried: Sequence[LoadGenResult], load: Load) -> LoadGenResult:
+    """The VALID test at the highest QPS; none held: a UsageError saying the lowest tried, its p99, and
+    what the next lower QPS would take (each test is at least `min_queries`, so a slow way in, such as
+    HTTP, reaches its QPS only with minutes of budget)."""
     held = [o for o in tried if o.valid]
     if held:
         return max(held, key=lambda o: o.target_qps)
     low = min(tried, key=lambda o: o.target_qps)
+    lower = low.target_qps / 2
+    more = (
+        f"; the next lower, {fmt_count(lower)} QPS, takes about {fmt_s(test_seconds(load, lower))}: "
+        "give serve_budget_s that much more"
+        if lower >= MIN_QPS
+        else ""
+    )
     raise UsageError(
-        f"no QPS held p99 <= {fmt_s(p99_s)} within serve_budget_s: the lowest tried, {fmt_count(low.target_qps)} "
-        f"QPS, had p99 {fmt_s(low.p99_s)} (LoadGen: INVALID, {low.reason or 'p99 over the bound'})",
+        f"no QPS held p99 <= {fmt_s(load.p99_s)} within serve_budget_s: the lowest tried, "
+        f"{fmt_count(low.target_qps)} QPS, had p99 {fmt_s(low.p99_s)} "
+        f"(LoadGen: INVALID, {low.reason or 'p99 over the bound'}){more}",
         param="p99_ms",
     )

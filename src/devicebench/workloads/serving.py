@@ -192,7 +192,7 @@ def _server(cfg: Config, predict: Predict, workers: int, out: Path, served: Serv
         served.tuned.append((max_batch, max_wait_ms, top))
     _, served.tried, served.max_batch, max_wait_ms = max(searches, key=lambda s: s[0])
     served.max_wait_s = max_wait_ms / 1e3
-    served.outcomes["server"] = highest_held(served.tried, cfg.p99_ms / 1e3)
+    served.outcomes["server"] = highest_held(served.tried, _load(cfg, served.max_batch, max_wait_ms, workers))
 
 
 def drive(cfg: Config, predict: Predict, via: str, workers: int, out: Path) -> Served:
