@@ -193,8 +193,10 @@ def test_an_item_killed_before_its_run_existed_is_a_killed_run_in_the_store(
     plan = load_plan(
         write(
             tmp_path,
-            "name: t\nruns:\n  - entry: model\n    params: {model: 'stuck.py:build', input: 3x8x8}\n"
-            "    time_limit_s: 5\n",
+            # the factory by its absolute path: the item's process runs in the suite's folder, where a
+            # bare `stuck.py` is not, and exits 2 at once (this passed only where that took over 5 s)
+            f"name: t\nruns:\n  - entry: model\n    params: {{model: '{tmp_path / 'stuck.py'}:build', "
+            "input: 3x8x8}\n    time_limit_s: 5\n",
         )
     )
     client, exp, parent = _suite_parent(mlflow_server.url, experiment_name)
