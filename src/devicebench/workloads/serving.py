@@ -188,11 +188,11 @@ def _server(cfg: Config, predict: Predict, workers: int, out: Path, served: Serv
             cfg.serve_budget_s / len(settings),
         )
         top = max((o.target_qps for o in tried if o.valid), default=0.0)
-        searches.append((top, tried, max_batch, max_wait_ms))
+        searches.append((top, tried, load))
         served.tuned.append((max_batch, max_wait_ms, top))
-    _, served.tried, served.max_batch, max_wait_ms = max(searches, key=lambda s: s[0])
-    served.max_wait_s = max_wait_ms / 1e3
-    served.outcomes["server"] = highest_held(served.tried, _load(cfg, served.max_batch, max_wait_ms, workers))
+    _, served.tried, load = max(searches, key=lambda s: s[0])
+    served.max_batch, served.max_wait_s = load.max_batch, load.max_wait_s
+    served.outcomes["server"] = highest_held(served.tried, load)
 
 
 def drive(cfg: Config, predict: Predict, via: str, workers: int, out: Path) -> Served:
