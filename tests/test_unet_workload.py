@@ -9,17 +9,18 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_unet_data import write_voc
 
 from devicebench.config.fields import build_config, field_names
-from devicebench.data.voc import CLASSES
+from devicebench.data.voc import CLASSES, voc_palette
 from devicebench.errors import DataUnavailable, UsageError
 from devicebench.host.context import Context
 from devicebench.tracking.artifacts import portable_model
 from devicebench.tracking.protocol import MemoryTracker
-from devicebench.train import loop, seeding, step
+from devicebench.train import figures, loop, seeding, step
 from devicebench.workloads.unet import (
     NUM_CLASSES,
     Config,
@@ -102,7 +103,14 @@ def test_a_run_logs_the_schema(tmp_path: Path) -> None:
     assert confusion["true class"] == list(CLASSES)
     pixels = sum(sum(confusion[c]) for c in CLASSES)
     assert sum(table["truth_pixels"]) == sum(table["predicted_pixels"]) == pixels > 0
-    assert len(tr.artifacts["predictions.png"].axes) == 12  # 4 images × (image, truth, prediction)
+    pic = tr.artifacts["predictions.png"]  # 4 images × (image, truth, prediction), masks in VOC colours
+    assert pic.mode == "RGB" and pic.width == 3 * (160 + figures.PAD) + figures.PAD
+    palette = {tuple(c) for c in np.asarray(voc_palette(), dtype=np.uint8).reshape(256, 3).tolist()}
+    for column in (1, 2):  # below the titles: mask pixels, never smoothed into colours between classes
+        x = figures.PAD + column * (160 + figures.PAD)
+        masks = np.asarray(pic)[pic.height // 4 :, x : x + 160].reshape(-1, 3)
+        colours = {tuple(c) for c in masks.tolist()} - {figures.PAPER}
+        assert len(colours) >= 2 and colours <= palette
     assert tr.artifacts["timings.json"]["eval"]["samples"] == 6
     assert "Training time on cpu" in out and "Evaluation time on cpu" in out and "mIoU" in out
 

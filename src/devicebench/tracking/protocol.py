@@ -26,6 +26,7 @@ class Tracker(Protocol):
     def log_dict(self, obj: Any, artifact_file: str) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
     def log_figure(self, figure: Any, artifact_file: str) -> None: ...
+    def log_image(self, image: Any, artifact_file: str) -> None: ...
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
     def log_table(self, data: Mapping[str, Sequence[Any]], artifact_file: str) -> None: ...
     def log_model(self, model: Any, name: str, input_example: Any, metrics: Sequence[str] = ()) -> str | None:
@@ -71,6 +72,9 @@ class MemoryTracker:
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         self.artifacts[artifact_file] = figure
 
+    def log_image(self, image: Any, artifact_file: str) -> None:
+        self.artifacts[artifact_file] = image
+
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
         name = Path(local_path).name
         self.artifacts[f"{artifact_path}/{name}" if artifact_path else name] = Path(local_path)
@@ -108,6 +112,9 @@ class NullTracker:
         pass
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
+        pass
+
+    def log_image(self, image: Any, artifact_file: str) -> None:
         pass
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:

@@ -119,7 +119,12 @@ class MlflowTracker:
         self._log_file(artifact_file, lambda path: path.write_text(text))
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
+        """A matplotlib figure (a chart), saved as its file name's format says."""
         self._log_file(artifact_file, lambda path: figure.savefig(path, dpi=110, bbox_inches="tight"))
+
+    def log_image(self, image: Any, artifact_file: str) -> None:
+        """A Pillow image (a picture drawn without matplotlib: train/figures.py), saved as its name says."""
+        self._log_file(artifact_file, image.save)
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None:
         src = Path(local_path)

@@ -209,8 +209,8 @@ def _log_artifacts(cfg: Config, tracker: Tracker, done: loop.Fitted, data: setup
     cm = done.evals[-1].confusion
     tracker.log_table(per_class_table(cm, data.classes), "per_class.json")
     tracker.log_table(confusion_table(cm, data.classes), "confusion_matrix.json")
-    fig = figures.confusion_figure(cm, data.classes, f"CIFAR-10 {cfg.model} ({cfg.data}): test confusion")
-    tracker.log_figure(fig, "confusion_matrix.png")
+    image = figures.confusion_image(cm, data.classes, f"CIFAR-10 {cfg.model} ({cfg.data}): test confusion")
+    tracker.log_image(image, "confusion_matrix.png")
     example = _input_example(data.eval_set, data.eval_loader)
     tracker.log_model(done.model, model_name(cfg), example, metrics=list(done.eval_metrics))
     sys.stdout.flush()

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
+from PIL import Image
 
 from devicebench.config.workloads import UNetConfig as Config
 from devicebench.data import IGNORE_INDEX, resolve_root
@@ -255,25 +255,18 @@ def predict_masks(
     return pred
 
 
-def predictions_figure(images: torch.Tensor, truth: torch.Tensor, pred: torch.Tensor) -> Figure:
+def predictions_image(images: torch.Tensor, truth: torch.Tensor, pred: torch.Tensor) -> Image.Image:
     """Rows of image / truth / prediction, masks in the VOC palette (void 255 in its cream colour)."""
     palette = np.asarray(voc_palette(), dtype=np.uint8).reshape(256, 3)
-    n = images.shape[0]
-    fig = Figure(figsize=(7.5, 2.5 * n))
-    axes = fig.subplots(n, 3, squeeze=False)
-    for i in range(n):
-        panels = (
-            denormalize(images[i]),
+    rows = [
+        (
+            np.rint(denormalize(images[i]) * 255).astype(np.uint8),
             palette[truth[i].numpy().astype(np.uint8)],
             palette[pred[i].numpy().astype(np.uint8)],
         )
-        for j, (panel, title) in enumerate(zip(panels, ("image", "truth", "prediction"), strict=True)):
-            axes[i][j].imshow(panel, interpolation="nearest")
-            axes[i][j].set_axis_off()
-            if i == 0:
-                axes[i][j].set_title(title)
-    fig.tight_layout()
-    return fig
+        for i in range(images.shape[0])
+    ]
+    return figures.panel_grid(rows, ("image", "truth", "prediction"))
 
 
 def _log_artifacts(
@@ -282,15 +275,14 @@ def _log_artifacts(
     ev = done.evals[-1]
     tracker.log_table(per_class_table(ev.confusion, data.classes), "per_class.json")
     tracker.log_table(confusion_table(ev.confusion, data.classes), "confusion_matrix.json")
-    fig = figures.confusion_figure(ev.confusion, data.classes, f"UNet ({cfg.data}): validation pixels")
-    tracker.log_figure(fig, "confusion_matrix.png")
+    image = figures.confusion_image(ev.confusion, data.classes, f"UNet ({cfg.data}): validation pixels")
+    tracker.log_image(image, "confusion_matrix.png")
 
     # The first validation images, always the same ones: their pictures compare across runs and devices.
     first = [data.eval_set[i] for i in range(min(PREDICTION_IMAGES, len(data.eval_set)))]
     images = torch.stack([x for x, _ in first])
     truth = torch.stack([y for _, y in first])
     pred = predict_masks(done.model, images, opts.device, opts.amp_dtype, opts.channels_last)
-    fig = predictions_figure(images, truth, pred)
-    tracker.log_figure(fig, "predictions.png")
+    tracker.log_image(predictions_image(images, truth, pred), "predictions.png")
 
     tracker.log_model(done.model, MODEL_NAME, images[:2], metrics=list(done.eval_metrics))
