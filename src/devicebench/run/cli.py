@@ -38,6 +38,7 @@ from devicebench.schema import (
 )
 from devicebench.tracking.protocol import one_line
 from devicebench.tracking.signals import exiting
+from devicebench.util.collector import paused_for_imports
 from devicebench.util.fmt import PROG
 from devicebench.util.leave import leave
 from devicebench.util.redact import redact
@@ -181,10 +182,12 @@ def _run_workload(
 ) -> int:
     cfg, settings, pricing = _checked(name, args)
     if worker_rank():  # a job's rank other than 0: the work alone, no run and so no MLflow (work.py)
-        from devicebench.run.work import work_as_rank  # lazy: torch, once all is checked
+        with paused_for_imports():
+            from devicebench.run.work import work_as_rank  # lazy: torch, once all is checked
 
         return work_as_rank(name, cfg, settings)
-    from devicebench.run.workload import run_workload  # lazy: torch and MLflow, once all is checked
+    with paused_for_imports():
+        from devicebench.run.workload import run_workload  # lazy: torch and MLflow, once all is checked
 
     return run_workload(name, cfg, settings, pricing, tune_budget_s, tune_precision)
 

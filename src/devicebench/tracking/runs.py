@@ -37,6 +37,7 @@ from devicebench.tracking.store import (
     store_error_hint,
 )
 from devicebench.tracking.tracker import MlflowTracker
+from devicebench.util.collector import paused_for_imports
 from devicebench.util.redact import redact
 
 
@@ -90,13 +91,14 @@ def run_context(
     that started this run has just checked it (`plan`)."""
     install_signal_handlers()  # before the run exists: a SIGTERM after create_run must not leave it RUNNING
     store_t0 = time.perf_counter()
-    if not plan.store_checked:
-        check_store(settings)
-    configure_mlflow_client(settings)
-    client = MlflowClient(settings.tracking_uri)
-    start_tags = {tag("workload"): workload, **(tags or {})}
-    start_tags.update({"mlflow.parentRunId": plan.parent_run_id} if plan.parent_run_id else {})
-    tracker, name = _journalled_run(client, settings, workload, start_tags, run_name, run_id, plan)
+    with paused_for_imports():  # the store's modules (SQLAlchemy's), its engine and GitPython load here
+        if not plan.store_checked:
+            check_store(settings)
+        configure_mlflow_client(settings)
+        client = MlflowClient(settings.tracking_uri)
+        start_tags = {tag("workload"): workload, **(tags or {})}
+        start_tags.update({"mlflow.parentRunId": plan.parent_run_id} if plan.parent_run_id else {})
+        tracker, name = _journalled_run(client, settings, workload, start_tags, run_name, run_id, plan)
     try:
         # its name journalled too: a run the store loses is made again under it (`sync --recreate-lost`)
         tracker.set_tags({**start_tags, "mlflow.runName": name} if name else start_tags)

@@ -17,6 +17,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from devicebench.train.summary import (
     train_flops_per_sample,
     utilization_metrics,
 )
+from devicebench.util.collector import paused_for_imports
 
 NO_BAR = ProgressBar()
 
@@ -94,7 +96,11 @@ def fit(opts: Options, data: Data, task: Task, tracker: Tracker) -> Fitted:
     init_weights = weights_fingerprint(built)
     tracker.set_tags({tag("init_weights"): init_weights, tag("model.params"): str(count_parameters(built))})
     model, module = _place(built, opts)
-    optimizer = task.optimizer(model.parameters())
+    # The process's first torch.optim optimizer imports torch._dynamo (~150,000 objects); paused and frozen
+    # that once only, so a tuning search's later trials leave their models to the collector.
+    first = "torch._dynamo" not in sys.modules
+    with paused_for_imports() if first else contextlib.nullcontext():
+        optimizer = task.optimizer(model.parameters())
     scaler = torch.amp.GradScaler(opts.device.type) if opts.fp16 else None
     learner = Learner(model, optimizer, task.loss_fn, scaler)
     done = Fitted(model, module, init_weights, _warm_up(model, data, task, opts, tracker))
