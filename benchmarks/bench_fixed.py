@@ -1,15 +1,16 @@
-"""The fixed cost of a run: what a tiny cifar run pays beyond its training and evaluation (issue 39).
+"""The fixed cost of a run: what a tiny cifar run pays beyond its training and evaluation (issues 39, 62).
 
 `python -m benchmarks.bench_fixed [cpu|cuda]` (`make bench`: cpu; `make gpu-check`: cuda, where a run
 also pays for its CUDA context). A tiny run (256 synthetic images, one epoch) is timed as a whole
 process, cold (`python -m devicebench cifar`, as a person starts it) and warm (forked from the server a
 plan's runs start from, handed the store the plan checked, as `suite` runs it). Its fixed cost is the
-process's wall time minus the `time/train_s` and `time/eval_s` it logged; each is printed against a bare
-`python -c "import torch"` timed in the same run, so the machine's speed cancels out. The phases each run
-logged (`time/start_s`, `store_s`, `host_s`, `artifacts_s`, `end_s`) say where the rest went. Target:
-warm fixed cost <= 3 s. A cold process cannot meet it here: a bare script that imports torch and takes
-one optimizer step (torch.optim imports torch._dynamo on it) is already over 3 s on this 2-core VM; that
-floor (on the device measured: with its CUDA context on cuda) is printed too.
+process's wall time minus the `time/train_s` and `time/eval_s` it logged, printed against a bare
+`python -c "import torch"`; the cold runs alternate with the bare import and a bare training script
+(import torch, one optimizer step: torch.optim imports torch._dynamo on it, the least any cold training
+process pays), so a host whose speed drifts moves all three alike. The phases each run logged
+(`time/start_s`, `store_s`, `host_s`, `artifacts_s`, `end_s`) say where the rest went. Targets: a cold
+run's fixed cost <= 3x the bare import (issue 62), a warm one's <= 3 s (issue 39); exit 1 if either
+is missed.
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from benchmarks import BadArgument, check_ran, exit_with
+from devicebench.host.cpu import cpu_model
 from devicebench.plan.handoff import Handoff, store_mark
 from devicebench.plan.warm import WARM_MODULES
 from devicebench.util.forkserver import ForkServer
 
 TARGET_S = 3.0
-RUNS = 3  # of each kind; the median is the figure
+RUNS = 3  # warm runs; the median is the figure
+COLD_ROUNDS = 5  # rounds of (bare import, bare training script, cold run), alternated
+COLD_TARGET = 3.0  # a cold run's fixed cost, in bare `import torch`s of the same sitting
 DEVICES = ("cpu", "cuda")
 TINY = ["cifar", "--data", "synthetic", "--train_limit", "256", "--test_limit", "64", "--epochs", "1"]
 PHASES = ("start", "store", "host", "artifacts", "end")
@@ -121,7 +125,12 @@ def main(device: str = "cpu") -> int:
         env = bench_env(workdir)
         server = ForkServer(WARM_MODULES, env)
         try:
-            cold = [fixed_cold(env, workdir, tiny) for _ in range(RUNS)]  # the first also creates the store
+            fixed_cold(env, workdir, tiny)  # creates the store, as a first run anywhere does: not counted
+            cold, bare, floor = [], [], []
+            for _ in range(COLD_ROUNDS):  # alternated, so a host that slows down mid-bench moves all three
+                bare.append(bare_s())
+                floor.append(bare_s(BARE_TRAINING.format(device=device)))
+                cold.append(fixed_cold(env, workdir, tiny))
             server.ready()
             mark = store_mark(env["MLFLOW_TRACKING_URI"], time.time())
             warm_env = Handoff("", "", "", "", "", True, mark).env(env)
@@ -130,20 +139,20 @@ def main(device: str = "cpu") -> int:
             warm = [fixed_warm(server, warm_env, workdir, tiny) for _ in range(RUNS)]
         finally:
             server.close()
-        bare = statistics.median(bare_s() for _ in range(RUNS))
-        floor = statistics.median(bare_s(BARE_TRAINING.format(device=device)) for _ in range(RUNS))
-    cold_line, cold_s = _line("cold process", device, cold, bare)
-    warm_line, warm_s = _line("forked from a plan's warm server", device, warm, bare)
-    ok = warm_s <= TARGET_S
+    cold_line, cold_s = _line("cold process", device, cold, statistics.median(bare))
+    warm_line, warm_s = _line("forked from a plan's warm server", device, warm, statistics.median(bare))
+    floor_s, bare_med = statistics.median(floor), statistics.median(bare)
+    cold_ok, warm_ok = cold_s <= COLD_TARGET * bare_med, warm_s <= TARGET_S
     print(cold_line)
     print(
-        f"fixed cost: a bare training script (import torch, one SGD step on {device}) takes {floor:.2f} s = "
-        f"{floor / bare:.2f}x a bare `import torch`: no cold training process here starts for less; the "
-        f"cold run's fixed cost is {cold_s / floor:.2f}x it (MLflow, its SQLite store and model logging "
-        "on top)"
+        f"fixed cost: a bare training script (import torch, one SGD step on {device}) takes {floor_s:.2f} s = "
+        f"{floor_s / bare_med:.2f}x a bare `import torch`: no cold training process here starts for less; the "
+        f"cold run's fixed cost is {cold_s / floor_s:.2f}x it (MLflow, its SQLite store and model logging "
+        f"on top). A cold run's target: <= {COLD_TARGET:.0f}x a bare `import torch` "
+        f"[{'ok' if cold_ok else 'MISSED'}]; cpu {cpu_model()}, {os.cpu_count()} cores"
     )
-    print(f"{warm_line} [target <= {TARGET_S:.0f} s] {'ok' if ok else 'MISSED'}", flush=True)
-    return 0 if ok else 1
+    print(f"{warm_line} [target <= {TARGET_S:.0f} s] {'ok' if warm_ok else 'MISSED'}", flush=True)
+    return 0 if cold_ok and warm_ok else 1
 
 
 if __name__ == "__main__":
