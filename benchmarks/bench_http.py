@@ -25,6 +25,7 @@ import torch
 import torchvision
 
 from devicebench.config.workloads import InferConfig
+from devicebench.host.cpu import cpu_model
 from devicebench.run import scoring
 from devicebench.workloads.loadgen import Predict
 from devicebench.workloads.serving import SAMPLES, drive, in_process, over_http
@@ -34,13 +35,6 @@ MODELS = {"resnet18": (3, 64, 64), "resnet50": (3, 224, 224)}  # small (acceptan
 SECONDS = 2.0  # LoadGen's least duration per test
 QUERIES = 64  # and its fewest queries: a p99 over 64 is their slowest but one, said as such
 THREADS = 1
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "?"
 
 
 def logged(model: torch.nn.Module, shape: tuple[int, ...], folder: Path) -> tuple[str, str]:
