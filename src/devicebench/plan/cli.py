@@ -18,6 +18,7 @@ from devicebench.config.settings import load_settings
 from devicebench.errors import UsageError
 from devicebench.plan.spec import Plan, PlannedRun, load_plan
 from devicebench.util.children import python_argv
+from devicebench.util.collector import paused_for_imports
 from devicebench.util.fmt import fmt_duration
 
 # where each real dataset's files lie under the data folder (data/cifar.py, data/voc.py, which import
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         for line in dry_run(plan):
             print(line)
         return 0
-    from devicebench.plan.suite import run_plan  # lazy: MLflow, only once the plan is read and checked
+    with paused_for_imports():
+        from devicebench.plan.suite import run_plan  # lazy: MLflow, only once the plan is read and checked
 
     return run_plan(plan, resume=args.resume or None)
 

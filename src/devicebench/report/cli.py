@@ -22,6 +22,7 @@ from pathlib import Path
 from devicebench.config.workloads import WORKLOADS
 from devicebench.errors import UsageError
 from devicebench.report.read.options import Query, parse_duration, parse_since, split_list
+from devicebench.util.collector import paused_for_imports
 
 WORKLOAD_CHOICES = (*WORKLOADS, "suite", "report")
 _MILLISECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*ms$", re.IGNORECASE)
@@ -169,9 +170,10 @@ def run(args: argparse.Namespace) -> int:
         filter=args.filter.strip() or None,
         host=args.host.strip() or None,
     )
-    # lazy: MLflow and the report's pipeline, the bulk of the command's start, load only once every flag
-    # has been accepted
-    from devicebench.report.command import compare_and_report
+    with paused_for_imports():
+        # lazy: MLflow and the report's pipeline, the bulk of the command's start, load only once every
+        # flag has been accepted
+        from devicebench.report.command import compare_and_report
 
     # a namespace built without --budget (an older caller) asks for no budget; a deadline asks for one
     budget = getattr(args, "budget", False) or deadline is not None

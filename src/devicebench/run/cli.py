@@ -249,7 +249,8 @@ def _add_sync(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
-    from devicebench.tracking.replay import sync_spool  # lazy: MLflow, for this command alone
+    with paused_for_imports():
+        from devicebench.tracking.replay import sync_spool  # lazy: MLflow, for this command alone
 
     settings = load_settings()
     out = sync_spool(settings, recreate_lost=getattr(args, "recreate_lost", False))
