@@ -139,9 +139,9 @@ def main(device: str = "cpu") -> int:
             warm = [fixed_warm(server, warm_env, workdir, tiny) for _ in range(RUNS)]
         finally:
             server.close()
-    cold_line, cold_s = _line("cold process", device, cold, statistics.median(bare))
-    warm_line, warm_s = _line("forked from a plan's warm server", device, warm, statistics.median(bare))
-    floor_s, bare_med = statistics.median(floor), statistics.median(bare)
+    bare_med, floor_s = statistics.median(bare), statistics.median(floor)
+    cold_line, cold_s = _line("cold process", device, cold, bare_med)
+    warm_line, warm_s = _line("forked from a plan's warm server", device, warm, bare_med)
     cold_ok, warm_ok = cold_s <= COLD_TARGET * bare_med, warm_s <= TARGET_S
     print(cold_line)
     print(

@@ -104,11 +104,11 @@ def test_a_run_logs_the_schema(tmp_path: Path) -> None:
     pixels = sum(sum(confusion[c]) for c in CLASSES)
     assert sum(table["truth_pixels"]) == sum(table["predicted_pixels"]) == pixels > 0
     pic = tr.artifacts["predictions.png"]  # 4 images × (image, truth, prediction), masks in VOC colours
-    assert pic.mode == "RGB" and pic.width == 3 * (160 + figures.PAD) + figures.PAD
+    assert pic.mode == "RGB" and pic.width == 3 * (figures.PANEL_PX + figures.PAD) + figures.PAD
     palette = {tuple(c) for c in np.asarray(voc_palette(), dtype=np.uint8).reshape(256, 3).tolist()}
     for column in (1, 2):  # below the titles: mask pixels, never smoothed into colours between classes
-        x = figures.PAD + column * (160 + figures.PAD)
-        masks = np.asarray(pic)[pic.height // 4 :, x : x + 160].reshape(-1, 3)
+        x = figures.PAD + column * (figures.PANEL_PX + figures.PAD)
+        masks = np.asarray(pic)[pic.height // 4 :, x : x + figures.PANEL_PX].reshape(-1, 3)
         colours = {tuple(c) for c in masks.tolist()} - {figures.PAPER}
         assert len(colours) >= 2 and colours <= palette
     assert tr.artifacts["timings.json"]["eval"]["samples"] == 6

@@ -32,6 +32,7 @@ SCALE_PX = 12  # the colour scale's width
 LABEL_MIN_CELL_PX = 12  # class names where a cell is at least this tall; below, they would overlap
 COUNTS_MAX_CLASSES = 12  # counts in the cells up to this many classes
 PAD = 8
+PANEL_PX = 160  # a panel's width in a grid of pictures
 NEAREST = Image.Resampling.NEAREST
 INK = (0, 0, 0)
 PAPER = (255, 255, 255)
@@ -81,17 +82,11 @@ def blues(values: np.ndarray) -> np.ndarray:
 def _scale(height: int, face: ImageFont.FreeTypeFont | ImageFont.ImageFont) -> Image.Image:
     """The colour scale beside a matrix: a bar from 0 (bottom) to 1 (top) of a true class's samples."""
     bar = Image.fromarray(blues(np.linspace(1.0, 0.0, max(height, 2))[:, None].repeat(SCALE_PX, 1)))
-    marks = ("100%", "0%")
-    mark_w = max(text_size(t, face)[0] for t in marks)
-    img = Image.new("RGB", (SCALE_PX + PAD // 2 + mark_w, bar.height), PAPER)
+    img = Image.new("RGB", (SCALE_PX + PAD // 2 + text_size("100%", face)[0], bar.height), PAPER)
     img.paste(bar, (0, 0))
     draw = ImageDraw.Draw(img)
-    for text, y in zip(
-        marks,
-        (text_size(marks[0], face)[1] / 2 + 1, bar.height - text_size("0", face)[1] / 2 - 1),
-        strict=True,
-    ):
-        draw_text(draw, (img.width, y), text, face, align="right")
+    draw_text(draw, (img.width, text_size("100%", face)[1] / 2 + 1), "100%", face, align="right")
+    draw_text(draw, (img.width, bar.height - text_size("0", face)[1] / 2 - 1), "0%", face, align="right")
     return img
 
 
@@ -136,7 +131,7 @@ def confusion_image(cm: torch.Tensor, class_names: Sequence[str], title: str) ->
 
 
 def panel_grid(
-    rows: Sequence[Sequence[np.ndarray]], titles: Sequence[str], panel_px: int = 160
+    rows: Sequence[Sequence[np.ndarray]], titles: Sequence[str], panel_px: int = PANEL_PX
 ) -> Image.Image:
     """Rows of H×W×3 pictures (uint8), each scaled to `panel_px` wide without smoothing (a mask's
     classes stay its own colours), under one title per column."""
