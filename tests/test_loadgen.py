@@ -146,6 +146,31 @@ def test_a_search_no_qps_passes_says_the_lowest_tried_and_its_p99(tmp_path: Path
     assert (hint in text) == (lower >= loadgen.MIN_QPS)
 
 
+def test_single_stream_slowed_in_its_estimate_is_run_again_at_loadgens_own_latency(tmp_path: Path) -> None:
+    """The calls that set LoadGen's expected latency ran slow (a busy host), the test fast: LoadGen ran
+    out of the queries it pre-generated before the least duration and said so; the scenario is run once
+    more at LoadGen's own mean latency and holds."""
+    from devicebench.workloads.serving import ESTIMATE_CALLS, drive
+
+    calls = []
+
+    def predict(indices: object) -> None:
+        calls.append(indices)
+        time.sleep(0.02 if len(calls) <= ESTIMATE_CALLS else 0.0005)
+
+    cfg = _cfg(scenarios=("single_stream",), min_duration_s=0.3, min_queries=64)
+    first = loadgen.run_test(
+        "single_stream", predict, 8, loadgen.Load(0.3, 64, 0.25), 0.0, 0.02, tmp_path / "a"
+    )
+    assert not first.valid and not first.min_duration_met and "pre-generates more" in first.reason
+    calls.clear()
+    single = drive(cfg, predict, "in_process", 1, tmp_path / "b").outcomes["single_stream"]
+    assert single.valid and single.min_duration_met, single.reason
+    detail = loadgen.read_detail(single.detail)
+    assert detail["requested_single_stream_expected_latency_ns"] < 0.02e9  # LoadGen's own, not the estimate
+    assert single.queries > 64
+
+
 def test_a_search_at_its_floor_gives_no_budget_hint(tmp_path: Path) -> None:
     """Where the next lower QPS is under the search's floor, more budget would not help: no hint."""
     low = loadgen.LoadGenResult("server", False, "", 0.6, 0.1, 0.2, 0.3, 100, 0.6, tmp_path, tmp_path)

@@ -71,6 +71,9 @@ class LoadGenResult:
     target_qps: float  # what was asked (server), else 0
     summary: Path
     detail: Path
+    # False where LoadGen ran out of the queries it pre-generated from an expected latency or rate
+    # before the test's least duration (its own recommendation: expect faster)
+    min_duration_met: bool = True
 
 
 def read_detail(path: Path) -> dict[str, Any]:
@@ -105,6 +108,7 @@ def outcome_of(scenario: str, target_qps: float, summary: Path, detail: Path) ->
         target_qps=target_qps,
         summary=summary,
         detail=detail,
+        min_duration_met=d.get("result_min_duration_met") is not False,
     )
 
 

@@ -150,6 +150,16 @@ def _load(cfg: Config, max_batch: int, max_wait_ms: float, workers: int) -> Load
     return Load(cfg.min_duration_s, cfg.min_queries, cfg.p99_ms / 1e3, max_batch, max_wait_ms / 1e3, workers)
 
 
+def _single_stream(predict: Predict, load: Load, latency_s: float, out: Path) -> LoadGenResult:
+    """single_stream at the latency a few calls promised; once more at LoadGen's own mean latency
+    where the queries it pre-generated from that promise ran out before the least duration (an
+    estimate slowed by a busy host: LoadGen's recommendation, expect faster)."""
+    first = run_test("single_stream", predict, SAMPLES, load, 0.0, latency_s, out)
+    if first.valid or first.min_duration_met:
+        return first
+    return run_test("single_stream", predict, SAMPLES, load, 0.0, 1 / first.rate, out)
+
+
 def _offline(predict: Predict, load: Load, latency_s: float, out: Path) -> LoadGenResult:
     """Offline at the rate a batch's latency promises; once more at LoadGen's own measured rate where
     LoadGen found its query too small to last the least duration (its recommendation)."""
@@ -202,7 +212,7 @@ def drive(cfg: Config, predict: Predict, via: str, workers: int, out: Path) -> S
     latency_s = _latency_s(predict, 1)
     for scenario in [s for s in cfg.scenarios if s in LOADGEN_SCENARIOS]:
         if scenario == "single_stream":
-            served.outcomes[scenario] = run_test(scenario, predict, SAMPLES, load, 0.0, latency_s, out)
+            served.outcomes[scenario] = _single_stream(predict, load, latency_s, out)
         elif scenario == "offline":
             served.outcomes[scenario] = _offline(predict, load, _latency_s(predict, cfg.max_batch), out)
         else:
