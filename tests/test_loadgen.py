@@ -128,7 +128,7 @@ def test_a_search_no_qps_passes_says_the_lowest_tried_and_its_p99(tmp_path: Path
         time.sleep(0.012)
 
     tried = loadgen.peak_search(
-        lambda q: loadgen.run_test("server", predict, 8, load, q, 0.012, tmp_path), 40.0, load, 1.5
+        lambda q, test: loadgen.run_test("server", predict, 8, test, q, 0.012, tmp_path), 40.0, load, 1.5
     )
     assert tried and not any(o.valid for o in tried)
     low = min(tried, key=lambda o: o.target_qps)
@@ -169,6 +169,50 @@ def test_single_stream_slowed_in_its_estimate_is_run_again_at_loadgens_own_laten
     detail = loadgen.read_detail(single.detail)
     assert detail["requested_single_stream_expected_latency_ns"] < 0.02e9  # LoadGen's own, not the estimate
     assert single.queries > 64
+
+
+def test_early_stopping_asks_for_more_queries_only_where_the_promise_held(tmp_path: Path) -> None:
+    """Read from LoadGen's own verdict: one slow query in 200 keeps p99 within the promise but leaves
+    early stopping unsure (more queries asked); slow queries past 1 % break the promise (none asked)."""
+    load = loadgen.Load(min_duration_s=0.5, min_queries=200, p99_s=0.05, workers=2)
+
+    def run(slow: set[int], out: str) -> loadgen.LoadGenResult:
+        calls = []
+
+        def predict(indices: object) -> None:
+            calls.append(indices)
+            time.sleep(0.08 if len(calls) in slow else 0.001)  # a busy host's stalls stay under 50 ms
+
+        return loadgen.run_test("server", predict, 8, load, 200.0, 0.001, tmp_path / out)
+
+    held = run({50}, "held")
+    assert not held.valid and held.p99_s <= load.p99_s and held.more_queries > 0, held.reason
+    assert f"at least {held.more_queries} more queries" in held.reason
+    broken = run(set(range(40, 50)), "broken")
+    assert not broken.valid and broken.p99_s > load.p99_s and broken.more_queries == 0
+
+
+def test_a_test_too_short_for_early_stopping_is_run_again_with_the_queries_it_asked_for(
+    tmp_path: Path,
+) -> None:
+    """The search runs a QPS whose promise held but whose early stopping asked for more queries once
+    more, with them, where the longer test fits the budget; the longer test's verdict counts."""
+    load = loadgen.Load(min_duration_s=0.1, min_queries=100, p99_s=0.05)
+    asked: list[tuple[float, int]] = []
+
+    def run_at(qps: float, test: loadgen.Load) -> loadgen.LoadGenResult:
+        asked.append((qps, test.min_queries))
+        short = test.min_queries < 150 and qps <= 20
+        more, valid = (60, False) if short else (0, qps <= 20)
+        return loadgen.LoadGenResult(
+            "server", valid, "", qps, 0.01, 0.02, 0.04, test.min_queries, qps, tmp_path, tmp_path, True, more
+        )
+
+    tried = loadgen.peak_search(run_at, 10.0, load, 600.0)
+    assert asked[:3] == [(10.0, 100), (10.0, 160), (20.0, 100)]
+    assert max(o.target_qps for o in tried if o.valid) == pytest.approx(20.0, rel=0.05)
+    assert [(o.target_qps, o.valid) for o in tried[:2]] == [(10.0, False), (10.0, True)]
+    assert len(loadgen.peak_search(run_at, 10.0, load, 20.0)) == 1  # 160 queries at 10 QPS: no room
 
 
 def test_a_search_at_its_floor_gives_no_budget_hint(tmp_path: Path) -> None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ RATE_KEY = {
     "offline": "result_samples_per_second",
 }
 MIN_QPS = 0.5  # the server search's floor: below it a test of min_queries lasts most of an hour
+# early stopping's own words for the queries it would need: "Would need to run at least 638 more queries"
+MORE_QUERIES = re.compile(r"at least (\d+) more queries")
 Predict = Callable[[Sequence[int]], None]
 
 
@@ -74,6 +77,9 @@ class LoadGenResult:
     # False where LoadGen ran out of the queries it pre-generated from an expected latency or rate
     # before the test's least duration (its own recommendation: expect faster)
     min_duration_met: bool = True
+    # the queries LoadGen's early stopping asked for beyond those run, where the latency promise held
+    # but too few queries ran for LoadGen to be sure of it (0: none asked, or the promise failed)
+    more_queries: int = 0
 
 
 def read_detail(path: Path) -> dict[str, Any]:
@@ -92,7 +98,10 @@ def outcome_of(scenario: str, target_qps: float, summary: Path, detail: Path) ->
     if "result_validity" not in d:
         raise RuntimeError(f"LoadGen wrote no result to {detail} (its errors: {d.get('error', 'none')})")
     reason = str(d.get("result_invalid_reason") or "")
+    more = 0
     if d.get("early_stopping_met") is False:
+        asked = MORE_QUERIES.search(str(d.get("early_stopping_result")))
+        more = int(asked.group(1)) if asked and d.get("result_perf_constraints_met") is not False else 0
         reason = (
             reason + " early stopping not met: " + " ".join(str(d.get("early_stopping_result")).split())
         ).strip()
@@ -109,6 +118,7 @@ def outcome_of(scenario: str, target_qps: float, summary: Path, detail: Path) ->
         summary=summary,
         detail=detail,
         min_duration_met=d.get("result_min_duration_met") is not False,
+        more_queries=more,
     )
 
 
@@ -219,16 +229,30 @@ def test_seconds(load: Load, qps: float) -> float:
     return max(load.min_duration_s, load.min_queries / qps)
 
 
+def _longer(load: Load, first: LoadGenResult, left_s: float) -> Load | None:
+    """The load of a test run again with the queries LoadGen's early stopping asked for, where the
+    first held its promise but ran too few to be sure of it and the longer test fits in `left_s`."""
+    if first.valid or not first.more_queries:
+        return None
+    longer = replace(load, min_queries=first.queries + first.more_queries)
+    return longer if test_seconds(longer, first.target_qps) * 1.5 <= left_s else None
+
+
 def peak_search(
-    run_at: Callable[[float], LoadGenResult], start_qps: float, load: Load, budget_s: float
+    run_at: Callable[[float, Load], LoadGenResult], start_qps: float, load: Load, budget_s: float
 ) -> list[LoadGenResult]:
     """The server scenario's search for the highest QPS LoadGen calls VALID: doubling (or halving)
     from `start_qps` until one side fails, then bisecting, while the next test fits in `budget_s`
-    and the bracket is wider than 5 %. Every test tried, in order."""
+    and the bracket is wider than 5 %. A test whose p99 held but was too short for LoadGen's early
+    stopping is run once more with the queries it asked for, where that fits (MLPerf's own runs are
+    long enough; a search's short tests would otherwise call a QPS failed for want of queries).
+    Every test tried, in order."""
     t0, tried, qps = time.perf_counter(), [], start_qps
     held, failed = 0.0, float("inf")
     while True:
-        tried.append(run_at(qps))
+        tried.append(run_at(qps, load))
+        if longer := _longer(load, tried[-1], budget_s - (time.perf_counter() - t0)):
+            tried.append(run_at(qps, longer))
         if tried[-1].valid:
             held = max(held, qps)
         else:

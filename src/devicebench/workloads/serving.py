@@ -190,8 +190,8 @@ def _server(cfg: Config, predict: Predict, workers: int, out: Path, served: Serv
         load = _load(cfg, max_batch, max_wait_ms, workers)
         latency_s = _latency_s(predict, 1)
         tried = peak_search(
-            lambda qps, load=load, latency_s=latency_s: run_test(
-                "server", predict, SAMPLES, load, qps, latency_s, out
+            lambda qps, test, latency_s=latency_s: run_test(
+                "server", predict, SAMPLES, test, qps, latency_s, out
             ),
             START_LOAD / latency_s,
             load,
