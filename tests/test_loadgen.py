@@ -215,6 +215,20 @@ def test_a_test_too_short_for_early_stopping_is_run_again_with_the_queries_it_as
     assert len(loadgen.peak_search(run_at, 10.0, load, 20.0)) == 1  # 160 queries at 10 QPS: no room
 
 
+def test_a_search_that_holds_nothing_says_the_longer_tests_verdict_at_its_lowest_qps(tmp_path: Path) -> None:
+    """Where the lowest QPS was run again for early stopping and failed its promise then, the one line
+    says that p99, not the short test's."""
+
+    def test(qps: float, p99: float, queries: int, more: int) -> loadgen.LoadGenResult:
+        return loadgen.LoadGenResult(
+            "server", False, "r", qps, p99, p99, p99, queries, qps, tmp_path, tmp_path, True, more
+        )
+
+    tried = [test(2.0, 0.5, 100, 0), test(1.0, 0.04, 100, 60), test(1.0, 0.07, 160, 0)]
+    with pytest.raises(UsageError, match=f"had p99 {fmt_s(0.07)}"):
+        loadgen.highest_held(tried, loadgen.Load(1.0, 100, 0.05))
+
+
 def test_a_search_at_its_floor_gives_no_budget_hint(tmp_path: Path) -> None:
     """Where the next lower QPS is under the search's floor, more budget would not help: no hint."""
     low = loadgen.LoadGenResult("server", False, "", 0.6, 0.1, 0.2, 0.3, 100, 0.6, tmp_path, tmp_path)

@@ -274,7 +274,7 @@ def highest_held(tried: Sequence[LoadGenResult], load: Load) -> LoadGenResult:
     held = [o for o in tried if o.valid]
     if held:
         return max(held, key=lambda o: o.target_qps)
-    low = min(tried, key=lambda o: o.target_qps)
+    low = min(reversed(tried), key=lambda o: o.target_qps)  # at one QPS, the last test's verdict counts
     lower = low.target_qps / 2
     more = (
         f"; the next lower, {fmt_count(lower)} QPS, takes about {fmt_s(test_seconds(load, lower))}: "
