@@ -7,18 +7,27 @@ in-process and over HTTP, alternated `ROUNDS` times in this process, the same in
 per model: each way's median figures and the HTTP/in-process ratios, with the CPU and the host's load.
 Both ways compute with one torch thread (`THREADS`), so the difference is the way in.
 
+Then where one request's time goes (`where_time_goes`, medians of `CALLS`): devicebench's HTTP client
+against a server that answers at once, MLflow's `invocations` called directly on the same body (no
+transport), the pyfunc's `predict` alone (its share of `invocations`; the rest is MLflow's JSON), and a
+bare forward back to back and after `IDLE_S` asleep (what an idle CPU adds to a request after a gap).
+
     .venv/bin/python -m benchmarks.bench_http            # both models (a few minutes on 2 cores)
     .venv/bin/python -m benchmarks.bench_http resnet18   # one
 """
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import socketserver
 import statistics
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -35,6 +44,8 @@ MODELS = {"resnet18": (3, 64, 64), "resnet50": (3, 224, 224)}  # small (acceptan
 SECONDS = 2.0  # LoadGen's least duration per test
 QUERIES = 64  # and its fewest queries: a p99 over 64 is their slowest but one, said as such
 THREADS = 1
+CALLS = 60  # calls per figure of where_time_goes
+IDLE_S = 0.05  # the gap before each call of the "after idle" forward
 
 
 def logged(model: torch.nn.Module, shape: tuple[int, ...], folder: Path) -> tuple[str, str]:
@@ -64,7 +75,7 @@ def bench(name: str, shape: tuple[int, ...], tmp: Path) -> dict[str, dict[str, f
     uri, tracking = logged(model, shape, tmp)
     cfg = InferConfig(scenarios=("single_stream", "offline"), min_duration_s=SECONDS, min_queries=QUERIES)
     server = scoring.start(uri, 0, tracking)
-    runs: dict[str, list[dict[str, float]]] = {"in_process": [], "http": []}
+    runs: dict[str, list[dict[str, float]]] = {"in_process": [], "http": [], "parts": []}
     try:
         ways = {
             "in_process": (in_process(model, xs, torch.device("cpu"), None), 1),
@@ -76,7 +87,67 @@ def bench(name: str, shape: tuple[int, ...], tmp: Path) -> dict[str, dict[str, f
                 runs[via].append(figures(cfg, predict, via, workers, folder))
     finally:
         server.stop()
+    runs["parts"].append(where_time_goes(model, xs, uri, tracking))
     return {via: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for via, rs in runs.items()}
+
+
+class _Instant(http.server.BaseHTTPRequestHandler):
+    """Reads the body and answers in one write (two writes would wait on Nagle and a delayed ACK)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _InstantServer(socketserver.ThreadingTCPServer):
+    # the client's kept-alive connection holds its handler thread: never waited for at close
+    daemon_threads, block_on_close = True, False
+
+
+def _median_ms(call: Callable[[int], object], gap_s: float = 0.0) -> float:
+    times = []
+    for i in range(CALLS):
+        time.sleep(gap_s)
+        t0 = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def where_time_goes(model: torch.nn.Module, xs: torch.Tensor, uri: str, tracking: str) -> dict[str, float]:
+    """One request's parts, in ms (medians): the client, MLflow's handling, the model, the idle CPU."""
+    import mlflow.pyfunc  # lazy, as in `logged`
+    from mlflow.pyfunc.scoring_server import invocations
+
+    with _InstantServer(("127.0.0.1", 0), _Instant) as instant:
+        threading.Thread(target=instant.serve_forever, daemon=True).start()
+        client = over_http(f"http://127.0.0.1:{instant.server_address[1]}", xs, None)
+        client_ms = _median_ms(lambda i: client([i % len(xs)]))
+        instant.shutdown()
+    mlflow.set_tracking_uri(tracking)
+    pyfunc = mlflow.pyfunc.load_model(uri)
+    schema = pyfunc.metadata.get_input_schema()
+    bodies = [('{"inputs": [' + json.dumps(x.tolist()) + "]}").encode() for x in xs]
+    arrays = [x.unsqueeze(0).numpy() for x in xs]
+
+    def forward(i: int) -> None:
+        with torch.inference_mode():
+            model(xs[i % len(xs)].unsqueeze(0))
+
+    return {
+        "client": client_ms,
+        "invocations": _median_ms(
+            lambda i: invocations(bodies[i % len(xs)], "application/json", pyfunc, schema)
+        ),
+        "predict": _median_ms(lambda i: pyfunc.predict(arrays[i % len(xs)])),
+        "forward": _median_ms(forward),
+        "forward_after_idle": _median_ms(forward, IDLE_S),
+    }
 
 
 def main(argv: Sequence[str] = ()) -> int:
@@ -99,6 +170,14 @@ def main(argv: Sequence[str] = ()) -> int:
             f"{ip['p99_s'] * 1e3:.2f} / {http['p99_s'] * 1e3:.2f} ms; Offline in-process "
             f"{ip['offline_per_s']:.1f}/s, HTTP {http['offline_per_s']:.1f}/s "
             f"({http['offline_per_s'] / ip['offline_per_s']:.2f}x); load now {os.getloadavg()[0]:.2f}"
+        )
+        part = got["parts"]
+        print(
+            f"  one request's parts (medians of {CALLS}): client against an instant server "
+            f"{part['client']:.2f} ms; MLflow's invocations {part['invocations']:.2f} ms, of which predict "
+            f"{part['predict']:.2f} ms and MLflow's JSON {part['invocations'] - part['predict']:.2f} ms; "
+            f"a bare forward {part['forward']:.2f} ms back to back, {part['forward_after_idle']:.2f} ms "
+            f"after {IDLE_S * 1e3:.0f} ms idle"
         )
     return 0
 
