@@ -19,7 +19,6 @@ bare forward back to back and after `IDLE_S` asleep (what an idle CPU adds to a 
 from __future__ import annotations
 
 import http.server
-import json
 import os
 import socketserver
 import statistics
@@ -37,7 +36,7 @@ from devicebench.config.workloads import InferConfig
 from devicebench.host.cpu import cpu_model
 from devicebench.run import scoring
 from devicebench.workloads.loadgen import Predict
-from devicebench.workloads.serving import SAMPLES, drive, in_process, over_http
+from devicebench.workloads.serving import SAMPLES, drive, in_process, invocation_body, json_rows, over_http
 
 ROUNDS = 2
 MODELS = {"resnet18": (3, 64, 64), "resnet50": (3, 224, 224)}  # small (acceptance's) and mid-size
@@ -132,7 +131,7 @@ def where_time_goes(model: torch.nn.Module, xs: torch.Tensor, uri: str, tracking
     mlflow.set_tracking_uri(tracking)
     pyfunc = mlflow.pyfunc.load_model(uri)
     schema = pyfunc.metadata.get_input_schema()
-    bodies = [('{"inputs": [' + json.dumps(x.tolist()) + "]}").encode() for x in xs]
+    bodies = [invocation_body([row]).encode() for row in json_rows(xs)]
     arrays = [x.unsqueeze(0).numpy() for x in xs]
 
     def forward(i: int) -> None:

@@ -100,11 +100,10 @@ def outcome_of(scenario: str, target_qps: float, summary: Path, detail: Path) ->
     reason = str(d.get("result_invalid_reason") or "")
     more = 0
     if d.get("early_stopping_met") is False:
-        asked = MORE_QUERIES.search(str(d.get("early_stopping_result")))
+        said = " ".join(str(d.get("early_stopping_result")).split())
+        asked = MORE_QUERIES.search(said)
         more = int(asked.group(1)) if asked and d.get("result_perf_constraints_met") is not False else 0
-        reason = (
-            reason + " early stopping not met: " + " ".join(str(d.get("early_stopping_result")).split())
-        ).strip()
+        reason = (reason + " early stopping not met: " + said).strip()
     return LoadGenResult(
         scenario=scenario,
         valid=d["result_validity"] == "VALID",

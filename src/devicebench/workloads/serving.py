@@ -15,7 +15,7 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -100,12 +100,22 @@ def server_tail(log: Path | None) -> str:
     return " | ".join(lines[-LOG_TAIL_LINES:])
 
 
+def json_rows(xs: torch.Tensor) -> list[str]:
+    """Each sample as its JSON list, serialised once: the client's work is not the server's."""
+    return [json.dumps(x.tolist()) for x in xs]
+
+
+def invocation_body(rows: Iterable[str]) -> str:
+    """One `/invocations` request's body for samples serialised by `json_rows`: MLflow's `inputs` JSON."""
+    return '{"inputs": [' + ",".join(rows) + "]}"
+
+
 def over_http(url: str, xs: torch.Tensor, log: Path | None) -> Predict:
     """A batch of sample indices as one `/invocations` request (MLflow's `inputs` JSON), each worker
     thread on its own keep-alive connection; a refusal or a non-200 answer is one line with the
     server's answer and its last log lines."""
     parts = urlsplit(url)
-    rows = [json.dumps(x.tolist()) for x in xs]  # serialised once: the client's work is not the server's
+    rows = json_rows(xs)
     local = threading.local()
 
     def post(body: str) -> tuple[int, bytes]:
@@ -128,7 +138,7 @@ def over_http(url: str, xs: torch.Tensor, log: Path | None) -> Predict:
         raise AssertionError("unreachable")
 
     def predict(indices: Sequence[int]) -> None:
-        status, text = post('{"inputs": [' + ",".join(rows[i] for i in indices) + "]}")
+        status, text = post(invocation_body(rows[i] for i in indices))
         if status != 200:
             first = " ".join(text.decode(errors="replace").split())[:300]
             raise RuntimeError(f"the scoring server answered {status}: {first}")
