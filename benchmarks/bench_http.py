@@ -3,14 +3,16 @@
 For a small and a mid-size torchvision model, each logged once to a throw-away SQLite store and served
 by `mlflow models serve --env-manager local` (run.scoring, as `infer --via http` serves it): LoadGen's
 SingleStream (p90, p99) and Offline (samples/s) through devicebench's `workloads.serving.drive`,
-in-process and over HTTP, alternated `ROUNDS` times in this process, the same inputs each way. Printed
-per model: each way's median figures and the HTTP/in-process ratios, with the CPU and the host's load.
-Both ways compute with one torch thread (`THREADS`), so the difference is the way in.
+in-process and over HTTP with each body (`http_body`: MLflow's `inputs` JSON, Parquet), alternated
+`ROUNDS` times in this process, the same inputs each way. Printed per model and body: the median
+figures and the HTTP/in-process ratios, with the CPU and the host's load. Every way computes with one
+torch thread (`THREADS`), so the difference is the way in.
 
 Then where one request's time goes (`where_time_goes`, medians of `CALLS`): devicebench's HTTP client
-against a server that answers at once, MLflow's `invocations` called directly on the same body (no
-transport), the pyfunc's `predict` alone (its share of `invocations`; the rest is MLflow's JSON), and a
-bare forward back to back and after `IDLE_S` asleep (what an idle CPU adds to a request after a gap).
+against a server that answers at once, MLflow's `invocations` called directly on each body (no
+transport), the pyfunc's `predict` alone (its share of `invocations`; the rest is MLflow's reading of
+the body and writing of the answer), and a bare forward back to back and after `IDLE_S` asleep (what
+an idle CPU adds to a request after a gap).
 
     .venv/bin/python -m benchmarks.bench_http            # both models (a few minutes on 2 cores)
     .venv/bin/python -m benchmarks.bench_http resnet18   # one
@@ -36,7 +38,7 @@ from devicebench.config.workloads import InferConfig
 from devicebench.host.cpu import cpu_model
 from devicebench.run import scoring
 from devicebench.workloads.loadgen import Predict
-from devicebench.workloads.serving import SAMPLES, drive, in_process, invocation_body, json_rows, over_http
+from devicebench.workloads.serving import BODIES, SAMPLES, drive, in_process, over_http
 
 ROUNDS = 2
 MODELS = {"resnet18": (3, 64, 64), "resnet50": (3, 224, 224)}  # small (acceptance's) and mid-size
@@ -74,11 +76,12 @@ def bench(name: str, shape: tuple[int, ...], tmp: Path) -> dict[str, dict[str, f
     uri, tracking = logged(model, shape, tmp)
     cfg = InferConfig(scenarios=("single_stream", "offline"), min_duration_s=SECONDS, min_queries=QUERIES)
     server = scoring.start(uri, 0, tracking)
-    runs: dict[str, list[dict[str, float]]] = {"in_process": [], "http": [], "parts": []}
+    runs: dict[str, list[dict[str, float]]] = {"in_process": [], "http": [], "http_parquet": [], "parts": []}
     try:
         ways = {
             "in_process": (in_process(model, xs, torch.device("cpu"), None), 1),
             "http": (over_http(server.url, xs, server.log), 1),
+            "http_parquet": (over_http(server.url, xs, server.log, "parquet"), 1),
         }
         for i in range(ROUNDS):
             for via, (predict, workers) in ways.items():
@@ -131,7 +134,7 @@ def where_time_goes(model: torch.nn.Module, xs: torch.Tensor, uri: str, tracking
     mlflow.set_tracking_uri(tracking)
     pyfunc = mlflow.pyfunc.load_model(uri)
     schema = pyfunc.metadata.get_input_schema()
-    bodies = [invocation_body([row]).encode() for row in json_rows(xs)]
+    bodies = {name: make(xs) for name, make in BODIES.items()}
     arrays = [x.unsqueeze(0).numpy() for x in xs]
 
     def forward(i: int) -> None:
@@ -140,9 +143,12 @@ def where_time_goes(model: torch.nn.Module, xs: torch.Tensor, uri: str, tracking
 
     return {
         "client": client_ms,
-        "invocations": _median_ms(
-            lambda i: invocations(bodies[i % len(xs)], "application/json", pyfunc, schema)
-        ),
+        **{
+            f"invocations_{name}": _median_ms(
+                lambda i, b=body: invocations(b.of([i % len(xs)]), b.content_type, pyfunc, schema)
+            )
+            for name, body in bodies.items()
+        },
         "predict": _median_ms(lambda i: pyfunc.predict(arrays[i % len(xs)])),
         "forward": _median_ms(forward),
         "forward_after_idle": _median_ms(forward, IDLE_S),
@@ -161,22 +167,26 @@ def main(argv: Sequence[str] = ()) -> int:
     for name in names:
         with tempfile.TemporaryDirectory(prefix="devicebench-http-bench-") as tmp:
             got = bench(name, MODELS[name], Path(tmp))
-        ip, http = got["in_process"], got["http"]
+        ip = got["in_process"]
         shape = "x".join(map(str, MODELS[name]))
-        print(
-            f"{name} {shape}: SingleStream p90 in-process {ip['p90_s'] * 1e3:.2f} ms, HTTP "
-            f"{http['p90_s'] * 1e3:.2f} ms ({http['p90_s'] / ip['p90_s']:.2f}x); p99 "
-            f"{ip['p99_s'] * 1e3:.2f} / {http['p99_s'] * 1e3:.2f} ms; Offline in-process "
-            f"{ip['offline_per_s']:.1f}/s, HTTP {http['offline_per_s']:.1f}/s "
-            f"({http['offline_per_s'] / ip['offline_per_s']:.2f}x); load now {os.getloadavg()[0]:.2f}"
-        )
+        for via, body in (("http", "JSON"), ("http_parquet", "Parquet")):
+            http = got[via]
+            print(
+                f"{name} {shape}, HTTP with a {body} body: SingleStream p90 in-process "
+                f"{ip['p90_s'] * 1e3:.2f} ms, HTTP {http['p90_s'] * 1e3:.2f} ms "
+                f"({http['p90_s'] / ip['p90_s']:.2f}x); p99 {ip['p99_s'] * 1e3:.2f} / "
+                f"{http['p99_s'] * 1e3:.2f} ms; Offline in-process {ip['offline_per_s']:.1f}/s, HTTP "
+                f"{http['offline_per_s']:.1f}/s ({http['offline_per_s'] / ip['offline_per_s']:.2f}x)"
+            )
         part = got["parts"]
         print(
-            f"  one request's parts (medians of {CALLS}): client against an instant server "
-            f"{part['client']:.2f} ms; MLflow's invocations {part['invocations']:.2f} ms, of which predict "
-            f"{part['predict']:.2f} ms and MLflow's JSON {part['invocations'] - part['predict']:.2f} ms; "
-            f"a bare forward {part['forward']:.2f} ms back to back, {part['forward_after_idle']:.2f} ms "
-            f"after {IDLE_S * 1e3:.0f} ms idle"
+            f"  one request's parts (medians of {CALLS}; load now {os.getloadavg()[0]:.2f}): client "
+            f"against an instant server {part['client']:.2f} ms; predict {part['predict']:.2f} ms; "
+            f"MLflow's invocations {part['invocations_json']:.2f} ms with a JSON body (MLflow's own "
+            f"{part['invocations_json'] - part['predict']:.2f} ms), {part['invocations_parquet']:.2f} ms "
+            f"with a Parquet one ({part['invocations_parquet'] - part['predict']:.2f} ms); a bare "
+            f"forward {part['forward']:.2f} ms back to back, {part['forward_after_idle']:.2f} ms after "
+            f"{IDLE_S * 1e3:.0f} ms idle"
         )
     return 0
 

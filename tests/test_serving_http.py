@@ -6,11 +6,14 @@ port in use, a model URI that does not serve, a server that stops answering mid-
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import re
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +21,12 @@ import pytest
 import torch
 from torch import nn
 
+from devicebench.config.serving_fields import HTTP_BODIES
 from devicebench.errors import UsageError
 from devicebench.run import scoring
 from devicebench.schema import SERVE_MAX_QPS, SERVE_RATE, loadgen_key, loadgen_tag
 from devicebench.util.fmt import fmt_s
-from devicebench.workloads.serving import over_http
+from devicebench.workloads.serving import BODIES, Body, over_http
 from servers import devicebench_env, run_cli
 
 
@@ -122,19 +126,61 @@ def _processes_of(folder: Path) -> str:
     return "\n".join(x for x in lines if str(folder) in x or "127.0.0.1" in x)
 
 
-def test_the_scoring_server_predicts_on_the_runs_cpu_threads(mlflow_server, tiny_uri: str) -> None:
-    """`--cpu_threads N` reaches the process that predicts behind `/invocations` (OMP_NUM_THREADS,
-    which torch's pool starts with), as it sets in-process: without it the HTTP side ran torch's
-    default whatever the flag said, so in-process and HTTP did not compute on the same threads."""
+@pytest.fixture(scope="class")
+def tiny_server(mlflow_server, tiny_uri: str) -> Iterator[scoring.ScoringServer]:
+    """The tiny model's scoring server on one torch thread, shared by the tests of one class that only
+    ask it, and stopped when the class ends: the tests after it look for a server of the same model and
+    must find only their own."""
     server = scoring.start(tiny_uri, 0, mlflow_server.url, threads=1)
     try:
-        uvicorn = [pid for pid, (_, cmd) in _serving_processes(tiny_uri).items() if "uvicorn" in cmd]
-        environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in uvicorn]
+        yield server
     finally:
         server.stop()
-    assert environs, "no uvicorn process behind the scoring server"
-    for env in environs:
-        assert b"OMP_NUM_THREADS=1" in env and b"MKL_NUM_THREADS=1" in env
+
+
+def _predictions(server: scoring.ScoringServer, body: Body, indices: list[int]) -> list[list[float]]:
+    conn = http.client.HTTPConnection("127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=60)
+    try:
+        conn.request("POST", "/invocations", body.of(indices), {"Content-Type": body.content_type})
+        answer = conn.getresponse()
+        text = answer.read()
+    finally:
+        conn.close()
+    assert answer.status == 200, text[:500]
+    return json.loads(text)["predictions"]
+
+
+class TestOneScoringServer:
+    """Tests that only send requests to a server, sharing one (`tiny_server`)."""
+
+    def test_the_scoring_server_predicts_on_the_runs_cpu_threads(
+        self, tiny_server: scoring.ScoringServer, tiny_uri: str
+    ) -> None:
+        """`--cpu_threads N` reaches the process that predicts behind `/invocations` (OMP_NUM_THREADS,
+        which torch's pool starts with), as it sets in-process: without it the HTTP side ran torch's
+        default whatever the flag said, so in-process and HTTP did not compute on the same threads."""
+        uvicorn = [pid for pid, (_, cmd) in _serving_processes(tiny_uri).items() if "uvicorn" in cmd]
+        environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in uvicorn]
+        assert environs, "no uvicorn process behind the scoring server"
+        for env in environs:
+            assert b"OMP_NUM_THREADS=1" in env and b"MKL_NUM_THREADS=1" in env
+
+    def test_a_parquet_body_predicts_what_the_json_one_does(self, tiny_server: scoring.ScoringServer) -> None:
+        """`--http_body parquet`: MLflow's scoring server reads a batch's Parquet rows as the samples the
+        JSON body holds, in their order and each whole (a body misread, transposed or as one row would
+        answer other predictions, or fewer); channels-last inputs are sent in their logical order."""
+        xs = torch.randn(5, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+        for indices in ([3], [1, 4, 0]):
+            want = _predictions(tiny_server, BODIES["json"](xs), indices)
+            got = _predictions(tiny_server, BODIES["parquet"](xs), indices)
+            nhwc = BODIES["parquet"](xs.contiguous(memory_format=torch.channels_last))
+            assert len(got) == len(indices)
+            torch.testing.assert_close(torch.tensor(got), torch.tensor(want))
+            torch.testing.assert_close(
+                torch.tensor(_predictions(tiny_server, nhwc, indices)), torch.tensor(want)
+            )
+        over_http(tiny_server.url, xs, tiny_server.log, "parquet")([2, 0])  # a 200, or it raises
+        assert set(BODIES) == set(HTTP_BODIES)
 
 
 def test_a_port_in_use_is_one_line() -> None:

@@ -14,6 +14,7 @@ from devicebench.config.parts import Part
 SCENARIOS = ("timed", "single_stream", "server", "offline")
 LOADGEN_SCENARIOS = SCENARIOS[1:]
 VIAS = ("in_process", "http")
+HTTP_BODIES = ("json", "parquet")  # MLflow's scoring server's content types for a tensor
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,13 @@ class ServingLoad(Part):
     )
     tune: bool = param(
         False, "search max_batch and max_wait_ms for the highest QPS within p99_ms (the server scenario)"
+    )
+    http_body: str = param(
+        "json",
+        "how an HTTP request carries its samples: json (MLflow's `inputs` JSON, as its docs show) or "
+        "parquet (application/vnd.apache.parquet: a row per sample, its values flattened, which MLflow "
+        "reshapes to the model's signature)",
+        choices=HTTP_BODIES,
     )
     clients: int = param(
         4, "client connections that send LoadGen's queries over HTTP", min=1, max=256, key=False

@@ -264,7 +264,7 @@ def under_load(
     for via in sorted(cfg.via, key=lambda v: v != "in_process"):
         if via == "http":
             url, log = ctx.served.url, ctx.served.log  # started by the CLI before the run: check() saw it
-            predict, workers = over_http(url, xs, log), cfg.clients
+            predict, workers = over_http(url, xs, log, cfg.http_body), cfg.clients
             tracker.set_tags({tag("serve.url"): url})
         else:
             predict, workers = in_process(model, xs, ctx.device, amp), 1
