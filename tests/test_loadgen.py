@@ -22,6 +22,7 @@ from devicebench.pricing.costs import serving_costs
 from devicebench.run.run_line import glance_metrics, summary_line
 from devicebench.schema import (
     COST_PER_MILLION,
+    HOST_TAIL_RATIO,
     SERVE_MAX_QPS,
     SERVE_P90,
     SERVE_RATE,
@@ -29,6 +30,7 @@ from devicebench.schema import (
     loadgen_tag,
 )
 from devicebench.tracking.protocol import MemoryTracker
+from devicebench.util.busy_host import tail_caveat
 from devicebench.util.fmt import fmt_count, fmt_money, fmt_s
 from devicebench.workloads import infer, loadgen
 
@@ -111,7 +113,13 @@ def test_the_runs_answer_is_the_highest_qps_held_and_its_cost(tmp_path: Path) ->
     line = summary_line("infer", "cpu", glance_metrics("infer", result, costs), "no price table")
     assert f"{fmt_count(server.target_qps)} predictions/s held within p99 {fmt_s(0.25)} at batch 1" in line
     assert "over HTTP" not in line  # in-process: the model's own figures
+    assert metrics[HOST_TAIL_RATIO] == result.host[HOST_TAIL_RATIO] >= 1  # the CPU's steadiness, first
     assert f"{fmt_money(costs[COST_PER_MILLION])}/M predictions" in line
+    way = result.served.pop("in_process")  # the same figures as if they came over HTTP, with Parquet
+    way.via, way.body = "http", "parquet"
+    result.served["http"] = way
+    line = summary_line("infer", "cpu", glance_metrics("infer", result, costs), "no price table")
+    assert f"held within p99 {fmt_s(0.25)} over HTTP with Parquet bodies at batch 1" in line
 
 
 def test_a_promise_of_zero_or_below_is_refused_in_one_line() -> None:
@@ -280,10 +288,12 @@ def test_a_search_that_holds_nothing_fails_the_run_after_logging_what_it_measure
     (fails before: the error left nothing of the other scenarios)."""
     cfg = _cfg(scenarios=("single_stream", "server"), p99_ms=0.001, min_queries=50, serve_budget_s=1.0)
     tracker = MemoryTracker()
-    with pytest.raises(UsageError, match="no QPS held p99"):
-        infer.under_load(
-            cfg, Context(torch.device("cpu"), tmp_path, False), tracker, Tiny().eval(), (3, 8, 8)
-        )
+    ctx, unsteady = Context(torch.device("cpu"), tmp_path, False), {HOST_TAIL_RATIO: 2.9}
+    with pytest.raises(UsageError, match="no QPS held p99") as err:
+        infer.under_load(cfg, ctx, tracker, Tiny().eval(), (3, 8, 8), unsteady)
+    # and says what an unsteady CPU did to it, still one line about --p99_ms
+    assert str(err.value).startswith("--p99_ms: no QPS held") and err.value.param == "p99_ms"
+    assert str(err.value).endswith(f"; {tail_caveat(unsteady)}") and "\n" not in str(err.value)
     logged = {k for k, _, _ in tracker.metrics}
     assert loadgen_key("in_process", "single_stream", "p90_s") in logged
     assert loadgen_key("in_process", "server", "tried_p99_s") in logged

@@ -87,6 +87,10 @@ GPU_THERMAL_CAPPED_S = "gpu/thermal_capped_s"  # ... by temperature
 HOST_OTHERS_SHARE = "host/others_cpu_share"  # the run's cores' time other processes took (0-1)
 HOST_LOAD_1M = "host/load_1m"  # the 1-minute load average when its work ended
 HOST_SLOWDOWN = "host/slowdown_vs_quiet"  # a busy run's training time over the last quiet run's of its config
+# How steady the host's CPU was before a served model's tests (host/steadiness.py): a fixed piece of work
+HOST_TAIL_P50_S = "host/tail_p50_s"  # the piece's median time
+HOST_TAIL_P99_S = "host/tail_p99_s"  # its p99
+HOST_TAIL_RATIO = "host/tail_p99_over_p50"  # near 1 on a steady CPU; a p99 promise rests on it
 # Money (pricing/costs.py), where the run had a price
 COST_USD = "cost/usd"
 COST_PER_HOUR = "cost/usd_per_hour"

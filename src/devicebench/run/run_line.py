@@ -37,7 +37,7 @@ from devicebench.schema import (
     headline_point,
     tag,
 )
-from devicebench.util.busy_host import RERUN, busy_caveat, is_busy
+from devicebench.util.busy_host import RERUN, busy_caveat, is_busy, tail_caveat
 from devicebench.util.fmt import (
     SEP,
     fmt_amount,
@@ -100,6 +100,8 @@ def _serving_glance(result: Any, costs: Mapping[str, float]) -> dict[str, float]
         out["p99_bound_s"] = result.p99_bound_s
         # over MLflow's scoring server its figures are the server's, not the model's: the line says so
         out["over_http"] = float(answer.via == "http")
+        if answer.body == "parquet":  # JSON is MLflow's documented body: only the other one is said
+            out["http_parquet"] = 1.0
     if COST_PER_MILLION in costs:
         out["usd_per_million"] = costs[COST_PER_MILLION]
     return out
@@ -151,6 +153,7 @@ def _serving_figures(g: Mapping[str, float], kind: Kind) -> list[str]:
         at = f" at batch {int(g['serve_batch_size'])}" if "serve_batch_size" in g else ""
         within = f" held within p99 {fmt_s(g['p99_bound_s'])}" if "p99_bound_s" in g else ""
         within += " over HTTP" if g.get("over_http") else ""
+        within += " with Parquet bodies" if g.get("http_parquet") else ""
         parts.append(f"{fmt_count(g['serve_samples_per_s'])} {kind.rate_unit}{within}{at}")
     return parts
 
@@ -186,7 +189,8 @@ def summary_line(
     """The run's one line: time · throughput · quality · device · cost (price source); a figure the
     run has not got is left out, and a run without a price says so rather than showing none. An
     oversubscribed CPU (`budget`: the run's `cpu.*` facts) is said after the device, and so are a host
-    that other processes kept busy (`host`: its `host/*` figures, `busy_caveat`, with what to do) and
+    that other processes kept busy (`host`: its `host/*` figures, `busy_caveat`, with what to do), one
+    too unsteady for a p99 to be the model's (`tail_caveat`) and
     what may keep a GPU run's speed from repeating (`gpu`: its `gpu/*` figures, `gpu_caveat`)."""
     g = {k.removeprefix(glance_key("")): v for k, v in glance.items()}
     kind = KIND_OF[workload]
@@ -196,6 +200,7 @@ def summary_line(
     for caveat in (
         oversubscription(device, budget or {}),
         f"{busy}: {RERUN}" if busy else "",
+        tail_caveat(host or {}),
         gpu_caveat(gpu or {}, g.get("train_s", math.nan)),
     ):
         if caveat:

@@ -127,7 +127,8 @@ def _run_here(
         costs = log_costs(tracker, price, name, total_s, result, cfg)  # from the same wall time
         glance = glance_metrics(name, result, costs)
         gpu = getattr(result, "gpu", {})  # over its epochs (host/gpu_state.py): a GPU run's caveat
-        line = summary_line(name, str(device), glance, price, world.size, budget, gpu, busy)
+        steadiness = getattr(result, "host", {})  # a served model's CPU tail (host/steadiness.py)
+        line = summary_line(name, str(device), glance, price, world.size, budget, gpu, {**busy, **steadiness})
         _log_answer(tracker, glance, line)
         on = f"{device} ×{world.size} ({world.backend(device)})" if world.distributed else str(device)
         run_id = tracker.run_id

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from devicebench.errors import UsageError
 from devicebench.host import peaks, precision
 from devicebench.host.context import Context, LoadedModel
 from devicebench.host.memory import peak_memory, reset_peak_memory
+from devicebench.host.steadiness import host_tail
 from devicebench.host.timing import Timer, TimingStats
 from devicebench.models import zoo
 from devicebench.schema import (
@@ -50,6 +52,7 @@ from devicebench.schema import (
 from devicebench.tracking.protocol import Tracker
 from devicebench.train.seeding import seed_everything
 from devicebench.train.summary import forward_flops_per_sample, utilization_metrics
+from devicebench.util.busy_host import tail_caveat
 from devicebench.util.fmt import fmt_count, fmt_s
 from devicebench.util.stats import quantile
 from devicebench.workloads.serving import SAMPLES, Served, drive, in_process, log_served, over_http, p99_chart
@@ -73,6 +76,7 @@ class InferResult:
     forward_flops: float | None = None
     served: dict[str, Served] = field(default_factory=dict)  # LoadGen's outcomes, per way in
     p99_bound_s: float = math.nan  # the server scenario's promise
+    host: dict[str, float] = field(default_factory=dict)  # how steady the CPU was (host/steadiness.py)
 
     @property
     def answer(self) -> Served | None:
@@ -219,7 +223,11 @@ def run(cfg: Config, ctx: Context, tracker: Tracker) -> InferResult:
     reset_peak_memory(ctx.device)
     result = measure(cfg, model, shape, ctx.device)
     result.forward_flops = forward
-    result.served, result.p99_bound_s = under_load(cfg, ctx, tracker, model, shape), cfg.p99_ms / 1e3
+    if set(cfg.scenarios) - {"timed"}:  # LoadGen's p99s, and its promise, rest on the CPU's own tail
+        result.host = host_tail()
+        tracker.log_metrics(result.host)
+    result.served = under_load(cfg, ctx, tracker, model, shape, result.host)
+    result.p99_bound_s = cfg.p99_ms / 1e3
     _loadgen_latencies(result)
     _log(tracker, result, ctx.device, peaks.training_dtype(cfg.precision, math_tags[tag("fp32_math")]))
     if "timed" in cfg.scenarios:
@@ -250,10 +258,25 @@ def said(way: Served) -> str:
     return " · ".join(parts)
 
 
+def _with_host(failure: UsageError, host: Mapping[str, float]) -> UsageError:
+    """A search's failure with what an unsteady CPU did to it (util/busy_host.tail_caveat), if it did."""
+    caveat = tail_caveat(host)
+    if not caveat:
+        return failure
+    said = str(failure).removeprefix(f"--{failure.param}: ") if failure.param else str(failure)
+    return UsageError(f"{said}; {caveat}", param=failure.param)
+
+
 def under_load(
-    cfg: Config, ctx: Context, tracker: Tracker, model: torch.nn.Module, shape: tuple[int, ...]
+    cfg: Config,
+    ctx: Context,
+    tracker: Tracker,
+    model: torch.nn.Module,
+    shape: tuple[int, ...],
+    host: Mapping[str, float] = MappingProxyType({}),
 ) -> dict[str, Served]:
-    """LoadGen's scenarios through each way in `cfg.via` (in-process first), each logged as it ends."""
+    """LoadGen's scenarios through each way in `cfg.via` (in-process first), each logged as it ends;
+    a search that held nothing fails with what `host` (the CPU's steadiness) did to it."""
     if set(cfg.scenarios) <= {"timed"}:
         return {}
     amp = precision.check_precision(cfg.precision, ctx.device)
@@ -282,7 +305,7 @@ def under_load(
         )
     for way in out.values():  # a search that held no QPS fails the run, its figures logged first
         if way.failure is not None:
-            raise way.failure
+            raise _with_host(way.failure, host)
     return out
 
 

@@ -49,6 +49,7 @@ class Served:
     """One way's LoadGen outcomes: each scenario's, the server search's tests, the winning setting."""
 
     via: str
+    body: str = ""  # over HTTP, how its requests carried the samples (a name in BODIES)
     outcomes: dict[str, LoadGenResult] = field(default_factory=dict)
     tried: list[LoadGenResult] = field(default_factory=list)
     max_batch: int = 1
@@ -258,7 +259,7 @@ def _server(cfg: Config, predict: Predict, workers: int, out: Path, served: Serv
 
 def drive(cfg: Config, predict: Predict, via: str, workers: int, out: Path) -> Served:
     """Each LoadGen scenario `cfg.scenarios` asks, through `predict`, its logs under `out`."""
-    served = Served(via)
+    served = Served(via, cfg.http_body if via == "http" else "")
     load = _load(cfg, cfg.max_batch, cfg.max_wait_ms, workers)
     latency_s = _latency_s(predict, 1)
     for scenario in [s for s in cfg.scenarios if s in LOADGEN_SCENARIOS]:
