@@ -6,9 +6,20 @@ from __future__ import annotations
 import threading
 import time
 
+from test_report_logic import pair, rec, side
+
 from devicebench.host.steadiness import host_tail
+from devicebench.report.judge.pair_rules import explain, explain_side
+from devicebench.report.judge.reliability import unsteady_side
 from devicebench.run.run_line import summary_line
-from devicebench.schema import HOST_TAIL_P50_S, HOST_TAIL_P99_S, HOST_TAIL_RATIO, glance_key
+from devicebench.schema import (
+    HOST_TAIL_P50_S,
+    HOST_TAIL_P99_S,
+    HOST_TAIL_RATIO,
+    SERVE_P99_BOUND,
+    SERVE_RATE,
+    glance_key,
+)
 from devicebench.util.busy_host import UNSTEADY_RATIO, tail_caveat
 from devicebench.util.fmt import fmt_x
 
@@ -40,7 +51,22 @@ def test_a_cpu_taken_in_bursts_reads_unsteady() -> None:
 def test_a_served_runs_line_says_an_unsteady_host_and_not_a_steady_one() -> None:
     glance = {glance_key("latency_p50_s"): 0.015, glance_key("latency_p99_s"): 0.07}
     unsteady = summary_line("infer", "cpu", glance, "no price table", host={HOST_TAIL_RATIO: 2.9})
-    assert f"unsteady host: a fixed piece of work's p99 was {fmt_x(2.9)} its median here" in unsteady
+    assert f"unsteady host: a fixed piece of work's p99 was {fmt_x(2.9)} its median" in unsteady
     assert "as much as the model" in unsteady
     steady = summary_line("infer", "cpu", glance, "no price table", host={HOST_TAIL_RATIO: 1.2})
     assert "unsteady" not in steady and "unsteady" not in summary_line("infer", "cpu", glance, "x")
+
+
+def test_the_report_says_a_served_side_measured_on_an_unsteady_host() -> None:
+    """A served side whose runs' probe read unsteady has a verdict before any other, alone or paired,
+    naming its worst run's ratio; a steady side or one nobody probed has none."""
+    served = {SERVE_RATE: 8.0, SERVE_P99_BOUND: 0.05, "time/total_s": 60.0}
+    steady = [rec("cpu", workload="infer", metrics={**served, HOST_TAIL_RATIO: r}) for r in (1.1, 1.2)]
+    shaky = [rec("cpu", workload="infer", metrics={**served, HOST_TAIL_RATIO: r}) for r in (1.2, 2.6)]
+    gpu = [rec("cuda:0", workload="infer", metrics={**served, SERVE_RATE: 400.0})]
+    said = f"cpu on an unsteady host: a fixed piece of work's p99 was {fmt_x(2.6)} its median"
+    assert unsteady_side(side(shaky)).startswith(said)
+    assert explain_side(side(shaky))[0] == unsteady_side(side(shaky))
+    assert unsteady_side(side(steady)) is None and unsteady_side(side(gpu)) is None
+    assert explain(pair(shaky, gpu))[0] == unsteady_side(side(shaky))
+    assert not any("unsteady" in line for line in explain(pair(steady, gpu)))

@@ -43,12 +43,12 @@ def busy_caveat(figures: Mapping[str, float]) -> str:
 
 
 def tail_caveat(figures: Mapping[str, float]) -> str:
-    """`unsteady host: a fixed piece of work's p99 was 2.9× its median here, so a p99 measures the host
-    as much as the model`, or "" on a steady host (or where no one measured it)."""
+    """`unsteady host: a fixed piece of work's p99 was 2.9× its median, so a p99 measures the host as
+    much as the model`, or "" on a steady host (or where no one measured it)."""
     ratio = figures.get(HOST_TAIL_RATIO)
     if not is_figure(ratio) or ratio < UNSTEADY_RATIO:
         return ""
     return (
-        f"unsteady host: a fixed piece of work's p99 was {fmt_x(ratio)} its median here, so a p99 "
+        f"unsteady host: a fixed piece of work's p99 was {fmt_x(ratio)} its median, so a p99 "
         "measures the host as much as the model"
     )

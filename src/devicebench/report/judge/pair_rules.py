@@ -29,7 +29,15 @@ from devicebench.report.judge.gpu_rules import (
     unsynced_underreport,
 )
 from devicebench.report.judge.price_rules import price_performance
-from devicebench.report.judge.reliability import busy_host, busy_side, noisy, noisy_side, single_repeat
+from devicebench.report.judge.reliability import (
+    busy_host,
+    busy_side,
+    noisy,
+    noisy_side,
+    single_repeat,
+    unsteady_host,
+    unsteady_side,
+)
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
 from devicebench.schema import ACCURACY, MIOU
@@ -90,6 +98,7 @@ def quality_mismatch(pair: Pair) -> str | None:
 
 RULES: tuple[Callable[[Pair], str | None], ...] = (
     busy_host,
+    unsteady_host,
     across_hosts,
     against_best_cpu,
     best_against_best,
@@ -120,7 +129,12 @@ def explain(pair: Pair) -> list[str]:
 
 
 # The rules of a side without a partner device (its price's break-even is said apart: `break_even`)
-SIDE_RULES: tuple[Callable[[Side], str | None], ...] = (busy_side, oversubscribed_alone, noisy_side)
+SIDE_RULES: tuple[Callable[[Side], str | None], ...] = (
+    busy_side,
+    unsteady_side,
+    oversubscribed_alone,
+    noisy_side,
+)
 
 
 def explain_side(side: Side) -> list[str]:

@@ -1,5 +1,5 @@
-"""Whether a pair's or a side's figures can be trusted at all: measured on a busy host, repeats spread
-wide, or a single run. Said before any reason for a speedup (pair_rules.py), with what to do: a figure
+"""Whether a pair's or a side's figures can be trusted at all: measured on a busy host, a served side's
+p99 on an unsteady CPU, repeats spread wide, or a single run. Said before any reason for a speedup (pair_rules.py), with what to do: a figure
 that noise or a busy host makes unreliable says so wherever it is shown.
 """
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from devicebench.report.model.pairs import Pair
 from devicebench.report.model.sides import Side
-from devicebench.schema import HOST_OTHERS_SHARE
-from devicebench.util.busy_host import RERUN, busy_caveat
+from devicebench.schema import HOST_OTHERS_SHARE, HOST_TAIL_RATIO
+from devicebench.util.busy_host import RERUN, busy_caveat, tail_caveat
 from devicebench.util.fmt import fmt_s, fmt_share, fmt_x
-from devicebench.util.stats import Stat
+from devicebench.util.stats import Stat, is_figure
 
 NOISY_SPREAD = 0.5  # repeats spread over more than 50 % of their median
 
@@ -57,6 +57,21 @@ def busy_host(pair: Pair) -> str | None:
     """A side timed while other processes took its cores measured the sharing as much as the device:
     the speedup may be either side's neighbours."""
     return next((said for side in (pair.base, pair.other) if (said := busy_side(side))), None)
+
+
+def unsteady_side(side: Side) -> str | None:
+    """`cpu on an unsteady host: a fixed piece of work's p99 was 2.60× its median, so a p99 measures the
+    host as much as the model`: a served side whose CPU probe (host/steadiness.py) read unsteady in any
+    of its runs, the worst said; None where every run's host was steady or none measured it."""
+    ratios = [r.metrics[HOST_TAIL_RATIO] for r in side.runs if is_figure(r.metrics.get(HOST_TAIL_RATIO))]
+    said = tail_caveat({HOST_TAIL_RATIO: max(ratios)}) if ratios else ""
+    return f"{side.device} on an {said}" if said else None
+
+
+def unsteady_host(pair: Pair) -> str | None:
+    """A served side's p99 on an unsteady CPU is the host's tail as much as the model's: said before
+    which device serves cheaper within the promise."""
+    return next((said for side in (pair.base, pair.other) if (said := unsteady_side(side))), None)
 
 
 def left_out_lines(side: Side) -> list[str]:
