@@ -16,7 +16,7 @@ class UsageError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
-        self.param = param
+        self.param, self.said = param, message  # `said`: the message without its `--param: `
         super().__init__(f"--{param}: {message}" if param else message)
 
 

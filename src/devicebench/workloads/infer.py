@@ -263,8 +263,7 @@ def _with_host(failure: UsageError, host: Mapping[str, float]) -> UsageError:
     caveat = tail_caveat(host)
     if not caveat:
         return failure
-    said = str(failure).removeprefix(f"--{failure.param}: ") if failure.param else str(failure)
-    return UsageError(f"{said}; {caveat}", param=failure.param)
+    return UsageError(f"{failure.said}; {caveat}", param=failure.param)
 
 
 def under_load(

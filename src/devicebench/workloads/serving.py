@@ -16,7 +16,7 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -103,16 +103,6 @@ def server_tail(log: Path | None) -> str:
     return " | ".join(lines[-LOG_TAIL_LINES:])
 
 
-def json_rows(xs: torch.Tensor) -> list[str]:
-    """Each sample as its JSON list, serialised once: the client's work is not the server's."""
-    return [json.dumps(x.tolist()) for x in xs]
-
-
-def invocation_body(rows: Iterable[str]) -> str:
-    """One `/invocations` request's body for samples serialised by `json_rows`: MLflow's `inputs` JSON."""
-    return '{"inputs": [' + ",".join(rows) + "]}"
-
-
 @dataclass(frozen=True)
 class Body:
     """How a batch of sample indices travels to `/invocations`: the content type and the bytes."""
@@ -122,9 +112,13 @@ class Body:
 
 
 def json_body(xs: torch.Tensor) -> Body:
-    """MLflow's `inputs` JSON, each sample serialised once and joined per request."""
-    rows = json_rows(xs)
-    return Body("application/json", lambda indices: invocation_body(rows[i] for i in indices).encode())
+    """MLflow's `inputs` JSON, each sample serialised once (the client's work is not the server's)
+    and joined per request."""
+    rows = [json.dumps(x.tolist()) for x in xs]
+    return Body(
+        "application/json",
+        lambda indices: ('{"inputs": [' + ",".join(rows[i] for i in indices) + "]}").encode(),
+    )
 
 
 def parquet_body(xs: torch.Tensor) -> Body:

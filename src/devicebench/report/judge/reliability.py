@@ -1,6 +1,7 @@
 """Whether a pair's or a side's figures can be trusted at all: measured on a busy host, a served side's
-p99 on an unsteady CPU, repeats spread wide, or a single run. Said before any reason for a speedup (pair_rules.py), with what to do: a figure
-that noise or a busy host makes unreliable says so wherever it is shown.
+p99 on an unsteady CPU, repeats spread wide, or a single run. Said before any reason for a speedup
+(pair_rules.py), with what to do: a figure that noise or a busy host makes unreliable says so wherever
+it is shown.
 """
 
 from __future__ import annotations
